@@ -1,0 +1,321 @@
+// The Python module hvdlite._core. Arrays arrive as nb::ndarray (DLPack or buffer protocol),
+// so torch, TensorFlow, JAX and numpy all cross without a copy and without the core ever
+// seeing a framework type. Every hvdlite::Error becomes the matching hvdlite.exceptions class.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "collectives.h"
+#include "context.h"
+#include "hvdlite.h"
+
+namespace nb = nanobind;
+using namespace hvdlite;
+
+namespace hvdlite {
+bool nccl_built();
+}
+
+namespace {
+
+using InArray = nb::ndarray<nb::ro>;
+using OutArray = nb::ndarray<>;
+
+// The process's engine. Python's init()/shutdown() create and destroy it.
+std::unique_ptr<Context> g_context;
+std::mutex g_context_mu;
+
+Context& context() {
+  if (!g_context) {
+    throw Error(Status::NotInitialized,
+                "hvdlite has not been initialized; call hvdlite.init() first");
+  }
+  return *g_context;
+}
+
+DataType to_dtype(const nb::dlpack::dtype& dt, const std::string& name) {
+  using nb::dlpack::dtype_code;
+  const auto code = static_cast<dtype_code>(dt.code);
+  if (dt.lanes == 1) {
+    if (code == dtype_code::UInt && dt.bits == 8) return DataType::UInt8;
+    if (code == dtype_code::Int && dt.bits == 8) return DataType::Int8;
+    if (code == dtype_code::Int && dt.bits == 32) return DataType::Int32;
+    if (code == dtype_code::Int && dt.bits == 64) return DataType::Int64;
+    if (code == dtype_code::Float && dt.bits == 16) return DataType::Float16;
+    if (code == dtype_code::Bfloat && dt.bits == 16) return DataType::BFloat16;
+    if (code == dtype_code::Float && dt.bits == 32) return DataType::Float32;
+    if (code == dtype_code::Float && dt.bits == 64) return DataType::Float64;
+    if (code == dtype_code::Bool && dt.bits == 8) return DataType::Bool;
+  }
+  static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+  std::string kind = dt.code < 7 ? codes[dt.code] : "code" + std::to_string(dt.code);
+  throw Error(Status::InvalidArgument,
+              "tensor '" + name + "' has unsupported dtype " + kind + std::to_string(dt.bits) +
+              "; hvdlite supports uint8, int8, int32, int64, float16, bfloat16, float32, "
+              "float64 and bool");
+}
+
+nb::dlpack::dtype to_dlpack(DataType dt) {
+  switch (dt) {
+    case DataType::UInt8: return nb::dtype<uint8_t>();
+    case DataType::Int8: return nb::dtype<int8_t>();
+    case DataType::Int32: return nb::dtype<int32_t>();
+    case DataType::Int64: return nb::dtype<int64_t>();
+    case DataType::Float16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DataType::BFloat16: return nb::dtype<uint16_t>();  // numpy has no bfloat16: bits as uint16
+    case DataType::Float32: return nb::dtype<float>();
+    case DataType::Float64: return nb::dtype<double>();
+    case DataType::Bool: return nb::dtype<bool>();
+  }
+  return nb::dtype<uint8_t>();
+}
+
+template <typename Array>
+std::vector<int64_t> shape_of(const Array& a) {
+  std::vector<int64_t> s(a.ndim());
+  for (size_t i = 0; i < a.ndim(); ++i) s[i] = static_cast<int64_t>(a.shape(i));
+  return s;
+}
+
+// Checks that an array can be read/written in place by the core and describes it.
+template <typename Array>
+void describe(const Array& a, const std::string& name, const char* role, Request& req) {
+  if (a.device_type() != nb::device::cpu::value) {
+    throw Error(Status::InvalidArgument,
+                "tensor '" + name + "' (" + role + ") is not in host memory (DLPack device type " +
+                std::to_string(a.device_type()) + "); this hvdlite build has no NCCL, so GPU "
+                "tensors must be staged through host memory (the torch adapter does this)");
+  }
+  req.dtype = to_dtype(a.dtype(), name);
+  req.shape = shape_of(a);
+  // C-contiguous: strides equal the products of the trailing dimensions (size-1 dims free).
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride_ptr() && a.stride(i) != expected) {
+      throw Error(Status::InvalidArgument,
+                  "tensor '" + name + "' (" + role + ") is not contiguous (shape " +
+                  shape_string(req.shape) + "); pass a C-contiguous array, e.g. "
+                  "numpy.ascontiguousarray(x) or x.contiguous()");
+    }
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+}
+
+std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, const InArray& input) {
+  auto e = std::make_unique<TensorEntry>();
+  e->request.name = name;
+  e->request.op = op;
+  describe(input, name, "input", e->request);
+  e->input = input.data();
+  e->output = const_cast<void*>(e->input);
+  return e;
+}
+
+void attach_output(TensorEntry& e, const OutArray& output) {
+  Request out_req;
+  describe(output, e.request.name, "output", out_req);
+  if (out_req.dtype != e.request.dtype || out_req.shape != e.request.shape) {
+    throw Error(Status::InvalidArgument,
+                "tensor '" + e.request.name + "': output is " + dtype_name(out_req.dtype) +
+                shape_string(out_req.shape) + " but input is " + dtype_name(e.request.dtype) +
+                shape_string(e.request.shape) + "; they must match");
+  }
+  e.output = output.data();
+}
+
+void check_reduction(const Request& r, int op_code, double prescale, double postscale) {
+  if (op_code != 0 && op_code != 1 && op_code != 3 && op_code != 4 && op_code != 5) {
+    throw Error(Status::InvalidArgument, "tensor '" + r.name + "': unsupported reduce op code " +
+                std::to_string(op_code) + " (use Average, Sum, Min, Max or Product)");
+  }
+  if (r.dtype == DataType::Bool && (op_code == 0 || prescale != 1.0 || postscale != 1.0)) {
+    throw Error(Status::InvalidArgument, "tensor '" + r.name + "' is bool: Average and scale "
+                "factors are not defined for it (Sum/Max act as logical or, Min/Product as and)");
+  }
+}
+
+std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
+                                       const std::vector<InArray>& inputs,
+                                       const std::vector<OutArray>& outputs, int op,
+                                       double prescale, double postscale, int compression) {
+  Context& ctx = context();
+  if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
+    throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
+  }
+  if (compression < 0 || compression > 2) throw Error(Status::InvalidArgument, "unknown compression code");
+  EntryList entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto e = make_entry(names[i], OpType::Allreduce, inputs[i]);
+    attach_output(*e, outputs[i]);
+    check_reduction(e->request, op, prescale, postscale);
+    e->request.reduce_op = static_cast<ReduceOp>(op);
+    e->request.prescale = prescale;
+    e->request.postscale = postscale;
+    e->request.compression = static_cast<Compression>(compression);
+    entries.push_back(std::move(e));
+  }
+  return ctx.enqueue(std::move(entries));
+}
+
+int64_t enqueue_one(std::unique_ptr<TensorEntry> e) {
+  EntryList list;
+  list.push_back(std::move(e));
+  return context().enqueue(std::move(list))[0];
+}
+
+int64_t enqueue_broadcast(const std::string& name, const InArray& input, const OutArray& output, int root) {
+  Context& ctx = context();
+  auto e = make_entry(name, OpType::Broadcast, input);
+  attach_output(*e, output);
+  if (root < 0 || root >= ctx.topology().size) {
+    throw Error(Status::InvalidArgument, "broadcast of tensor '" + name + "': root rank " +
+                std::to_string(root) + " is out of range for " + std::to_string(ctx.topology().size) + " ranks");
+  }
+  e->request.root = root;
+  return enqueue_one(std::move(e));
+}
+
+int64_t enqueue_allgather(const std::string& name, const InArray& input) {
+  context();
+  return enqueue_one(make_entry(name, OpType::Allgather, input));
+}
+
+int64_t enqueue_alltoall(const std::string& name, const InArray& input, std::vector<int64_t> splits) {
+  const int size = context().topology().size;
+  auto e = make_entry(name, OpType::Alltoall, input);
+  if (e->request.shape.empty()) {
+    throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "' needs at least one dimension");
+  }
+  const int64_t rows = e->request.shape[0];
+  if (splits.empty()) {
+    if (rows % size != 0) {
+      throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': dimension 0 (" +
+                  std::to_string(rows) + ") is not divisible by the number of ranks (" +
+                  std::to_string(size) + "); pass splits");
+    }
+    splits.assign(size, rows / size);
+  }
+  int64_t total = 0;
+  for (int64_t s : splits) {
+    if (s < 0) throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': negative split");
+    total += s;
+  }
+  if (static_cast<int>(splits.size()) != size || total != rows) {
+    throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': splits must have one "
+                "entry per rank (" + std::to_string(size) + ") summing to dimension 0 (" +
+                std::to_string(rows) + "), got " + shape_string(splits));
+  }
+  e->splits = std::move(splits);
+  return enqueue_one(std::move(e));
+}
+
+int64_t enqueue_reducescatter(const std::string& name, const InArray& input, int op,
+                              double prescale, double postscale) {
+  context();
+  auto e = make_entry(name, OpType::Reducescatter, input);
+  if (e->request.shape.empty()) {
+    throw Error(Status::InvalidArgument, "reducescatter of tensor '" + name + "' needs at least one dimension");
+  }
+  check_reduction(e->request, op, prescale, postscale);
+  e->request.reduce_op = static_cast<ReduceOp>(op);
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  return enqueue_one(std::move(e));
+}
+
+int64_t enqueue_marker(const std::string& name, OpType op) {
+  context();
+  auto e = std::make_unique<TensorEntry>();
+  e->request.name = name;
+  e->request.op = op;
+  e->request.dtype = DataType::UInt8;
+  return enqueue_one(std::move(e));
+}
+
+// wait() result: (output array or None, output is bfloat16 bits, received splits or None,
+// last joined rank or None).
+nb::tuple wait(int64_t handle) {
+  Context& ctx = context();
+  Outcome o;
+  {
+    nb::gil_scoped_release release;
+    o = ctx.wait(handle);
+  }
+  if (o.status != Status::Success) throw Error(o.status, o.error);
+  nb::object output = nb::none();
+  const bool is_bf16 = o.output.data && o.output_dtype == DataType::BFloat16;
+  if (o.output.data) {
+    std::vector<size_t> shape(o.output_shape.begin(), o.output_shape.end());
+    void* data = o.output.release();
+    nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
+    output = nb::cast(nb::ndarray<nb::numpy>(data, shape.size(), shape.data(), owner, nullptr,
+                                             to_dlpack(o.output_dtype)));
+  }
+  nb::object splits = o.received_splits.empty() ? nb::none() : nb::cast(o.received_splits);
+  nb::object last = o.last_joined_rank < 0 ? nb::none() : nb::cast(o.last_joined_rank);
+  return nb::make_tuple(output, is_bf16, splits, last);
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      nb::object table = nb::module_::import_("hvdlite.exceptions").attr("STATUS_TO_ERROR");
+      nb::object cls = table[nb::int_(static_cast<int>(e.status()))];
+      PyErr_SetString(cls.ptr(), e.what());
+    }
+  });
+
+  m.def("init", [] {
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    if (g_context) return;
+    Config config = Config::from_env();
+    nb::gil_scoped_release release;
+    g_context = std::make_unique<Context>(make_mpi_transport(), config);
+  });
+  m.def("shutdown", [] {
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    nb::gil_scoped_release release;
+    g_context.reset();
+  });
+  m.def("finalize", [] { finalize_mpi_if_owned(); });
+  m.def("is_initialized", [] { return g_context != nullptr; });
+  m.def("rank", [] { return context().topology().rank; });
+  m.def("size", [] { return context().topology().size; });
+  m.def("local_rank", [] { return context().topology().local_rank; });
+  m.def("local_size", [] { return context().topology().local_size; });
+  m.def("cross_rank", [] { return context().topology().cross_rank; });
+  m.def("cross_size", [] { return context().topology().cross_size; });
+  m.def("nccl_built", [] { return nccl_built(); });
+  m.def("abort", [](int code) { context().abort(code); });
+  m.def("build_info", [] {
+    nb::dict d;
+    d["mpirun"] = HVDLITE_MPIRUN;
+    d["mpicxx"] = HVDLITE_MPICXX;
+    d["mpi_library_version"] = std::string(mpi_library_version());
+    d["nccl"] = nccl_built();
+    return d;
+  });
+  m.def("reducescatter_rows", &reducescatter_rows);
+
+  m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
+        nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
+        nb::arg("compression"));
+  m.def("enqueue_broadcast", &enqueue_broadcast);
+  m.def("enqueue_allgather", &enqueue_allgather);
+  m.def("enqueue_alltoall", &enqueue_alltoall);
+  m.def("enqueue_reducescatter", &enqueue_reducescatter);
+  m.def("enqueue_barrier", [](const std::string& name) { return enqueue_marker(name, OpType::Barrier); });
+  m.def("enqueue_join", [](const std::string& name) { return enqueue_marker(name, OpType::Join); });
+  m.def("poll", [](int64_t h) { return context().poll(h); });
+  m.def("wait", &wait);
+}

@@ -1,0 +1,102 @@
+#include "collectives.h"
+
+#include <cstring>
+
+#include "reduce.h"
+#include "ring_allreduce.h"
+
+namespace hvdlite {
+namespace {
+
+// Bytes of one slice along dimension 0 (a 0-d tensor counts as one row).
+size_t row_bytes(const std::vector<int64_t>& shape, DataType dtype) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return static_cast<size_t>(n) * dtype_size(dtype);
+}
+
+std::vector<int64_t> with_rows(const std::vector<int64_t>& shape, int64_t rows) {
+  std::vector<int64_t> out = shape.empty() ? std::vector<int64_t>{rows} : shape;
+  out[0] = rows;
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> reducescatter_rows(int64_t rows, int size) {
+  std::vector<int64_t> out(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) ++out[r];
+  return out;
+}
+
+Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e) {
+  if (t.rank() == r.root && e.input != e.output) std::memcpy(e.output, e.input, e.bytes());
+  t.broadcast(e.output, e.bytes(), r.root);
+  return Outcome{};
+}
+
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e) {
+  const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+  std::vector<size_t> bytes(t.size());
+  int64_t rows = 0;
+  for (int i = 0; i < t.size(); ++i) {
+    bytes[i] = static_cast<size_t>(r.first_dims[i]) * rb;
+    rows += r.first_dims[i];
+  }
+  Outcome out;
+  out.output = OwnedBuffer(static_cast<size_t>(rows) * rb);
+  out.output_shape = with_rows(e.request.shape, rows);
+  out.output_dtype = e.request.dtype;
+  t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
+  return out;
+}
+
+Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e) {
+  (void)r;
+  const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+  std::vector<int64_t> recv_rows = t.alltoall_counts(e.splits);
+  std::vector<size_t> send_bytes(t.size()), recv_bytes(t.size());
+  int64_t rows = 0;
+  for (int i = 0; i < t.size(); ++i) {
+    send_bytes[i] = static_cast<size_t>(e.splits[i]) * rb;
+    recv_bytes[i] = static_cast<size_t>(recv_rows[i]) * rb;
+    rows += recv_rows[i];
+  }
+  Outcome out;
+  out.output = OwnedBuffer(static_cast<size_t>(rows) * rb);
+  out.output_shape = with_rows(e.request.shape, rows);
+  out.output_dtype = e.request.dtype;
+  out.received_splits = recv_rows;
+  t.alltoallv(e.input, send_bytes, out.output.data, recv_bytes);
+  return out;
+}
+
+Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
+                          std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
+                          size_t piece_bytes) {
+  const DataType dt = e.request.dtype;
+  const size_t es = dtype_size(dt);
+  const size_t row_elems = row_bytes(e.request.shape, dt) / es;
+  const size_t total = static_cast<size_t>(num_elements(e.request.shape));
+  std::vector<int64_t> rows = reducescatter_rows(e.request.shape[0], t.size());
+  Segments segs;
+  size_t at = 0;
+  for (int64_t n : rows) {
+    segs.offset.push_back(at);
+    segs.count.push_back(static_cast<size_t>(n) * row_elems);
+    at += static_cast<size_t>(n) * row_elems;
+  }
+  if (work.size() < total * es) work.resize(total * es);
+  copy_scaled(work.data(), e.input, total, dt, r.prescale);
+  ring_reduce_scatter(t, work.data(), segs, dt, r.reduce_op, scratch, piece_bytes);
+  const int me = t.rank();
+  Outcome out;
+  out.output = OwnedBuffer(segs.count[me] * es);
+  out.output_shape = with_rows(e.request.shape, rows[me]);
+  out.output_dtype = dt;
+  const double post = r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / t.size() : 1.0);
+  copy_scaled(out.output.data, work.data() + segs.offset[me] * es, segs.count[me], dt, post);
+  return out;
+}
+
+}  // namespace hvdlite

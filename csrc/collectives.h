@@ -1,0 +1,25 @@
+// The collectives other than all-reduce, run once negotiation agreed on them.
+// Each returns the Outcome for the local request (outputs allocated here when needed).
+#pragma once
+
+#include <vector>
+
+#include "handle.h"
+#include "message.h"
+#include "tensor_entry.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e);
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e);
+Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e);
+Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
+                          std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
+                          size_t piece_bytes);
+
+// Rows of dimension 0 that reducescatter gives each rank (Horovod's split: the first
+// n % size ranks get one extra row).
+std::vector<int64_t> reducescatter_rows(int64_t rows, int size);
+
+}  // namespace hvdlite

@@ -1,0 +1,21 @@
+// Engine settings, read once from HVDLITE_* environment variables at init.
+// hvdlite/config.py documents each one for users.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace hvdlite {
+
+struct Config {
+  size_t fusion_threshold = size_t(64) << 20;  // HVDLITE_FUSION_THRESHOLD (bytes, 0 disables)
+  double cycle_time_ms = 1.0;       // HVDLITE_CYCLE_TIME: longest sleep while waiting for peers
+  size_t cache_capacity = 1024;     // HVDLITE_CACHE_CAPACITY (responses cached; 0 disables)
+  size_t ring_piece_bytes = size_t(1) << 20;  // HVDLITE_RING_PIECE_BYTES
+  double stall_warning_s = 60.0;    // HVDLITE_STALL_CHECK_TIME_SECONDS (0 disables)
+  bool debug = false;               // HVDLITE_LOG_LEVEL=debug
+
+  static Config from_env();
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,147 @@
+#include "controller.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <thread>
+
+#include "validate.h"
+
+namespace hvdlite {
+namespace {
+
+constexpr uint64_t kNoNewRequests = 1;  // AND = 0 when any rank needs the coordinator
+constexpr uint64_t kNoShutdown = 2;     // AND = 0 when any rank is shutting down
+constexpr uint64_t kJoined = 4;         // AND = 1 when every rank has joined
+
+void set_bit(uint64_t* words, size_t i) { words[i / 64] |= uint64_t(1) << (i % 64); }
+void clear_bit(uint64_t* words, size_t i) { words[i / 64] &= ~(uint64_t(1) << (i % 64)); }
+bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) & 1; }
+
+}  // namespace
+
+Controller::Controller(Transport& transport, const Config& config)
+    : transport_(transport), config_(config), cache_(config.cache_capacity),
+      last_stall_warning_(std::chrono::steady_clock::now()) {}
+
+RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) {
+  const size_t span = cache_.span();
+  const size_t nwords = (span + 63) / 64;
+  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  uint64_t* ready = words.data() + 1;
+  uint64_t* valid = ready + nwords;
+  for (size_t i = 0; i < nwords; ++i) valid[i] = ~uint64_t(0);
+
+  bool need_coordinator = false, joined = false;
+  for (auto& e : pending) {
+    if (e->state == TensorEntry::State::New) {
+      e->state = TensorEntry::State::Unannounced;
+      if (e->request.op == OpType::Join) e->request.join_round = round_;
+      int slot = ResponseCache::cacheable(e->request.op) ? cache_.find(e->request.name) : -1;
+      if (slot >= 0) {
+        if (cache_.at(slot).matches(e->request)) {
+          e->state = TensorEntry::State::CacheHit;
+          e->cache_id = slot;
+        } else {
+          clear_bit(valid, slot);  // every rank drops the stale response this round
+        }
+      }
+    }
+    if (e->request.op == OpType::Join) joined = true;
+    if (e->state == TensorEntry::State::CacheHit) set_bit(ready, e->cache_id);
+    if (e->state == TensorEntry::State::Unannounced) need_coordinator = true;
+  }
+  if (joined) {
+    // A joined rank stands in (with zeros) for every cached all-reduce.
+    for (size_t s = 0; s < span; ++s) {
+      if (cache_.occupied(static_cast<int>(s)) && cache_.at(static_cast<int>(s)).op == OpType::Allreduce) set_bit(ready, s);
+    }
+    words[0] |= kJoined;
+  }
+  if (!need_coordinator) words[0] |= kNoNewRequests;
+  if (!shutdown_requested) words[0] |= kNoShutdown;
+
+  transport_.start_control_and(words.data(), words.size());
+  wait_for_round(pending);
+
+  RoundOutcome out;
+  out.shutdown = !(words[0] & kNoShutdown);
+  const bool all_joined = words[0] & kJoined;
+  for (size_t s = 0; s < span; ++s) {
+    if (!bit(valid, s)) {
+      for (auto& e : pending) {
+        if (e->state == TensorEntry::State::CacheHit && e->cache_id == static_cast<int>(s)) {
+          e->state = TensorEntry::State::Unannounced;
+          e->cache_id = -1;
+        }
+      }
+      cache_.evict(static_cast<int>(s));
+    } else if (bit(ready, s) && !all_joined && cache_.occupied(static_cast<int>(s))) {
+      out.responses.push_back(cache_.at(static_cast<int>(s)));
+    }
+  }
+  if (!(words[0] & kNoNewRequests)) {
+    std::vector<Response> decided = ask_coordinator(pending);
+    for (const Response& r : decided) {
+      if (r.ok() && ResponseCache::cacheable(r.op)) cache_.insert(r);
+    }
+    out.responses.insert(out.responses.end(), decided.begin(), decided.end());
+  }
+  ++round_;
+  return out;
+}
+
+std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
+  std::vector<Request> mine;
+  for (auto& e : pending) {
+    if (e->state == TensorEntry::State::Unannounced || e->state == TensorEntry::State::Announced) {
+      mine.push_back(e->request);
+      e->state = TensorEntry::State::Announced;
+    }
+  }
+  std::vector<uint8_t> bytes;
+  encode_requests(mine, bytes);
+  std::vector<std::vector<uint8_t>> all = transport_.gather_control(bytes);
+  std::vector<uint8_t> decided;
+  if (transport_.rank() == 0) {
+    std::vector<std::vector<Request>> by_rank;
+    for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
+    encode_responses(decide_ready(by_rank), decided);
+  }
+  transport_.broadcast_control(decided);
+  return decode_responses(decided.data(), decided.size());
+}
+
+void Controller::wait_for_round(const EntryList& pending) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto spin = std::chrono::microseconds(100);
+  const auto max_sleep = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  auto sleep = std::chrono::microseconds(10);
+  while (!transport_.test_control()) {
+    auto now = clock::now();
+    if (now - start < spin) continue;  // peers usually arrive within microseconds
+    if (config_.stall_warning_s > 0 &&
+        now - last_stall_warning_ > std::chrono::duration<double>(config_.stall_warning_s)) {
+      last_stall_warning_ = now;
+      std::ostringstream names;
+      int n = 0;
+      for (auto& e : pending) {
+        if (now - e->enqueued > std::chrono::duration<double>(config_.stall_warning_s) && n++ < 10) {
+          names << (n > 1 ? ", " : "") << "'" << e->request.name << "'";
+        }
+      }
+      if (n > 0) {
+        std::fprintf(stderr,
+                     "[hvdlite rank %d] warning: %d request(s) have waited more than %.0f s for "
+                     "other ranks: %s. Some rank has not submitted them (different names, order "
+                     "of conditional collectives, or a rank stuck elsewhere).\n",
+                     transport_.rank(), n, config_.stall_warning_s, names.str().c_str());
+      }
+    }
+    std::this_thread::sleep_for(std::min(sleep, max_sleep));
+    sleep *= 2;
+  }
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,44 @@
+// The negotiation protocol: one round decides, identically on every rank, which pending
+// requests run now. Each round is one bitwise-AND all-reduce of a small bit vector:
+//   word 0     flags (inverted where "any rank" is wanted: AND of "no" = nobody said yes)
+//   ready[]    one bit per cached response: this rank has that tensor pending (fast path)
+//   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
+// Only when some rank has a request the cache cannot describe do the ranks gather their
+// requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config.h"
+#include "message.h"
+#include "response_cache.h"
+#include "tensor_entry.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+struct RoundOutcome {
+  std::vector<Response> responses;  // same list, same order on every rank
+  bool shutdown = false;            // some rank asked to shut down
+};
+
+class Controller {
+ public:
+  Controller(Transport& transport, const Config& config);
+
+  // Runs one round over this rank's pending entries (updating their negotiation state).
+  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
+
+ private:
+  void wait_for_round(const EntryList& pending);
+  std::vector<Response> ask_coordinator(EntryList& pending);
+
+  Transport& transport_;
+  const Config& config_;
+  ResponseCache cache_;
+  int64_t round_ = 0;
+  std::chrono::steady_clock::time_point last_stall_warning_;
+};
+
+}  // namespace hvdlite

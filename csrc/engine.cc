@@ -1,0 +1,117 @@
+// The background loop: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
+// It never sleeps on a fixed cycle: with no work it blocks on a condition variable, and with
+// work it is always inside a negotiation round (see Controller::wait_for_round).
+#include <cstdio>
+#include <unordered_map>
+
+#include "collectives.h"
+#include "context.h"
+
+namespace hvdlite {
+
+void Context::run_loop() {
+  try {
+    while (true) {
+      bool shutdown_requested;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; });
+        for (auto& e : queue_) pending_.push_back(std::move(e));
+        queue_.clear();
+        shutdown_requested = shutdown_requested_;
+      }
+      RoundOutcome round = controller_.negotiate(pending_, shutdown_requested);
+      execute(round.responses);
+      if (round.shutdown) {
+        stop(Status::ShutDown,
+             "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
+             "request was pending; every rank must submit the same collectives before shutting down");
+        return;
+      }
+    }
+  } catch (const Error& e) {
+    stop(e.status(), std::string("hvdlite stopped: ") + e.what());
+  } catch (const std::exception& e) {
+    stop(Status::Internal, std::string("hvdlite stopped: ") + e.what());
+  }
+}
+
+void Context::execute(const std::vector<Response>& responses) {
+  if (responses.empty()) return;
+  std::unordered_map<std::string, TensorEntry*> by_name;
+  TensorEntry* join_entry = nullptr;
+  for (auto& e : pending_) {
+    if (e->request.op == OpType::Join) join_entry = e.get();
+    else by_name[e->request.name] = e.get();
+  }
+  for (const Response& r : responses) {
+    TensorEntry* e = nullptr;
+    if (r.op == OpType::Join) {
+      e = join_entry;
+    } else {
+      auto it = by_name.find(r.name);
+      if (it != by_name.end()) e = it->second;
+    }
+    if (!r.ok()) {
+      if (e) complete(e, Outcome{r.error_status, r.error});
+      continue;
+    }
+    if (config_.debug) {
+      std::fprintf(stderr, "[hvdlite rank %d] run %s '%s'\n", topology().rank, op_name(r.op), r.name.c_str());
+    }
+    switch (r.op) {
+      case OpType::Allreduce:
+        allreduce_.add(r, e);  // e is null on a joined rank: it contributes zeros
+        break;
+      case OpType::Broadcast:
+        if (e) complete(e, run_broadcast(*transport_, r, *e));
+        break;
+      case OpType::Allgather:
+        if (e) complete(e, run_allgather(*transport_, r, *e));
+        break;
+      case OpType::Alltoall:
+        if (e) complete(e, run_alltoall(*transport_, r, *e));
+        break;
+      case OpType::Reducescatter:
+        if (e) complete(e, run_reducescatter(*transport_, r, *e, work_, scratch_, config_.ring_piece_bytes));
+        break;
+      case OpType::Barrier:
+        // Negotiation already proved every rank reached it.
+        if (e) complete(e, Outcome{});
+        break;
+      case OpType::Join: {
+        Outcome o;
+        o.last_joined_rank = r.last_joined_rank;
+        if (e) complete(e, std::move(o));
+        break;
+      }
+    }
+  }
+  allreduce_.flush();
+  EntryList still;
+  for (auto& e : pending_) {
+    if (!e->done) still.push_back(std::move(e));
+  }
+  pending_.swap(still);
+}
+
+void Context::stop(Status status, const std::string& reason) {
+  EntryList orphans;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopped_ = true;
+    stop_status_ = status;
+    stop_reason_ = reason;
+    for (auto& e : queue_) orphans.push_back(std::move(e));
+    queue_.clear();
+    in_flight_.clear();
+  }
+  for (auto& e : pending_) orphans.push_back(std::move(e));
+  pending_.clear();
+  for (auto& e : orphans) {
+    if (e->done) continue;
+    handles_.complete(e->handle, Outcome{status, reason + " [request '" + e->request.name + "']"});
+  }
+}
+
+}  // namespace hvdlite

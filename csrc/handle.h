@@ -1,0 +1,54 @@
+// Completion state per request, shared between the framework threads that wait and the
+// background thread that completes: is_completed (poll), wait, and the error if any.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hvdlite.h"
+
+namespace hvdlite {
+
+// A buffer the core allocated for an op whose output size only negotiation knows.
+struct OwnedBuffer {
+  void* data = nullptr;
+  size_t bytes = 0;
+  OwnedBuffer() = default;
+  explicit OwnedBuffer(size_t n);
+  OwnedBuffer(OwnedBuffer&& o) noexcept : data(o.data), bytes(o.bytes) { o.data = nullptr; o.bytes = 0; }
+  OwnedBuffer& operator=(OwnedBuffer&& o) noexcept;
+  ~OwnedBuffer();
+  void* release() { void* d = data; data = nullptr; bytes = 0; return d; }
+};
+
+struct Outcome {
+  Status status = Status::Success;
+  std::string error;
+  OwnedBuffer output;                  // allgather / alltoall / reducescatter
+  std::vector<int64_t> output_shape;
+  DataType output_dtype = DataType::Float32;
+  std::vector<int64_t> received_splits;  // alltoall
+  int last_joined_rank = -1;             // join
+};
+
+class HandleTable {
+ public:
+  int64_t create();
+  void complete(int64_t handle, Outcome outcome);
+  bool poll(int64_t handle);
+  // Blocks until done, then removes the handle and returns its outcome.
+  Outcome wait(int64_t handle);
+
+ private:
+  struct Slot { bool done = false; Outcome outcome; };
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_ = 1;
+  std::unordered_map<int64_t, Slot> slots_;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,52 @@
+// The core's public vocabulary: status codes, data types, operations, and the error type.
+// Everything else in csrc/ builds on these; bindings.cc turns Error into Python exceptions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace hvdlite {
+
+// One status enum for every failure. Keep in sync with hvdlite/exceptions.py STATUS_TO_ERROR.
+enum class Status : int {
+  Success = 0,
+  InvalidArgument = 1,  // bad local input, rejected before anything is sent
+  NotInitialized = 2,   // library used before init() or after shutdown()
+  Mismatch = 3,         // ranks disagree about one tensor (shape, dtype, op, root...)
+  ShutDown = 4,         // a rank shut down while the operation was pending
+  Internal = 5,         // the transport failed
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(Status status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  Status status() const { return status_; }
+
+ private:
+  Status status_;
+};
+
+enum class DataType : uint8_t {
+  UInt8, Int8, Int32, Int64, Float16, BFloat16, Float32, Float64, Bool,
+};
+
+enum class OpType : uint8_t {
+  Allreduce, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join,
+};
+
+// Numbered as in Horovod's Python API (Adasum = 2 is not supported).
+enum class ReduceOp : uint8_t { Average = 0, Sum = 1, Min = 3, Max = 4, Product = 5 };
+
+// How floating-point all-reduce data travels on the wire.
+enum class Compression : uint8_t { None = 0, FP16 = 1, BF16 = 2 };
+
+size_t dtype_size(DataType dtype);
+const char* dtype_name(DataType dtype);
+const char* op_name(OpType op);
+const char* reduce_op_name(ReduceOp op);
+const char* compression_name(Compression c);
+bool is_floating(DataType dtype);
+
+}  // namespace hvdlite

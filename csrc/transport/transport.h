@@ -1,0 +1,61 @@
+// What the algorithms need from a communication backend, and nothing more:
+// point-to-point pieces for the ring, a few byte collectives, and the control plane used by
+// negotiation. Buffers are void* + byte counts; element types never reach a transport.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace hvdlite {
+
+struct Topology {
+  int rank = 0, size = 1;
+  int local_rank = 0, local_size = 1;  // ranks on this host
+  int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const Topology& topology() const = 0;
+  int rank() const { return topology().rank; }
+  int size() const { return topology().size; }
+
+  // Data plane, point to point. post_* return an id for wait(); wait_all() finishes every
+  // posted operation. Pieces must be smaller than 2 GiB.
+  virtual int post_send(const void* buf, size_t bytes, int peer) = 0;
+  virtual int post_recv(void* buf, size_t bytes, int peer) = 0;
+  virtual void wait(int id) = 0;
+  virtual void wait_all() = 0;
+
+  // Data plane, collectives on bytes.
+  virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+  virtual void allgatherv(const void* send, size_t send_bytes, void* recv,
+                          const std::vector<size_t>& bytes_per_rank) = 0;
+  virtual void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
+                         const std::vector<size_t>& recv_bytes) = 0;
+  virtual std::vector<int64_t> alltoall_counts(const std::vector<int64_t>& send) = 0;
+  virtual void barrier() = 0;
+
+  // Control plane (negotiation), on a channel separate from the data plane.
+  // Bitwise AND of `words` across ranks, started without blocking; poll with test_control().
+  virtual void start_control_and(uint64_t* words, size_t count) = 0;
+  virtual bool test_control() = 0;
+  // Rank 0 receives every rank's bytes (others get an empty vector).
+  virtual std::vector<std::vector<uint8_t>> gather_control(const std::vector<uint8_t>& mine) = 0;
+  // Rank 0's bytes reach every rank.
+  virtual void broadcast_control(std::vector<uint8_t>& bytes) = 0;
+
+  // Ends the whole job at once (used when a rank dies with an unhandled error).
+  virtual void abort(int code) = 0;
+};
+
+// Backends. Each lives in its own file (transport/mpi.cc).
+std::unique_ptr<Transport> make_mpi_transport();
+const char* mpi_library_version();
+// Finalizes MPI at process exit if hvdlite was the one that initialised it.
+void finalize_mpi_if_owned();
+
+}  // namespace hvdlite

@@ -1,0 +1,186 @@
+#include "validate.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <unordered_map>
+
+namespace hvdlite {
+namespace {
+
+// "rank 0 has [4, 3]; ranks 1, 2 have [5, 3]": values grouped with the ranks holding them.
+std::string describe_by_rank(const std::vector<const Request*>& reqs,
+                             const std::function<std::string(const Request&)>& value_of) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const Request* r : reqs) {
+    std::string v = value_of(*r);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](auto& g) { return g.first == v; });
+    if (it == groups.end()) groups.push_back({v, {r->rank}});
+    else it->second.push_back(r->rank);
+  }
+  std::ostringstream s;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& ranks = groups[i].second;
+    s << (i ? "; " : "") << (ranks.size() > 1 ? "ranks " : "rank ");
+    for (size_t j = 0; j < ranks.size(); ++j) s << (j ? ", " : "") << ranks[j];
+    s << (ranks.size() > 1 ? " have " : " has ") << groups[i].first;
+  }
+  return s.str();
+}
+
+// Returns an error message when the ranks disagree on value_of, else empty.
+std::string check_same(const std::vector<const Request*>& reqs, const char* what,
+                       const std::function<std::string(const Request&)>& value_of) {
+  std::string first = value_of(*reqs[0]);
+  for (const Request* r : reqs) {
+    if (value_of(*r) != first) {
+      return std::string("Mismatched ") + what + " for " + op_name(reqs[0]->op) + " of tensor '" +
+             reqs[0]->name + "': " + describe_by_rank(reqs, value_of) + ".";
+    }
+  }
+  return {};
+}
+
+std::string num(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
+  return shape.empty() ? shape : std::vector<int64_t>(shape.begin() + 1, shape.end());
+}
+
+// Validates one ready tensor; fills response or its error.
+Response validate(const std::vector<const Request*>& reqs, int size) {
+  const Request& first = *reqs[0];
+  Response resp;
+  resp.name = first.name;
+  resp.op = first.op;
+  resp.dtype = first.dtype;
+  resp.reduce_op = first.reduce_op;
+  resp.compression = first.compression;
+  resp.prescale = first.prescale;
+  resp.postscale = first.postscale;
+  resp.root = first.root;
+  resp.shape = first.shape;
+
+  std::string err = check_same(reqs, "operations", [](const Request& r) { return std::string(op_name(r.op)); });
+  if (err.empty() && first.op != OpType::Barrier) {
+    err = check_same(reqs, "data types", [](const Request& r) { return std::string(dtype_name(r.dtype)); });
+  }
+  auto shape_of = [](const Request& r) { return shape_string(r.shape); };
+  auto scales = [&]() {
+    std::string e = check_same(reqs, "reduce ops", [](const Request& r) { return std::string(reduce_op_name(r.reduce_op)); });
+    if (e.empty()) e = check_same(reqs, "prescale factors", [](const Request& r) { return num(r.prescale); });
+    if (e.empty()) e = check_same(reqs, "postscale factors", [](const Request& r) { return num(r.postscale); });
+    return e;
+  };
+  if (err.empty()) {
+    switch (first.op) {
+      case OpType::Allreduce:
+        err = scales();
+        if (err.empty()) err = check_same(reqs, "compression", [](const Request& r) { return std::string(compression_name(r.compression)); });
+        if (err.empty()) err = check_same(reqs, "shapes", shape_of);
+        break;
+      case OpType::Reducescatter:
+        err = scales();
+        if (err.empty()) err = check_same(reqs, "shapes", shape_of);
+        break;
+      case OpType::Broadcast:
+        err = check_same(reqs, "root ranks", [](const Request& r) { return std::to_string(r.root); });
+        if (err.empty() && (first.root < 0 || first.root >= size)) {
+          err = "Invalid root rank " + std::to_string(first.root) + " for broadcast of tensor '" +
+                first.name + "': the job has " + std::to_string(size) + " ranks.";
+        }
+        if (err.empty()) err = check_same(reqs, "shapes", shape_of);
+        break;
+      case OpType::Allgather:
+      case OpType::Alltoall:
+        err = check_same(reqs, "ranks (number of dimensions)", [](const Request& r) { return std::to_string(r.shape.size()); });
+        if (err.empty()) err = check_same(reqs, "shapes beyond dimension 0", [](const Request& r) { return shape_string(trailing(r.shape)); });
+        if (err.empty() && first.op == OpType::Allgather) {
+          resp.first_dims.assign(size, 0);
+          for (const Request* r : reqs) resp.first_dims[r->rank] = r->shape.empty() ? 1 : r->shape[0];
+        }
+        break;
+      case OpType::Barrier:
+      case OpType::Join:
+        break;
+    }
+  }
+  if (!err.empty()) {
+    resp.error_status = Status::Mismatch;
+    resp.error = err;
+  }
+  return resp;
+}
+
+}  // namespace
+
+std::vector<Response> decide_ready(const std::vector<std::vector<Request>>& requests_by_rank) {
+  const int size = static_cast<int>(requests_by_rank.size());
+  // Joined ranks and when they joined.
+  std::vector<const Request*> joins(size, nullptr);
+  // name -> request per rank, in first-seen order (rank 0's order first) for determinism.
+  std::vector<std::string> order;
+  std::unordered_map<std::string, std::vector<const Request*>> by_name;
+  for (int r = 0; r < size; ++r) {
+    for (const Request& req : requests_by_rank[r]) {
+      if (req.op == OpType::Join) { joins[r] = &req; continue; }
+      auto& slot = by_name[req.name];
+      if (slot.empty()) { slot.assign(size, nullptr); order.push_back(req.name); }
+      slot[r] = &req;
+    }
+  }
+
+  std::vector<Response> out;
+  for (const std::string& name : order) {
+    const auto& slot = by_name[name];
+    std::vector<const Request*> present;
+    std::vector<int> joined_missing, missing;
+    for (int r = 0; r < size; ++r) {
+      if (slot[r]) present.push_back(slot[r]);
+      else if (joins[r]) joined_missing.push_back(r);
+      else missing.push_back(r);
+    }
+    if (!missing.empty()) continue;  // some rank has not submitted it yet
+    if (!joined_missing.empty()) {
+      // Joined ranks stand in with zeros, which only makes sense for an all-reduce.
+      bool all_allreduce = std::all_of(present.begin(), present.end(),
+                                       [](const Request* r) { return r->op == OpType::Allreduce; });
+      if (!all_allreduce) {
+        Response resp;
+        resp.name = name;
+        resp.op = present[0]->op;
+        resp.error_status = Status::InvalidArgument;
+        std::ostringstream s;
+        s << op_name(present[0]->op) << " of tensor '" << name
+          << "' is not supported after join(): rank" << (joined_missing.size() > 1 ? "s " : " ");
+        for (size_t i = 0; i < joined_missing.size(); ++i) s << (i ? ", " : "") << joined_missing[i];
+        s << " already joined. Only all-reduce continues while ranks are joined.";
+        resp.error = s.str();
+        out.push_back(resp);
+        continue;
+      }
+    }
+    out.push_back(validate(present, size));
+  }
+
+  if (std::all_of(joins.begin(), joins.end(), [](const Request* r) { return r != nullptr; })) {
+    Response resp;
+    resp.name = joins[0]->name;
+    resp.op = OpType::Join;
+    int last = 0;
+    for (int r = 1; r < size; ++r) {
+      if (joins[r]->join_round >= joins[last]->join_round) last = r;
+    }
+    resp.last_joined_rank = last;
+    out.push_back(resp);
+  }
+  return out;
+}
+
+}  // namespace hvdlite

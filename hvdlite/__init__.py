@@ -1,0 +1,19 @@
+"""hvdlite: Horovod-style synchronous data-parallel training over MPI.
+
+``import hvdlite as hvd`` gives the framework-free API on numpy arrays (and any array with
+``__dlpack__``); ``hvdlite.torch`` and ``hvdlite.tensorflow`` wrap the same core for their
+tensors. Names and signatures follow Horovod.
+"""
+
+from .exceptions import (HvdliteError, HvdliteInternalError, HvdliteInvalidArgumentError,
+                         HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError)
+from .ops import Adasum, Average, Max, Min, Product, Sum, poll
+from .basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
+                     mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
+from .numpy_api import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+                        allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+                        broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
+                        grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                        join, reducescatter, reducescatter_async, synchronize)
+
+__version__ = "0.1.0"

@@ -1,0 +1,102 @@
+"""init / shutdown and the job's topology queries (shared by every adapter)."""
+
+import atexit
+import sys
+import threading
+
+from . import _core, ops
+
+_atexit_registered = False
+_hook_lock = threading.Lock()
+
+
+def init(comm=None):
+    """Start hvdlite's background engine on this rank (MPI is initialised if needed).
+
+    Safe to call more than once. ``comm`` is accepted for Horovod compatibility; only the
+    world communicator is supported.
+    """
+    global _atexit_registered
+    if comm is not None:
+        raise ValueError("hvdlite.init(comm=...) is not supported: hvdlite uses MPI_COMM_WORLD")
+    if _core.is_initialized():
+        return
+    ops.reset_name_counters()
+    _core.init()
+    with _hook_lock:
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _install_excepthook()
+            _atexit_registered = True
+
+
+def shutdown():
+    """Stop the engine on this rank. Pending operations on other ranks fail with a clear error."""
+    _core.shutdown()
+
+
+def _at_exit():
+    _core.shutdown()
+    _core.finalize()
+
+
+def _install_excepthook():
+    """An unhandled exception on one rank ends the whole job at once.
+
+    Without this, the other ranks would wait forever in their next collective for a rank that
+    is gone. The traceback is printed first, so the failing rank's own error is what the user
+    sees. Set HVDLITE_ABORT_ON_ERROR=0 to turn it off.
+    """
+    import os
+    if os.environ.get("HVDLITE_ABORT_ON_ERROR", "1") == "0":
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if exc_type is not KeyboardInterrupt and _core.is_initialized() and _core.size() > 1:
+            sys.stderr.flush()
+            sys.stdout.flush()
+            _core.abort(1)
+
+    sys.excepthook = hook
+
+
+def is_initialized() -> bool:
+    return _core.is_initialized()
+
+
+def rank() -> int:
+    return _core.rank()
+
+
+def size() -> int:
+    return _core.size()
+
+
+def local_rank() -> int:
+    return _core.local_rank()
+
+
+def local_size() -> int:
+    return _core.local_size()
+
+
+def cross_rank() -> int:
+    return _core.cross_rank()
+
+
+def cross_size() -> int:
+    return _core.cross_size()
+
+
+def mpi_built() -> bool:
+    return True
+
+
+def mpi_threads_supported() -> bool:
+    return True
+
+
+def nccl_built() -> bool:
+    return _core.nccl_built()

@@ -1,0 +1,42 @@
+"""Errors raised by hvdlite. Every error is an :class:`HvdliteError`.
+
+The C++ core reports one status code per failure; ``STATUS_TO_ERROR`` maps each
+code to the class raised in Python (the core's bindings use this table).
+"""
+
+
+class HvdliteError(RuntimeError):
+    """Base class of every error hvdlite raises."""
+
+
+class HvdliteNotInitializedError(HvdliteError):
+    """A collective or query was called before ``hvdlite.init()`` (or after shutdown)."""
+
+
+class HvdliteInvalidArgumentError(HvdliteError, ValueError):
+    """Bad local input (dtype, layout, duplicate name, ...), raised before anything is sent."""
+
+
+class HvdliteMismatchError(HvdliteError):
+    """Ranks submitted incompatible requests for one tensor name (shape, dtype, op, root...).
+
+    Raised on every rank; the message names the tensor, the differing values and the ranks.
+    """
+
+
+class HvdliteShutdownError(HvdliteError):
+    """The operation could not complete because hvdlite was shut down on some rank."""
+
+
+class HvdliteInternalError(HvdliteError):
+    """The transport (MPI) failed; the engine stops."""
+
+
+# Must match hvdlite::Status in csrc/hvdlite.h.
+STATUS_TO_ERROR = {
+    1: HvdliteInvalidArgumentError,
+    2: HvdliteNotInitializedError,
+    3: HvdliteMismatchError,
+    4: HvdliteShutdownError,
+    5: HvdliteInternalError,
+}

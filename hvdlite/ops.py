@@ -1,0 +1,185 @@
+"""Framework-free collectives: the layer every adapter (numpy, torch, TensorFlow) calls.
+
+Tensors are any contiguous CPU array the core can read without a copy: numpy arrays
+(buffer protocol) and objects with ``__dlpack__`` (torch, TF, JAX tensors). Each
+``*_async`` call enqueues one request on the core's background thread and returns an int
+handle at once; ``poll(handle)`` says whether it finished and ``wait(handle)`` blocks for
+it, raising an :class:`~hvdlite.exceptions.HvdliteError` subclass on failure.
+
+Who owns the output:
+- allreduce and broadcast write into a caller-provided ``output`` (which may be the input
+  itself, for the in-place forms);
+- allgather, alltoall and reducescatter produce outputs whose size only the negotiation
+  knows, so the core allocates them and ``wait`` returns them as a numpy array
+  (``Result.output``). bfloat16 outputs come back as ``numpy.uint16`` holding the bits,
+  with ``Result.bfloat16`` set: adapters view them as their framework's bfloat16.
+
+References to every array passed in are held here until ``wait`` returns, so callers may
+drop theirs.
+"""
+
+import itertools
+import threading
+from typing import Any, List, NamedTuple, Optional, Sequence
+
+from . import _core
+
+# Reduce ops, numbered as in Horovod so existing scripts that compare them keep working.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_REDUCE_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
+                    Product: "Product"}
+
+# Wire compression understood by the core (float32/float64 tensors travel as 16-bit floats).
+_COMPRESSION_CODES = {None: 0, "none": 0, "fp16": 1, "float16": 1, "bf16": 2, "bfloat16": 2}
+
+
+class Result(NamedTuple):
+    """What ``wait`` returns. Fields that do not apply to the op are None."""
+    output: Any                      # core-allocated numpy array (allgather/alltoall/reducescatter)
+    bfloat16: bool                   # output holds bfloat16 bits in a uint16 array
+    received_splits: Optional[List[int]]  # alltoall: rows received from each rank
+    last_joined_rank: Optional[int]  # join: the rank that joined last
+
+
+_inflight_refs = {}   # handle -> arrays the core reads or writes until the handle completes
+_refs_lock = threading.Lock()
+_name_counters = {}
+_counter_lock = threading.Lock()
+
+
+def _auto_name(kind: str, name: Optional[str]) -> str:
+    """Horovod-style generated names: ranks that call ops in the same order get the same names."""
+    if name is not None:
+        return str(name)
+    with _counter_lock:
+        counter = _name_counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def reset_name_counters() -> None:
+    """Called by init/shutdown so a re-initialised job starts its generated names afresh."""
+    with _counter_lock:
+        _name_counters.clear()
+
+
+def _check_reduce_op(op: int) -> int:
+    if op == Adasum:
+        raise _core_error(1, "op=Adasum is not supported by hvdlite; use Average or Sum")
+    if op not in _REDUCE_OP_NAMES:
+        raise _core_error(1, f"unknown reduce op {op!r}; use hvdlite.Average, Sum, Min, Max or Product")
+    return int(op)
+
+
+def _compression_code(compression) -> int:
+    key = getattr(compression, "wire_dtype", compression)
+    if key not in _COMPRESSION_CODES:
+        raise _core_error(1, f"unknown compression {compression!r}; use None, 'fp16' or 'bf16'")
+    return _COMPRESSION_CODES[key]
+
+
+def _core_error(status: int, message: str):
+    from .exceptions import STATUS_TO_ERROR
+    return STATUS_TO_ERROR[status](message)
+
+
+def _hold(handles: Sequence[int], refs) -> None:
+    with _refs_lock:
+        for h in handles:
+            _inflight_refs[h] = refs
+
+
+def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    compression=None) -> int:
+    """All-reduce ``tensor`` into ``output`` (default: in place)."""
+    return grouped_allreduce_async([tensor], None if output is None else [output],
+                                   None if name is None else [name], op, prescale_factor,
+                                   postscale_factor, compression)[0]
+
+
+def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = None,
+                            names: Optional[Sequence[str]] = None, op: int = Average,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            compression=None) -> List[int]:
+    """All-reduce many tensors; they are enqueued together so they negotiate and fuse together."""
+    tensors = list(tensors)
+    outputs = tensors if outputs is None else list(outputs)
+    if len(outputs) != len(tensors):
+        raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
+    if names is None:
+        names = [_auto_name("allreduce", None) for _ in tensors]
+    names = [str(n) for n in names]
+    if len(names) != len(tensors):
+        raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(names)} names")
+    handles = _core.enqueue_allreduce(names, tensors, outputs, _check_reduce_op(op),
+                                      float(prescale_factor), float(postscale_factor),
+                                      _compression_code(compression))
+    _hold(handles, (tensors, outputs))
+    return handles
+
+
+def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None) -> int:
+    """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
+    output = tensor if output is None else output
+    h = _core.enqueue_broadcast(_auto_name("broadcast", name), tensor, output, int(root_rank))
+    _hold([h], (tensor, output))
+    return h
+
+
+def allgather_async(tensor, name: Optional[str] = None) -> int:
+    """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
+    h = _core.enqueue_allgather(_auto_name("allgather", name), tensor)
+    _hold([h], tensor)
+    return h
+
+
+def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> int:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
+    split_list = [] if splits is None else [int(s) for s in splits]
+    h = _core.enqueue_alltoall(_auto_name("alltoall", name), tensor, split_list)
+    _hold([h], tensor)
+    return h
+
+
+def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+    """Reduce ``tensor`` across ranks and give rank r its share of dimension 0.
+
+    Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
+    ``n % size`` ranks one more.
+    """
+    h = _core.enqueue_reducescatter(_auto_name("reducescatter", name), tensor,
+                                    _check_reduce_op(op), float(prescale_factor),
+                                    float(postscale_factor))
+    _hold([h], tensor)
+    return h
+
+
+def barrier_async(name: Optional[str] = None) -> int:
+    return _core.enqueue_barrier(_auto_name("barrier", name))
+
+
+def join_async(name: Optional[str] = None) -> int:
+    """This rank has no more data: it contributes zeros to others' all-reduces until all join."""
+    return _core.enqueue_join(_auto_name("join", name))
+
+
+def poll(handle: int) -> bool:
+    """True once the operation behind ``handle`` has finished (successfully or not)."""
+    return _core.poll(int(handle))
+
+
+def wait(handle: int) -> Result:
+    """Block until ``handle`` finishes; return its Result or raise its error. Frees the handle."""
+    try:
+        output, is_bf16, splits, last_rank = _core.wait(int(handle))
+    finally:
+        with _refs_lock:
+            _inflight_refs.pop(handle, None)
+    return Result(output, bool(is_bf16), splits, last_rank)

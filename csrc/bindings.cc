@@ -85,14 +85,15 @@ std::vector<int64_t> shape_of(const Array& a) {
 
 // Checks that an array can be read/written in place by the core and describes it.
 template <typename Array>
-void describe(const Array& a, const std::string& name, const char* role, Request& req) {
+void describe(const Array& a, const std::string& name, const char* role, Request& req,
+              bool bfloat16_bits = false) {
   if (a.device_type() != nb::device::cpu::value) {
     throw Error(Status::InvalidArgument,
                 "tensor '" + name + "' (" + role + ") is not in host memory (DLPack device type " +
                 std::to_string(a.device_type()) + "); this hvdlite build has no NCCL, so GPU "
                 "tensors must be staged through host memory (the torch adapter does this)");
   }
-  req.dtype = to_dtype(a.dtype(), name);
+  req.dtype = bfloat16_bits ? DataType::BFloat16 : to_dtype(a.dtype(), name);
   req.shape = shape_of(a);
   // C-contiguous: strides equal the products of the trailing dimensions (size-1 dims free).
   int64_t expected = 1;
@@ -107,26 +108,54 @@ void describe(const Array& a, const std::string& name, const char* role, Request
   }
 }
 
-std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, const InArray& input) {
+bool is_ml_dtypes_bfloat16(nb::handle obj) {
+  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view")) return false;
+  nb::object dtype = obj.attr("dtype");
+  return nb::hasattr(dtype, "name") && nb::str(dtype.attr("name")).c_str() == std::string("bfloat16") &&
+         nb::hasattr(dtype, "itemsize") && nb::cast<int>(dtype.attr("itemsize")) == 2 &&
+         nb::hasattr(obj, "__array_interface__");
+}
+
+// Any DLPack / buffer-protocol array -> a view the core can use. numpy arrays of
+// ml_dtypes.bfloat16 (which neither protocol can describe) are read as their uint16 bits.
+template <typename Array>
+Array to_array(nb::handle obj, const std::string& name, const char* role, Request& req) {
+  bool bf16 = is_ml_dtypes_bfloat16(obj);
+  nb::object source = bf16 ? obj.attr("view")("uint16") : nb::borrow(obj);
+  Array a;
+  if (!nb::try_cast<Array>(source, a)) {
+    std::string type = nb::str(obj.type().attr("__name__")).c_str();
+    std::string dtype = nb::hasattr(obj, "dtype") ? nb::str(obj.attr("dtype")).c_str() : std::string("?");
+    throw Error(Status::InvalidArgument,
+                "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
+                (std::string(role) == "output" ? " as a writable array" : "") +
+                "; pass a numpy array or a tensor supporting DLPack with one of the dtypes uint8, "
+                "int8, int32, int64, float16, bfloat16, float32, float64, bool");
+  }
+  describe(a, name, role, req, bf16);
+  return a;
+}
+
+std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, nb::handle input) {
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
-  describe(input, name, "input", e->request);
-  e->input = input.data();
+  InArray a = to_array<InArray>(input, name, "input", e->request);
+  e->input = a.data();
   e->output = const_cast<void*>(e->input);
   return e;
 }
 
-void attach_output(TensorEntry& e, const OutArray& output) {
+void attach_output(TensorEntry& e, nb::handle output) {
   Request out_req;
-  describe(output, e.request.name, "output", out_req);
+  OutArray out = to_array<OutArray>(output, e.request.name, "output", out_req);
   if (out_req.dtype != e.request.dtype || out_req.shape != e.request.shape) {
     throw Error(Status::InvalidArgument,
                 "tensor '" + e.request.name + "': output is " + dtype_name(out_req.dtype) +
                 shape_string(out_req.shape) + " but input is " + dtype_name(e.request.dtype) +
                 shape_string(e.request.shape) + "; they must match");
   }
-  e.output = output.data();
+  e.output = out.data();
 }
 
 void check_reduction(const Request& r, int op_code, double prescale, double postscale) {
@@ -141,8 +170,8 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
 }
 
 std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
-                                       const std::vector<InArray>& inputs,
-                                       const std::vector<OutArray>& outputs, int op,
+                                       const std::vector<nb::object>& inputs,
+                                       const std::vector<nb::object>& outputs, int op,
                                        double prescale, double postscale, int compression) {
   Context& ctx = context();
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
@@ -169,7 +198,7 @@ int64_t enqueue_one(std::unique_ptr<TensorEntry> e) {
   return context().enqueue(std::move(list))[0];
 }
 
-int64_t enqueue_broadcast(const std::string& name, const InArray& input, const OutArray& output, int root) {
+int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root) {
   Context& ctx = context();
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
@@ -181,12 +210,12 @@ int64_t enqueue_broadcast(const std::string& name, const InArray& input, const O
   return enqueue_one(std::move(e));
 }
 
-int64_t enqueue_allgather(const std::string& name, const InArray& input) {
+int64_t enqueue_allgather(const std::string& name, nb::handle input) {
   context();
   return enqueue_one(make_entry(name, OpType::Allgather, input));
 }
 
-int64_t enqueue_alltoall(const std::string& name, const InArray& input, std::vector<int64_t> splits) {
+int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits) {
   const int size = context().topology().size;
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
@@ -215,7 +244,7 @@ int64_t enqueue_alltoall(const std::string& name, const InArray& input, std::vec
   return enqueue_one(std::move(e));
 }
 
-int64_t enqueue_reducescatter(const std::string& name, const InArray& input, int op,
+int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
                               double prescale, double postscale) {
   context();
   auto e = make_entry(name, OpType::Reducescatter, input);

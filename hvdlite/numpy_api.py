@@ -16,11 +16,24 @@ _finishers_lock = threading.Lock()
 
 
 def _as_array(tensor):
-    if isinstance(tensor, np.ndarray):
+    """Arrays and DLPack tensors pass through untouched (the core reads them in place)."""
+    if isinstance(tensor, np.ndarray) or hasattr(tensor, "__dlpack__"):
         return tensor
-    if hasattr(tensor, "__dlpack__"):
-        return np.from_dlpack(tensor)
     return np.asarray(tensor)
+
+
+def _empty_like(tensor):
+    """A numpy output matching ``tensor``, which may be any DLPack tensor."""
+    if isinstance(tensor, np.ndarray):
+        return np.empty_like(tensor)
+    try:
+        return np.empty_like(np.from_dlpack(tensor))
+    except (RuntimeError, TypeError, BufferError):
+        # numpy cannot name the dtype (bfloat16): ml_dtypes can, when installed.
+        if "bfloat16" in str(getattr(tensor, "dtype", "")):
+            import ml_dtypes
+            return np.empty(tuple(tensor.shape), dtype=ml_dtypes.bfloat16)
+        raise
 
 
 def _resolve_op(average, op):
@@ -60,7 +73,7 @@ def synchronize(handle):
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, compression=None):
     tensor = _as_array(tensor)
-    output = np.empty_like(tensor)
+    output = _empty_like(tensor)
     h = ops.allreduce_async(tensor, output, name, _resolve_op(average, op), prescale_factor,
                             postscale_factor, compression)
     return _track(h, lambda _: output)
@@ -99,7 +112,7 @@ class _GroupHandle(int):
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, compression=None):
     tensors = [_as_array(t) for t in tensors]
-    outputs = [np.empty_like(t) for t in tensors]
+    outputs = [_empty_like(t) for t in tensors]
     handles = _grouped(tensors, outputs, name, _resolve_op(average, op), prescale_factor,
                        postscale_factor, compression)
     return _track_group(handles, outputs)
@@ -149,7 +162,7 @@ def allgather(tensor, name=None):
 
 def broadcast_async(tensor, root_rank, name=None):
     tensor = _as_array(tensor)
-    output = np.empty_like(tensor)
+    output = _empty_like(tensor)
     return _track(ops.broadcast_async(tensor, root_rank, output, name), lambda _: output)
 
 

@@ -1,0 +1,441 @@
+"""All-reduce benchmark: hvdlite against raw MPI (mpi4py) and torch.distributed gloo.
+
+    hvdlite-run -np 2 python examples/allreduce_bench.py [--json out.json] [--sizes 4K 1M 64M] [--quick]
+
+Three parts, all at the job's N ranks and in the same processes:
+
+1. a sweep of float32 all-reduces (Sum) from 4 KiB to 256 MiB: the median time per call of
+   ``hvd.allreduce_`` (in place), ``comm.Allreduce(send, recv, op=MPI.SUM)`` (mpi4py) and
+   ``dist.all_reduce`` (gloo), the bus bandwidth busbw = bytes * 2*(n-1)/n / time (as in
+   nccl-tests; GB/s = 1e9 bytes/s) and the speedups baseline_time / hvdlite_time (> 1 means
+   hvdlite is faster);
+2. the latency of a 1-element float32 all-reduce (median and p90 in microseconds);
+3. the ResNet-50 gradient set: 161 float32 tensors with ResNet-50's parameter shapes
+   (25,557,032 parameters), each submitted with ``hvd.allreduce_async_`` in backward order
+   (last layer first, distinct names) and then all synchronized, against ONE mpi4py
+   Allreduce of a single buffer of the same total size (target: within 1.2x).
+
+Every measurement starts with a barrier and warm-up calls; rank 0 chooses the iteration
+counts (so that each size takes about --target-time seconds) and broadcasts them. A time is
+the median over iterations on each rank, then the largest of the ranks' medians. Rank 0
+prints the table; ``--json`` writes the results. mpi4py and torch are optional: their
+columns are skipped with a note when they cannot be imported.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import socket
+import sys
+import time
+
+import numpy as np
+
+# Keep the baselines honest on small machines: one compute thread per rank.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import hvdlite as hvd  # noqa: E402
+
+try:
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    _TORCH_ERROR = None
+except Exception as e:   # torch missing or broken: the gloo columns are skipped
+    torch = dist = None
+    _TORCH_ERROR = f"{type(e).__name__}: {e}"
+
+KiB, MiB = 1024, 1024 * 1024
+FULL_SIZES = [4 * KiB * 4 ** i for i in range(9)]          # 4 KiB, 16 KiB, ..., 256 MiB
+QUICK_SIZES = [4 * KiB, 256 * KiB, 4 * MiB]
+RESNET50_PARAMS = 25_557_032
+RESNET50_TENSORS = 161
+
+
+# ----------------------------------------------------------------------------------------
+# ResNet-50's parameter shapes (torchvision layout, without torchvision)
+
+def resnet50_shapes():
+    """Shapes of ResNet-50's 161 parameter tensors, in forward (registration) order."""
+    shapes = [(64, 3, 7, 7), (64,), (64,)]                 # conv1, bn1 weight and bias
+    inplanes = 64
+    for planes, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            shapes += [(planes, inplanes, 1, 1), (planes,), (planes,),          # conv1, bn1
+                       (planes, planes, 3, 3), (planes,), (planes,),            # conv2, bn2
+                       (planes * 4, planes, 1, 1), (planes * 4,), (planes * 4,)]  # conv3, bn3
+            if b == 0:                                                          # downsample
+                shapes += [(planes * 4, inplanes, 1, 1), (planes * 4,), (planes * 4,)]
+            inplanes = planes * 4
+    shapes += [(1000, 2048), (1000,)]                      # fc weight and bias
+    return shapes
+
+
+def _check_resnet50_shapes(shapes):
+    params = sum(int(np.prod(s)) for s in shapes)
+    assert len(shapes) == RESNET50_TENSORS, len(shapes)
+    assert params == RESNET50_PARAMS, params
+    return params
+
+
+# ----------------------------------------------------------------------------------------
+# coordination between ranks (mpi4py when present, else hvdlite itself)
+
+class Coordinator:
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank, self.size = hvd.rank(), hvd.size()
+
+    def barrier(self):
+        if self.comm is not None:
+            self.comm.Barrier()
+        else:
+            hvd.barrier()
+
+    def bcast(self, values):
+        """Rank 0's list of floats, on every rank."""
+        arr = np.asarray(values, dtype=np.float64)
+        if self.comm is not None:
+            self.comm.Bcast(arr, root=0)
+            return arr.tolist()
+        return hvd.broadcast(arr, root_rank=0, name="bench.bcast").tolist()
+
+    def max(self, value):
+        arr = np.asarray([value], dtype=np.float64)
+        if self.comm is not None:
+            out = np.empty_like(arr)
+            from mpi4py import MPI
+            self.comm.Allreduce(arr, out, op=MPI.MAX)
+            return float(out[0])
+        return float(hvd.allreduce(arr, op=hvd.Max, name="bench.max")[0])
+
+
+def measure(coord, call, warmup, target_time, min_iters, max_iters, fixed_iters=None):
+    """Per-call times of ``call`` (seconds): barrier, warm-up, then an agreed number of calls.
+
+    Returns (median, p90, iters): the largest median (and p90) over the ranks.
+    """
+    coord.barrier()
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        call()
+    per_call = (time.perf_counter() - t0) / max(warmup, 1)
+    if fixed_iters is None:
+        # Rank 0 sizes the run from its own warm-up; everyone uses rank 0's number.
+        iters = int(np.clip(target_time / max(per_call, 1e-7), min_iters, max_iters))
+    else:
+        iters = fixed_iters
+    iters = int(coord.bcast([iters])[0])
+    times = np.empty(iters)
+    coord.barrier()
+    for i in range(iters):
+        t = time.perf_counter()
+        call()
+        times[i] = time.perf_counter() - t
+    median = coord.max(float(np.median(times)))
+    p90 = coord.max(float(np.percentile(times, 90)))
+    return median, p90, iters
+
+
+def busbw(nbytes, seconds, n):
+    return nbytes * 2 * (n - 1) / n / seconds / 1e9 if n > 1 else nbytes / seconds / 1e9
+
+
+def parse_size(text):
+    text = text.strip().upper().rstrip("B").rstrip("I")
+    mult = {"K": KiB, "M": MiB, "G": 1024 * MiB}.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in "KMG" else text
+    nbytes = int(float(number) * mult)
+    if nbytes < 4:
+        raise argparse.ArgumentTypeError(f"size {text!r} is less than one float32")
+    return nbytes - nbytes % 4
+
+
+def fmt_size(nbytes):
+    for unit, div in (("GiB", 1024 * MiB), ("MiB", MiB), ("KiB", KiB)):
+        if nbytes >= div and nbytes % div == 0:
+            return f"{nbytes // div} {unit}"
+    return f"{nbytes} B"
+
+
+def fmt_time(seconds):
+    if seconds is None:
+        return "-"
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.1f} us"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.3f} s"
+
+
+# ----------------------------------------------------------------------------------------
+# the three libraries
+
+def setup_mpi(notes):
+    try:
+        from mpi4py import MPI   # MPI is already initialised by hvd.init(); mpi4py reuses it
+    except Exception as e:
+        notes.append(f"mpi4py is not importable ({type(e).__name__}: {e}): MPI baseline skipped "
+                     "(pip install mpi4py)")
+        return None, None
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        notes.append("MPI was not initialised with MPI_THREAD_MULTIPLE: mpi4py calls could race "
+                     "with hvdlite's background thread, MPI baseline skipped")
+        return None, None
+    comm = MPI.COMM_WORLD.Dup()   # its own communicator, apart from hvdlite's
+    if comm.Get_rank() != hvd.rank() or comm.Get_size() != hvd.size():
+        notes.append("mpi4py's COMM_WORLD does not match hvdlite's ranks: MPI baseline skipped")
+        return None, None
+    return MPI, comm
+
+
+def setup_gloo(coord, notes):
+    if torch is None:
+        notes.append(f"torch is not importable ({_TORCH_ERROR}): gloo baseline skipped")
+        return False
+    if not dist.is_available() or not dist.is_gloo_available():
+        notes.append("torch.distributed with gloo is not available: gloo baseline skipped")
+        return False
+    # Rank 0 picks a free port (and, for multi-host jobs, its address) and tells the others.
+    port, addr = 0, "127.0.0.1"
+    ip_as_int = 0
+    if coord.rank == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        if hvd.local_size() != hvd.size():
+            try:
+                ip_as_int = int.from_bytes(socket.inet_aton(socket.gethostbyname(socket.gethostname())), "big")
+            except OSError:
+                pass
+    port, ip_as_int = (int(v) for v in coord.bcast([port, ip_as_int]))
+    if ip_as_int:
+        addr = socket.inet_ntoa(int(ip_as_int).to_bytes(4, "big"))
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = addr, str(port)
+    try:
+        dist.init_process_group("gloo", rank=coord.rank, world_size=coord.size,
+                                timeout=datetime.timedelta(seconds=120))
+    except Exception as e:
+        notes.append(f"torch.distributed gloo init failed ({type(e).__name__}: {e}): gloo skipped")
+        return False
+    return True
+
+
+def filled(nelem):
+    """A float32 buffer with its pages touched (zeros: repeated in-place sums stay finite)."""
+    a = np.empty(nelem, dtype=np.float32)
+    a.fill(0.0)
+    return a
+
+
+# ----------------------------------------------------------------------------------------
+
+def run(args):
+    hvd.init()
+    n = hvd.size()
+    rank = hvd.rank()
+    notes = []
+    MPI, comm = (None, None) if args.no_mpi else setup_mpi(notes)
+    if args.no_mpi:
+        notes.append("MPI baseline skipped (--no-mpi)")
+    coord = Coordinator(comm)
+    use_gloo = False if args.no_gloo else setup_gloo(coord, notes)
+    if args.no_gloo:
+        notes.append("gloo baseline skipped (--no-gloo)")
+
+    quick = args.quick
+    sizes = args.sizes or (QUICK_SIZES if quick else FULL_SIZES)
+    target = args.target_time if args.target_time else (0.05 if quick else 0.5)
+    min_iters, max_iters = (3, 200) if quick else (5, 20000)
+    warmup = 2 if quick else 5
+
+    def log(msg):
+        if rank == 0:
+            print(msg, flush=True)
+
+    from hvdlite import _core
+    info = _core.build_info()
+    results = {
+        "config": {
+            "ranks": n, "local_size": hvd.local_size(), "quick": quick, "target_time_s": target,
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "torch_version": torch.__version__ if torch is not None else None,
+            "mpi_library_version": str(info.get("mpi_library_version", "")).strip().splitlines()[0]
+                                   if info.get("mpi_library_version") else "",
+            "hvdlite_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HVDLITE_")},
+            "hostname": socket.gethostname(), "cpus": os.cpu_count(),
+            "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "busbw_definition": "bytes * 2*(n-1)/n / time, GB/s = 1e9 bytes/s",
+            "speedup_definition": "baseline_time / hvdlite_time (> 1: hvdlite faster)",
+        },
+        "notes": notes, "sizes": [], "latency": {}, "resnet50": {},
+    }
+    log(f"hvdlite all-reduce benchmark: {n} ranks, {results['config']['mpi_library_version']}")
+    for note in notes:
+        log(f"note: {note}")
+
+    # Correctness first (a benchmark of wrong answers is worthless).
+    check = np.full(1000, rank + 1, dtype=np.float32)
+    got = hvd.allreduce(check, op=hvd.Sum, name="bench.check")
+    assert np.all(got == n * (n + 1) / 2), got[:4]
+
+    # -- 1. size sweep ---------------------------------------------------------------------
+    log("\n1. float32 all-reduce (Sum), median time per call; busbw in GB/s; "
+        "speedup = baseline time / hvdlite time (> 1: hvdlite faster)")
+    header = (f"{'size':>9} | {'hvdlite':>10} {'busbw':>6} | {'MPI':>10} {'busbw':>6} | "
+              f"{'gloo':>10} {'busbw':>6} | {'vs MPI':>6} {'vs gloo':>7} | iters h/m/g")
+    log(header)
+    log("-" * len(header))
+    for nbytes in sizes:
+        nelem = nbytes // 4
+        row = {"bytes": nelem * 4, "elements": nelem}
+        buf = filled(nelem)
+        name = f"bench.sweep.{nelem}"
+        med, p90, iters = measure(coord, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
+                                  warmup, target, min_iters, max_iters)
+        row["hvdlite"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                          "busbw_GBps": busbw(nelem * 4, med, n)}
+        del buf
+        if comm is not None:
+            send, recv = filled(nelem), filled(nelem)
+            med, p90, iters = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+                                      warmup, target, min_iters, max_iters)
+            row["mpi"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                          "busbw_GBps": busbw(nelem * 4, med, n)}
+            del send, recv
+        else:
+            row["mpi"] = None
+        if use_gloo:
+            t = torch.zeros(nelem, dtype=torch.float32)
+            med, p90, iters = measure(coord, lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM),
+                                      warmup, target, min_iters, max_iters)
+            row["gloo"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                           "busbw_GBps": busbw(nelem * 4, med, n)}
+            del t
+        else:
+            row["gloo"] = None
+        h = row["hvdlite"]["median_s"]
+        row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
+        row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
+        results["sizes"].append(row)
+
+        def cell(r):
+            return (f"{fmt_time(r['median_s']):>10} {r['busbw_GBps']:6.2f}" if r
+                    else f"{'-':>10} {'-':>6}")
+        sp = lambda v: f"{v:6.2f}x" if v else "      -"   # noqa: E731
+        its = "/".join(str(row[k]["iters"]) if row[k] else "-" for k in ("hvdlite", "mpi", "gloo"))
+        log(f"{fmt_size(row['bytes']):>9} | {cell(row['hvdlite'])} | {cell(row['mpi'])} | "
+            f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | {its}")
+
+    # -- 2. latency ------------------------------------------------------------------------
+    lat_iters = args.latency_iters or (100 if quick else 2000)
+    log(f"\n2. latency of a 1-element float32 all-reduce ({lat_iters} calls after warm-up)")
+    lat = {}
+    one = filled(1)
+    med, p90, iters = measure(coord, lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency"),
+                              warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
+    lat["hvdlite"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+    if comm is not None:
+        s1, r1 = filled(1), filled(1)
+        med, p90, iters = measure(coord, lambda: comm.Allreduce(s1, r1, op=MPI.SUM),
+                                  warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
+        lat["mpi"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+    else:
+        lat["mpi"] = None
+    if use_gloo:
+        t1 = torch.zeros(1, dtype=torch.float32)
+        med, p90, iters = measure(coord, lambda: dist.all_reduce(t1), warmup * 10, 0, 0, 0,
+                                  fixed_iters=lat_iters)
+        lat["gloo"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+    else:
+        lat["gloo"] = None
+    results["latency"] = lat
+    log(f"{'':>9} | {'median':>10} {'p90':>10}")
+    for lib in ("hvdlite", "mpi", "gloo"):
+        if lat[lib]:
+            log(f"{lib:>9} | {lat[lib]['median_us']:7.1f} us {lat[lib]['p90_us']:7.1f} us")
+        else:
+            log(f"{lib:>9} | {'-':>10} {'-':>10}")
+
+    # -- 3. ResNet-50 gradients ------------------------------------------------------------
+    shapes = resnet50_shapes()
+    params = _check_resnet50_shapes(shapes)
+    total_bytes = params * 4
+    rn_iters = args.resnet_iters or (2 if quick else 10)
+    log(f"\n3. ResNet-50 gradients: {len(shapes)} float32 tensors, {params:,} parameters "
+        f"({total_bytes / MiB:.1f} MiB), {rn_iters} iterations")
+    grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
+    backward_order = list(reversed(range(len(grads))))   # the last layer's gradient is ready first
+
+    def resnet_step():
+        handles = [hvd.allreduce_async_(grads[i], op=hvd.Sum, name=f"resnet50.grad.{i}")
+                   for i in backward_order]
+        for h in handles:
+            hvd.synchronize(h)
+
+    rn = {"tensors": len(shapes), "params": params, "bytes": total_bytes, "iters": rn_iters}
+    med, p90, _ = measure(coord, resnet_step, 2, 0, 0, 0, fixed_iters=rn_iters)
+    rn["hvdlite_161_async_s"] = med
+    flat = filled(params)
+    med, p90, _ = measure(coord, lambda: hvd.allreduce_(flat, op=hvd.Sum, name="resnet50.flat"),
+                          2, 0, 0, 0, fixed_iters=rn_iters)
+    rn["hvdlite_single_buffer_s"] = med
+    del flat
+    if comm is not None:
+        send, recv = filled(params), filled(params)
+        med, p90, _ = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+                              2, 0, 0, 0, fixed_iters=rn_iters)
+        rn["mpi_single_buffer_s"] = med
+        rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / med
+        rn["target_ratio"] = 1.2
+        rn["within_target"] = rn["ratio_hvdlite_161_over_mpi_single"] <= 1.2
+        del send, recv
+    else:
+        rn["mpi_single_buffer_s"] = None
+        rn["ratio_hvdlite_161_over_mpi_single"] = None
+    del grads
+    results["resnet50"] = rn
+    log(f"  hvdlite, 161 tensors via allreduce_async_ : {fmt_time(rn['hvdlite_161_async_s'])}")
+    log(f"  hvdlite, one flat buffer                  : {fmt_time(rn['hvdlite_single_buffer_s'])}")
+    if rn["mpi_single_buffer_s"] is not None:
+        r = rn["ratio_hvdlite_161_over_mpi_single"]
+        log(f"  MPI, one Allreduce of one buffer          : {fmt_time(rn['mpi_single_buffer_s'])}")
+        log(f"  ratio hvdlite(161 tensors) / MPI(one buffer) = {r:.2f}x "
+            f"(target <= 1.2x: {'met' if r <= 1.2 else 'NOT met'})")
+    else:
+        log("  MPI single-buffer baseline skipped (no mpi4py)")
+
+    if rank == 0 and args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+        log(f"\nresults written to {args.json}")
+
+    if use_gloo:
+        dist.destroy_process_group()
+    if comm is not None:
+        comm.Free()
+    hvd.shutdown()
+    return results
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", help="write the results as JSON to this file (rank 0)")
+    p.add_argument("--sizes", nargs="+", type=parse_size, metavar="SIZE",
+                   help="message sizes in bytes (suffixes K, M, G = KiB, MiB, GiB); "
+                        "default 4K 16K ... 256M (--quick: 4K 256K 4M)")
+    p.add_argument("--quick", action="store_true", help="few sizes and iterations (smoke test)")
+    p.add_argument("--target-time", type=float, help="seconds per size and library (default 0.5)")
+    p.add_argument("--latency-iters", type=int, help="calls for the latency test (default 2000)")
+    p.add_argument("--resnet-iters", type=int, help="iterations of the ResNet-50 test (default 10)")
+    p.add_argument("--no-mpi", action="store_true", help="skip the mpi4py baseline")
+    p.add_argument("--no-gloo", action="store_true", help="skip the torch gloo baseline")
+    args = p.parse_args(argv)
+    if args.sizes:
+        args.sizes = [int(s) for s in args.sizes]
+    run(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,451 @@
+"""``DistributedOptimizer``: all-reduce gradients while backward is still running.
+
+Each parameter's gradient all-reduce is enqueued on the core from
+``Tensor.register_post_accumulate_grad_hook`` the moment autograd has finished
+accumulating that gradient, so communication overlaps the rest of the backward pass;
+``step()`` (or ``synchronize()``) waits for them and then runs the wrapped optimizer.
+"""
+
+import warnings
+import weakref
+from contextlib import contextmanager
+
+import torch
+
+import hvdlite as _hvd
+from hvdlite import ops as _ops
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+from .compression import Compression, NoneCompressor
+from .mpi_ops import (Adasum, Average, Sum, _check_process_set, _check_tensor, _host,
+                      _wire_compression, allgather_async, global_process_set,
+                      synchronize as _synchronize_handle)
+
+
+class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
+    """A gradient was computed more than ``backward_passes_per_step`` times before ``step()``.
+
+    Also an AssertionError, which is what Horovod raises in this case.
+    """
+
+
+class _GradReduction:
+    """The all-reduce of one parameter's gradient, or of one group of them."""
+
+    __slots__ = ("core_handles", "items", "sparse")
+
+    def __init__(self):
+        self.core_handles = []
+        self.items = []     # (grad, sent, buf, copied, ctx, dense_of_sparse_param)
+        self.sparse = []    # (param, grad, indices handle, values handle)
+
+    def finish(self, opt):
+        error = None
+        for h in self.core_handles:
+            try:
+                _ops.wait(h)
+            except BaseException as e:  # noqa: B036 - re-raised below
+                error = error or e
+        sparse_results = []
+        for p, grad, hi, hv in self.sparse:
+            try:
+                sparse_results.append((p, grad, _synchronize_handle(hi), _synchronize_handle(hv)))
+            except BaseException as e:  # noqa: B036
+                error = error or e
+        if error is not None:
+            raise error
+        with torch.no_grad():
+            for grad, sent, buf, copied, ctx, sparse_param in self.items:
+                if copied:
+                    sent.copy_(buf)
+                if opt._hvd_python_compression:
+                    out = opt._compression.decompress(sent, ctx)
+                else:
+                    out = sent
+                if sparse_param is not None:
+                    sparse_param.grad = out.to_sparse(grad.sparse_dim())
+                elif out is not grad:
+                    grad.copy_(out)
+            for p, grad, indices, values in sparse_results:
+                if opt.op == Average:
+                    values = values / opt._hvd_size
+                p.grad = torch.sparse_coo_tensor(indices.t(), values, grad.size()).coalesce()
+
+
+def _split_list(items, n):
+    """``n`` contiguous chunks of nearly equal length (Horovod's split_list)."""
+    q, r = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + q + (1 if i < r else 0)
+        out.append(items[start:end])
+        start = end
+    return [c for c in out if c]
+
+
+def _hook_for(opt_ref, index):
+    def hook(_param):
+        opt = opt_ref()
+        if opt is not None:
+            opt._hvd_grad_ready(index)
+    return hook
+
+
+class _DistributedOptimizer:
+    """Methods placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
+
+    # -- setup --------------------------------------------------------------------------
+
+    def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                   gradient_predivide_factor, groups, sparse_as_dense):
+        self._compression = compression
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.op = op
+        self.gradient_predivide_factor = float(gradient_predivide_factor)
+        self.sparse_as_dense = bool(sparse_as_dense)
+        self._hvd_size = _hvd.size()
+        self._hvd_wire = getattr(compression, "wire_dtype", None)
+        self._hvd_python_compression = (compression is not None
+                                        and compression is not NoneCompressor
+                                        and self._hvd_wire is None)
+
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        else:
+            named_parameters = [(f"allreduce.noname.{i}.{j}", p)
+                                for i, group in enumerate(self.param_groups)
+                                for j, p in enumerate(group["params"])]
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
+            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                             "usually produced by model.named_parameters().")
+        seen, dups = set(), set()
+        for name, _ in named_parameters:
+            if name in seen:
+                dups.add(name)
+            seen.add(name)
+        if dups:
+            raise ValueError("Parameter names in named_parameters must be unique. Found "
+                             "duplicates: %s" % ", ".join(sorted(map(str, dups))))
+        names_by_id = {}
+        for name, p in sorted(named_parameters, key=lambda item: str(item[0])):
+            names_by_id[id(p)] = str(name)
+        unnamed = [p for group in self.param_groups for p in group["params"]
+                   if id(p) not in names_by_id]
+        if unnamed:
+            raise ValueError("named_parameters was specified, but one or more model parameters "
+                             "were not named (shapes: %s). Pass every parameter the optimizer "
+                             "updates, e.g. model.named_parameters()."
+                             % ", ".join(str(list(p.shape)) for p in unnamed))
+        self._parameter_names = {}
+        self._hvd_params = []          # parameters whose gradients get all-reduced, in order
+        self._hvd_names = []
+        self._hvd_index = {}           # param -> position in _hvd_params
+        self._hvd_hook_handles = []
+        self._hvd_pending = {}         # int index or ("g", group id) -> _GradReduction
+        self._hvd_delay = []
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hvd_group_of = []
+        self._hvd_groups = []
+        self._hvd_group_ready = []
+        self._hvd_self_ref = weakref.ref(self)
+        for group in self.param_groups:
+            for p in group["params"]:
+                self._parameter_names[p] = names_by_id[id(p)]
+                if p.requires_grad and p not in self._hvd_index:
+                    self._hvd_add_param(p, names_by_id[id(p)])
+        self._hvd_setup_groups(groups)
+
+    def _hvd_add_param(self, p, name):
+        if not p.is_leaf:
+            raise ValueError(f"DistributedOptimizer: parameter '{name}' is not a leaf tensor; "
+                             f"only leaf tensors accumulate gradients")
+        index = len(self._hvd_params)
+        self._hvd_params.append(p)
+        self._hvd_names.append(name)
+        self._hvd_index[p] = index
+        self._hvd_delay.append(self.backward_passes_per_step)
+        self._hvd_group_of.append(None)
+        self._hvd_hook_handles.append(
+            p.register_post_accumulate_grad_hook(_hook_for(self._hvd_self_ref, index)))
+
+    def _hvd_setup_groups(self, groups):
+        self._groups = groups
+        if groups is None:
+            return
+        if isinstance(groups, bool) or not (isinstance(groups, list) or
+                                             (isinstance(groups, int) and groups > 0)):
+            raise ValueError("groups should be a positive integer or a list of lists of "
+                             "torch.Tensor.")
+        params = list(self._hvd_params)
+        if self._hvd_size > 1:
+            # Same grouping on every rank: order the parameters as rank 0 does.
+            from .functions import broadcast_object
+            order = broadcast_object(list(self._hvd_names), root_rank=0,
+                                     name="DistributedOptimizer.groups.order")
+            if sorted(order) != sorted(self._hvd_names):
+                raise ValueError("DistributedOptimizer(groups=...): the parameter names differ "
+                                 "between rank 0 and this rank")
+            pos = {n: i for i, n in enumerate(order)}
+            params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
+        if isinstance(groups, list):
+            seen = set()
+            chunks = []
+            for group in groups:
+                chunk = []
+                for p in group:
+                    if not isinstance(p, torch.Tensor):
+                        raise ValueError("groups must consist of torch.Tensor.")
+                    if id(p) in seen:
+                        raise ValueError("A parameter can only appear once in groups.")
+                    seen.add(id(p))
+                    if p in self._hvd_index:
+                        chunk.append(p)
+                if chunk:
+                    chunks.append(chunk)
+            chunks += [[p] for p in params if id(p) not in seen]
+        else:
+            chunks = _split_list(params, groups)
+        for gid, chunk in enumerate(chunks):
+            members = [self._hvd_index[p] for p in chunk]
+            self._hvd_groups.append(members)
+            self._hvd_group_ready.append(0)
+            for i in members:
+                self._hvd_group_of[i] = gid
+
+    # -- reductions ---------------------------------------------------------------------
+
+    def _hvd_scales(self):
+        if self.op == Average and self.gradient_predivide_factor != 1.0:
+            f = self.gradient_predivide_factor
+            return Sum, 1.0 / f, f / self._hvd_size
+        return self.op, 1.0, 1.0
+
+    def _hvd_start(self, indices):
+        """Enqueue the all-reduce of the gradients of parameters ``indices`` (one group)."""
+        red = _GradReduction()
+        bufs, names = [], []
+        wire = None
+        for i in indices:
+            p, name = self._hvd_params[i], self._hvd_names[i]
+            if p.grad is None:
+                # No gradient on this rank this step (unused in this forward): others may
+                # have one, so contribute zeros and keep every rank in step (as Horovod).
+                p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
+            grad = p.grad
+            sparse_param = None
+            if grad.is_sparse:
+                if not self.sparse_as_dense:
+                    g = grad.coalesce()
+                    hi = allgather_async(g.indices().t().contiguous(), name=f"{name}.indices")
+                    hv = allgather_async(g.values().contiguous(), name=f"{name}.values")
+                    red.sparse.append((p, g, hi, hv))
+                    continue
+                sparse_param = p
+                grad = grad.to_dense()
+            sent, ctx = grad, None
+            if self._hvd_python_compression:
+                sent, ctx = self._compression.compress(grad)
+            elif self._hvd_wire is not None:
+                w, _ = _wire_compression(self._compression, grad)
+                wire = wire or w
+            _check_tensor(sent, name, "DistributedOptimizer")
+            buf, copied = _host(sent)
+            bufs.append(buf)
+            names.append(name)
+            red.items.append((grad, sent, buf, copied, ctx, sparse_param))
+        if bufs:
+            op, pre, post = self._hvd_scales()
+            red.core_handles = _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
+                                                            wire)
+        return red
+
+    def _hvd_grad_ready(self, i):
+        """Called by autograd once parameter ``i``'s gradient is fully accumulated."""
+        if self._hvd_delay[i] <= 0:
+            n = self.backward_passes_per_step
+            raise GradientAccumulationError(
+                f"Gradient of parameter '{self._hvd_names[i]}' was computed more than "
+                f"backward_passes_per_step={n} time{'s' if n != 1 else ''} before "
+                f"optimizer.step(). Call optimizer.step() (or synchronize()) after every "
+                f"{n} backward pass{'es' if n != 1 else ''}, or increase "
+                f"backward_passes_per_step to accumulate more gradients locally.")
+        self._hvd_delay[i] -= 1
+        if self._hvd_delay[i] > 0 or self._hvd_size == 1:
+            return
+        gid = self._hvd_group_of[i]
+        if gid is None:
+            self._hvd_pending[i] = self._hvd_start([i])
+        else:
+            self._hvd_group_ready[gid] += 1
+            if self._hvd_group_ready[gid] == len(self._hvd_groups[gid]):
+                self._hvd_pending[("g", gid)] = self._hvd_start(self._hvd_groups[gid])
+
+    def synchronize(self):
+        """Finish the all-reduce of every gradient (starting those not started yet).
+
+        Parameters that got no gradient on this rank contribute zeros. After this call
+        ``p.grad`` holds the reduced gradients; use ``with optimizer.skip_synchronize():
+        optimizer.step()`` to step without synchronizing again (e.g. after clipping).
+        """
+        try:
+            if self._hvd_size > 1:
+                for i in range(len(self._hvd_params)):
+                    if self._hvd_group_of[i] is None and i not in self._hvd_pending:
+                        self._hvd_pending[i] = self._hvd_start([i])
+                for gid, members in enumerate(self._hvd_groups):
+                    if ("g", gid) not in self._hvd_pending:
+                        self._hvd_pending[("g", gid)] = self._hvd_start(members)
+            error = None
+            for red in self._hvd_pending.values():
+                try:
+                    red.finish(self)
+                except BaseException as e:  # noqa: B036 - wait for all, re-raise the first
+                    error = error or e
+            if error is not None:
+                raise error
+        finally:
+            self._hvd_reset()
+        self._synchronized = True
+
+    def _hvd_reset(self):
+        self._hvd_pending.clear()
+        n = self.backward_passes_per_step
+        self._hvd_delay = [n] * len(self._hvd_params)
+        self._hvd_group_ready = [0] * len(self._hvd_groups)
+
+    def _hvd_mid_step(self):
+        n = self.backward_passes_per_step
+        return bool(self._hvd_pending) or any(d != n for d in self._hvd_delay)
+
+    # -- the optimizer interface --------------------------------------------------------
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)::
+
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, *args, **kwargs):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self.synchronize()
+        self._synchronized = False
+        return super().step(*args, **kwargs)
+
+    # torch.optim.Optimizer wraps a class's step() with its hook machinery the first time an
+    # instance is built; the wrapped class's own step() already is, so don't wrap this one.
+    step.hooked = True
+
+    def zero_grad(self, *args, **kwargs):
+        if self._hvd_mid_step():
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        return super().zero_grad(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        if int(passes) < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = int(passes)
+        self._hvd_delay = [self.backward_passes_per_step] * len(self._hvd_params)
+
+    def load_state_dict(self, *args, **kwargs):
+        self._hvd_reset()
+        self._synchronized = False
+        self._should_synchronize = True
+        return super().load_state_dict(*args, **kwargs)
+
+    def add_param_group(self, param_group):
+        super().add_param_group(param_group)
+        if "_hvd_params" not in self.__dict__:
+            return
+        gi = len(self.param_groups) - 1
+        for j, p in enumerate(self.param_groups[-1]["params"]):
+            name = self._parameter_names.get(p, f"allreduce.noname.{gi}.{j}")
+            self._parameter_names[p] = name
+            if p.requires_grad and p not in self._hvd_index:
+                self._hvd_add_param(p, name)
+                self._hvd_reset()
+
+
+_class_cache = {}
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=global_process_set):
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
+
+    The result is an instance of a subclass of ``optimizer``'s class that shares its
+    parameter groups, hyper-parameters and state (``isinstance``, ``state_dict`` and
+    ``load_state_dict`` work as before); use it instead of ``optimizer``.
+
+    Arguments (as Horovod's):
+        named_parameters: ``model.named_parameters()``; names key the all-reduces and must be
+            unique and cover every parameter. Default: generated names (same parameter order
+            on every rank required).
+        compression: ``Compression.none`` / ``fp16`` / ``bf16`` (packed by the C++ core) or a
+            custom :class:`~hvdlite.torch.Compressor`.
+        backward_passes_per_step: backward passes accumulated locally before the all-reduce;
+            computing a gradient more often than this before ``step()`` raises
+            :class:`GradientAccumulationError`.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        gradient_predivide_factor: with ``op=Average``, scale gradients by ``1/f`` before the
+            sum and by ``f/size`` after it.
+        groups: an int (split the parameters into that many groups) or a list of lists of
+            parameters; each group is all-reduced together (one grouped all-reduce) once every
+            member's gradient is ready.
+        sparse_as_dense: all-reduce sparse gradients as dense tensors instead of all-gathering
+            their indices and values.
+    """
+    _check_process_set(process_set)
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("optimizer is already a DistributedOptimizer")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
+                         f"{type(optimizer).__name__}")
+    if op == Adasum:
+        raise ValueError("op=Adasum is not supported by hvdlite; use Average or Sum")
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if gradient_predivide_factor <= 0:
+        raise ValueError("gradient_predivide_factor must be > 0")
+    if int(backward_passes_per_step) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    if num_groups:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
+                      "removed", DeprecationWarning, stacklevel=2)
+        if groups is None:
+            groups = num_groups
+    if compression is None:
+        compression = Compression.none
+
+    base = type(optimizer)
+    cls = _class_cache.get(base)
+    if cls is None:
+        cls = type(base.__name__, (_DistributedOptimizer, base), {})
+        _class_cache[base] = cls
+    dist = cls.__new__(cls)
+    # Share everything (param_groups, defaults, state, hooks); drop per-instance step /
+    # zero_grad wrappers (e.g. an LR scheduler's) that are bound to the old object.
+    dist.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                          if k not in ("step", "zero_grad")})
+    dist._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
+                    gradient_predivide_factor, groups, sparse_as_dense)
+    return dist

@@ -109,11 +109,10 @@ void describe(const Array& a, const std::string& name, const char* role, Request
 }
 
 bool is_ml_dtypes_bfloat16(nb::handle obj) {
-  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view")) return false;
+  if (!nb::hasattr(obj, "dtype") || !nb::hasattr(obj, "view") || !nb::hasattr(obj, "__array_interface__")) return false;
   nb::object dtype = obj.attr("dtype");
-  return nb::hasattr(dtype, "name") && nb::str(dtype.attr("name")).c_str() == std::string("bfloat16") &&
-         nb::hasattr(dtype, "itemsize") && nb::cast<int>(dtype.attr("itemsize")) == 2 &&
-         nb::hasattr(obj, "__array_interface__");
+  return nb::hasattr(dtype, "name") && nb::str(dtype.attr("name")).equal(nb::str("bfloat16")) &&
+         nb::hasattr(dtype, "itemsize") && nb::cast<int>(dtype.attr("itemsize")) == 2;
 }
 
 // Any DLPack / buffer-protocol array -> a view the core can use. numpy arrays of
@@ -123,9 +122,17 @@ Array to_array(nb::handle obj, const std::string& name, const char* role, Reques
   bool bf16 = is_ml_dtypes_bfloat16(obj);
   nb::object source = bf16 ? obj.attr("view")("uint16") : nb::borrow(obj);
   Array a;
-  if (!nb::try_cast<Array>(source, a)) {
+  bool ok = false;
+  try {
+    ok = nb::try_cast<Array>(source, a);
+  } catch (const std::exception&) {
+    ok = false;  // nanobind cannot describe some numpy dtypes (e.g. strings) and throws
+  }
+  if (!ok) {
+    PyErr_Clear();  // a failed import may leave a Python error behind
     std::string type = nb::str(obj.type().attr("__name__")).c_str();
-    std::string dtype = nb::hasattr(obj, "dtype") ? nb::str(obj.attr("dtype")).c_str() : std::string("?");
+    std::string dtype = "?";
+    if (nb::hasattr(obj, "dtype")) dtype = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
     throw Error(Status::InvalidArgument,
                 "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
                 (std::string(role) == "output" ? " as a writable array" : "") +

@@ -266,6 +266,7 @@ def run(args):
             "hvdlite_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HVDLITE_")},
             "hostname": socket.gethostname(), "cpus": os.cpu_count(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),
+            "baselines": {"mpi": comm is not None, "gloo": use_gloo},
             "busbw_definition": "bytes * 2*(n-1)/n / time, GB/s = 1e9 bytes/s",
             "speedup_definition": "baseline_time / hvdlite_time (> 1: hvdlite faster)",
         },
@@ -281,130 +282,141 @@ def run(args):
     assert np.all(got == n * (n + 1) / 2), got[:4]
 
     # -- 1. size sweep ---------------------------------------------------------------------
-    log("\n1. float32 all-reduce (Sum), median time per call; busbw in GB/s; "
-        "speedup = baseline time / hvdlite time (> 1: hvdlite faster)")
-    header = (f"{'size':>9} | {'hvdlite':>10} {'busbw':>6} | {'MPI':>10} {'busbw':>6} | "
-              f"{'gloo':>10} {'busbw':>6} | {'vs MPI':>6} {'vs gloo':>7} | iters h/m/g")
-    log(header)
-    log("-" * len(header))
-    for nbytes in sizes:
-        nelem = nbytes // 4
-        row = {"bytes": nelem * 4, "elements": nelem}
-        buf = filled(nelem)
-        name = f"bench.sweep.{nelem}"
-        med, p90, iters = measure(coord, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
-                                  warmup, target, min_iters, max_iters)
-        row["hvdlite"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                          "busbw_GBps": busbw(nelem * 4, med, n)}
-        del buf
-        if comm is not None:
-            send, recv = filled(nelem), filled(nelem)
-            med, p90, iters = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+    if "sweep" in args.parts:
+        log("\n1. float32 all-reduce (Sum), median time per call; busbw in GB/s; "
+            "speedup = baseline time / hvdlite time (> 1: hvdlite faster)")
+        header = (f"{'size':>9} | {'hvdlite':>10} {'busbw':>6} | {'MPI':>10} {'busbw':>6} | "
+                  f"{'gloo':>10} {'busbw':>6} | {'vs MPI':>6} {'vs gloo':>7} | iters h/m/g")
+        log(header)
+        log("-" * len(header))
+        for nbytes in sizes:
+            nelem = nbytes // 4
+            row = {"bytes": nelem * 4, "elements": nelem}
+            buf = filled(nelem)
+            name = f"bench.sweep.{nelem}"
+            # Check the answer at this size once (zeros in the timed runs would hide a wrong one).
+            buf.fill(rank + 1)
+            hvd.allreduce_(buf, op=hvd.Sum, name=name)
+            bad = np.flatnonzero(buf != n * (n + 1) / 2)
+            if bad.size:
+                raise AssertionError(f"hvdlite all-reduce of {nelem} floats is wrong at {bad.size} "
+                                     f"elements, first at {bad[0]}: {buf[bad[0]]} != {n * (n + 1) / 2}")
+            buf.fill(0.0)
+            med, p90, iters = measure(coord, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
                                       warmup, target, min_iters, max_iters)
-            row["mpi"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                          "busbw_GBps": busbw(nelem * 4, med, n)}
-            del send, recv
-        else:
-            row["mpi"] = None
-        if use_gloo:
-            t = torch.zeros(nelem, dtype=torch.float32)
-            med, p90, iters = measure(coord, lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM),
-                                      warmup, target, min_iters, max_iters)
-            row["gloo"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                           "busbw_GBps": busbw(nelem * 4, med, n)}
-            del t
-        else:
-            row["gloo"] = None
-        h = row["hvdlite"]["median_s"]
-        row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
-        row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
-        results["sizes"].append(row)
+            row["hvdlite"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                              "busbw_GBps": busbw(nelem * 4, med, n)}
+            del buf
+            if comm is not None:
+                send, recv = filled(nelem), filled(nelem)
+                med, p90, iters = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+                                          warmup, target, min_iters, max_iters)
+                row["mpi"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                              "busbw_GBps": busbw(nelem * 4, med, n)}
+                del send, recv
+            else:
+                row["mpi"] = None
+            if use_gloo:
+                t = torch.zeros(nelem, dtype=torch.float32)
+                med, p90, iters = measure(coord, lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM),
+                                          warmup, target, min_iters, max_iters)
+                row["gloo"] = {"median_s": med, "p90_s": p90, "iters": iters,
+                               "busbw_GBps": busbw(nelem * 4, med, n)}
+                del t
+            else:
+                row["gloo"] = None
+            h = row["hvdlite"]["median_s"]
+            row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
+            row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
+            results["sizes"].append(row)
 
-        def cell(r):
-            return (f"{fmt_time(r['median_s']):>10} {r['busbw_GBps']:6.2f}" if r
-                    else f"{'-':>10} {'-':>6}")
-        sp = lambda v: f"{v:6.2f}x" if v else "      -"   # noqa: E731
-        its = "/".join(str(row[k]["iters"]) if row[k] else "-" for k in ("hvdlite", "mpi", "gloo"))
-        log(f"{fmt_size(row['bytes']):>9} | {cell(row['hvdlite'])} | {cell(row['mpi'])} | "
-            f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | {its}")
+            def cell(r):
+                return (f"{fmt_time(r['median_s']):>10} {r['busbw_GBps']:6.2f}" if r
+                        else f"{'-':>10} {'-':>6}")
+            sp = lambda v: f"{v:6.2f}x" if v else "      -"   # noqa: E731
+            its = "/".join(str(row[k]["iters"]) if row[k] else "-" for k in ("hvdlite", "mpi", "gloo"))
+            log(f"{fmt_size(row['bytes']):>9} | {cell(row['hvdlite'])} | {cell(row['mpi'])} | "
+                f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | {its}")
 
     # -- 2. latency ------------------------------------------------------------------------
-    lat_iters = args.latency_iters or (100 if quick else 2000)
-    log(f"\n2. latency of a 1-element float32 all-reduce ({lat_iters} calls after warm-up)")
-    lat = {}
-    one = filled(1)
-    med, p90, iters = measure(coord, lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency"),
-                              warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
-    lat["hvdlite"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
-    if comm is not None:
-        s1, r1 = filled(1), filled(1)
-        med, p90, iters = measure(coord, lambda: comm.Allreduce(s1, r1, op=MPI.SUM),
+    if "latency" in args.parts:
+        lat_iters = args.latency_iters or (100 if quick else 2000)
+        log(f"\n2. latency of a 1-element float32 all-reduce ({lat_iters} calls after warm-up)")
+        lat = {}
+        one = filled(1)
+        med, p90, iters = measure(coord, lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency"),
                                   warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
-        lat["mpi"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
-    else:
-        lat["mpi"] = None
-    if use_gloo:
-        t1 = torch.zeros(1, dtype=torch.float32)
-        med, p90, iters = measure(coord, lambda: dist.all_reduce(t1), warmup * 10, 0, 0, 0,
-                                  fixed_iters=lat_iters)
-        lat["gloo"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
-    else:
-        lat["gloo"] = None
-    results["latency"] = lat
-    log(f"{'':>9} | {'median':>10} {'p90':>10}")
-    for lib in ("hvdlite", "mpi", "gloo"):
-        if lat[lib]:
-            log(f"{lib:>9} | {lat[lib]['median_us']:7.1f} us {lat[lib]['p90_us']:7.1f} us")
+        lat["hvdlite"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+        if comm is not None:
+            s1, r1 = filled(1), filled(1)
+            med, p90, iters = measure(coord, lambda: comm.Allreduce(s1, r1, op=MPI.SUM),
+                                      warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
+            lat["mpi"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
         else:
-            log(f"{lib:>9} | {'-':>10} {'-':>10}")
+            lat["mpi"] = None
+        if use_gloo:
+            t1 = torch.zeros(1, dtype=torch.float32)
+            med, p90, iters = measure(coord, lambda: dist.all_reduce(t1), warmup * 10, 0, 0, 0,
+                                      fixed_iters=lat_iters)
+            lat["gloo"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+        else:
+            lat["gloo"] = None
+        results["latency"] = lat
+        log(f"{'':>9} | {'median':>10} {'p90':>10}")
+        for lib in ("hvdlite", "mpi", "gloo"):
+            if lat[lib]:
+                log(f"{lib:>9} | {lat[lib]['median_us']:7.1f} us {lat[lib]['p90_us']:7.1f} us")
+            else:
+                log(f"{lib:>9} | {'-':>10} {'-':>10}")
 
     # -- 3. ResNet-50 gradients ------------------------------------------------------------
-    shapes = resnet50_shapes()
-    params = _check_resnet50_shapes(shapes)
-    total_bytes = params * 4
-    rn_iters = args.resnet_iters or (2 if quick else 10)
-    log(f"\n3. ResNet-50 gradients: {len(shapes)} float32 tensors, {params:,} parameters "
-        f"({total_bytes / MiB:.1f} MiB), {rn_iters} iterations")
-    grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
-    backward_order = list(reversed(range(len(grads))))   # the last layer's gradient is ready first
+    if "resnet50" in args.parts:
+        shapes = resnet50_shapes()
+        params = _check_resnet50_shapes(shapes)
+        total_bytes = params * 4
+        rn_iters = args.resnet_iters or (2 if quick else 10)
+        log(f"\n3. ResNet-50 gradients: {len(shapes)} float32 tensors, {params:,} parameters "
+            f"({total_bytes / MiB:.1f} MiB), {rn_iters} iterations")
+        grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
+        backward_order = list(reversed(range(len(grads))))   # the last layer's gradient is ready first
 
-    def resnet_step():
-        handles = [hvd.allreduce_async_(grads[i], op=hvd.Sum, name=f"resnet50.grad.{i}")
-                   for i in backward_order]
-        for h in handles:
-            hvd.synchronize(h)
+        def resnet_step():
+            handles = [hvd.allreduce_async_(grads[i], op=hvd.Sum, name=f"resnet50.grad.{i}")
+                       for i in backward_order]
+            for h in handles:
+                hvd.synchronize(h)
 
-    rn = {"tensors": len(shapes), "params": params, "bytes": total_bytes, "iters": rn_iters}
-    med, p90, _ = measure(coord, resnet_step, 2, 0, 0, 0, fixed_iters=rn_iters)
-    rn["hvdlite_161_async_s"] = med
-    flat = filled(params)
-    med, p90, _ = measure(coord, lambda: hvd.allreduce_(flat, op=hvd.Sum, name="resnet50.flat"),
-                          2, 0, 0, 0, fixed_iters=rn_iters)
-    rn["hvdlite_single_buffer_s"] = med
-    del flat
-    if comm is not None:
-        send, recv = filled(params), filled(params)
-        med, p90, _ = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+        rn = {"tensors": len(shapes), "params": params, "bytes": total_bytes, "iters": rn_iters}
+        med, p90, _ = measure(coord, resnet_step, 2, 0, 0, 0, fixed_iters=rn_iters)
+        rn["hvdlite_161_async_s"] = med
+        flat = filled(params)
+        med, p90, _ = measure(coord, lambda: hvd.allreduce_(flat, op=hvd.Sum, name="resnet50.flat"),
                               2, 0, 0, 0, fixed_iters=rn_iters)
-        rn["mpi_single_buffer_s"] = med
-        rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / med
-        rn["target_ratio"] = 1.2
-        rn["within_target"] = rn["ratio_hvdlite_161_over_mpi_single"] <= 1.2
-        del send, recv
-    else:
-        rn["mpi_single_buffer_s"] = None
-        rn["ratio_hvdlite_161_over_mpi_single"] = None
-    del grads
-    results["resnet50"] = rn
-    log(f"  hvdlite, 161 tensors via allreduce_async_ : {fmt_time(rn['hvdlite_161_async_s'])}")
-    log(f"  hvdlite, one flat buffer                  : {fmt_time(rn['hvdlite_single_buffer_s'])}")
-    if rn["mpi_single_buffer_s"] is not None:
-        r = rn["ratio_hvdlite_161_over_mpi_single"]
-        log(f"  MPI, one Allreduce of one buffer          : {fmt_time(rn['mpi_single_buffer_s'])}")
-        log(f"  ratio hvdlite(161 tensors) / MPI(one buffer) = {r:.2f}x "
-            f"(target <= 1.2x: {'met' if r <= 1.2 else 'NOT met'})")
-    else:
-        log("  MPI single-buffer baseline skipped (no mpi4py)")
+        rn["hvdlite_single_buffer_s"] = med
+        del flat
+        if comm is not None:
+            send, recv = filled(params), filled(params)
+            med, p90, _ = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
+                                  2, 0, 0, 0, fixed_iters=rn_iters)
+            rn["mpi_single_buffer_s"] = med
+            rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / med
+            rn["target_ratio"] = 1.2
+            rn["within_target"] = rn["ratio_hvdlite_161_over_mpi_single"] <= 1.2
+            del send, recv
+        else:
+            rn["mpi_single_buffer_s"] = None
+            rn["ratio_hvdlite_161_over_mpi_single"] = None
+        del grads
+        results["resnet50"] = rn
+        log(f"  hvdlite, 161 tensors via allreduce_async_ : {fmt_time(rn['hvdlite_161_async_s'])}")
+        log(f"  hvdlite, one flat buffer                  : {fmt_time(rn['hvdlite_single_buffer_s'])}")
+        if rn["mpi_single_buffer_s"] is not None:
+            r = rn["ratio_hvdlite_161_over_mpi_single"]
+            log(f"  MPI, one Allreduce of one buffer          : {fmt_time(rn['mpi_single_buffer_s'])}")
+            log(f"  ratio hvdlite(161 tensors) / MPI(one buffer) = {r:.2f}x "
+                f"(target <= 1.2x: {'met' if r <= 1.2 else 'NOT met'})")
+        else:
+            log("  MPI single-buffer baseline skipped (no mpi4py)")
 
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
@@ -429,11 +441,17 @@ def main(argv=None):
     p.add_argument("--target-time", type=float, help="seconds per size and library (default 0.5)")
     p.add_argument("--latency-iters", type=int, help="calls for the latency test (default 2000)")
     p.add_argument("--resnet-iters", type=int, help="iterations of the ResNet-50 test (default 10)")
+    p.add_argument("--parts", default="sweep,latency,resnet50",
+                   help="comma-separated parts to run: sweep, latency, resnet50 (default: all)")
     p.add_argument("--no-mpi", action="store_true", help="skip the mpi4py baseline")
     p.add_argument("--no-gloo", action="store_true", help="skip the torch gloo baseline")
     args = p.parse_args(argv)
     if args.sizes:
         args.sizes = [int(s) for s in args.sizes]
+    args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
+    unknown = args.parts - {"sweep", "latency", "resnet50"}
+    if unknown:
+        p.error(f"unknown --parts {sorted(unknown)}; choose from sweep, latency, resnet50")
     run(args)
 
 

@@ -1,0 +1,104 @@
+"""PyTorch adapter: ``import hvdlite.torch as hvd`` in place of ``import horovod.torch as hvd``.
+
+::
+
+    import hvdlite.torch as hvd
+
+    hvd.init()
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size())
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    for x, y in shard_of_the_data:            # each rank trains on its own shard
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()       # gradients are all-reduced during backward
+        optimizer.step()                      # waits for them, then updates
+
+Collectives take CPU tensors without copying (CUDA tensors are staged through host memory:
+hvdlite is built without NCCL). See :mod:`hvdlite.torch.mpi_ops` for the rules on dtypes and
+contiguity.
+"""
+
+import hvdlite as _hvd
+from hvdlite import (cross_rank, cross_size, is_initialized, local_rank, local_size,
+                     mpi_built, nccl_built, rank, size)
+from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,
+                                HvdliteInvalidArgumentError, HvdliteMismatchError,
+                                HvdliteNotInitializedError, HvdliteShutdownError)
+
+from .compression import Compression, Compressor
+from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
+                        broadcast_parameters)
+from .mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, allgather,
+                      allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
+                      alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
+                      broadcast_async_, global_process_set, grouped_allreduce,
+                      grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                      init, join, poll, reducescatter, reducescatter_async, shutdown,
+                      synchronize)
+from .optimizer import DistributedOptimizer, GradientAccumulationError
+from .sync_batch_norm import SyncBatchNorm
+
+# Horovod's names for the same errors, for scripts that catch them.
+HorovodInternalError = HvdliteInternalError
+
+
+def mpi_enabled():
+    """hvdlite always runs over MPI."""
+    return True
+
+
+def mpi_threads_supported():
+    return True
+
+
+def gloo_built():
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def cuda_built():
+    """GPU tensors are supported by staging through host memory; no CUDA code is built."""
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def is_homogeneous():
+    """True when every node runs the same number of ranks."""
+    return _hvd.size() % _hvd.local_size() == 0 and _hvd.cross_size() * _hvd.local_size() == _hvd.size()
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_enabled",
+    "mpi_threads_supported", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built",
+    "ccl_built", "ddl_built", "is_homogeneous",
+    "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
+    "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteShutdownError",
+    "HorovodInternalError", "GradientAccumulationError",
+    "Compression", "Compressor",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "barrier", "join", "poll", "synchronize",
+    "ProcessSet", "global_process_set",
+    "DistributedOptimizer", "SyncBatchNorm",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
+]

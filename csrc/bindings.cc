@@ -97,7 +97,9 @@ void describe(const Array& a, const std::string& name, const char* role, Request
   req.shape = shape_of(a);
   // C-contiguous: strides equal the products of the trailing dimensions (size-1 dims free).
   int64_t expected = 1;
-  for (size_t i = a.ndim(); i-- > 0;) {
+  bool empty = false;
+  for (size_t i = 0; i < a.ndim(); ++i) empty = empty || a.shape(i) == 0;
+  for (size_t i = a.ndim(); !empty && i-- > 0;) {
     if (a.shape(i) != 1 && a.stride_ptr() && a.stride(i) != expected) {
       throw Error(Status::InvalidArgument,
                   "tensor '" + name + "' (" + role + ") is not contiguous (shape " +

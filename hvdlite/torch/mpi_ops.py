@@ -150,11 +150,15 @@ def _describe(tensor, name):
             f"device {tensor.device})")
 
 
-def _check_tensor(tensor, name, opname, inplace=False):
+def _require_tensor(tensor, name, opname):
     if not isinstance(tensor, torch.Tensor):
         raise HvdliteInvalidArgumentError(
             f"hvdlite.torch.{opname}: expected a torch.Tensor"
             f"{'' if name is None else f' for {name!r}'}, got {type(tensor).__name__}")
+
+
+def _check_tensor(tensor, name, opname, inplace=False):
+    _require_tensor(tensor, name, opname)
     if tensor.layout != torch.strided:
         raise HvdliteInvalidArgumentError(
             f"hvdlite.torch.{opname}: {_describe(tensor, name)} has layout {tensor.layout}; "
@@ -300,6 +304,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     (packed by the core); other compressors need the synchronous :func:`allreduce`.
     Returns a handle for :func:`poll`/:func:`synchronize`.
     """
+    _require_tensor(tensor, name, "allreduce_async")
     _check_process_set(process_set)
     op = _resolve_op(op, average)
     wire, python_side = _wire_compression(compression, tensor)
@@ -321,6 +326,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     multiply the tensor before/after the reduction. Differentiable: the gradient is the
     all-reduce of the incoming gradient with the same op and factors.
     """
+    _require_tensor(tensor, name, "allreduce")
     _check_process_set(process_set)
     op = _resolve_op(op, average)
     wire, python_side = _wire_compression(compression, tensor)
@@ -338,6 +344,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set, compression=None):
     """In-place :func:`allreduce_async`: the result is written into ``tensor`` (contiguous)."""
+    _require_tensor(tensor, name, "allreduce_async_")
     _check_process_set(process_set)
     op = _resolve_op(op, average)
     wire, python_side = _wire_compression(compression, tensor)
@@ -352,6 +359,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, compression=None):
     """In-place :func:`allreduce`; returns ``tensor``. Not differentiable."""
+    _require_tensor(tensor, name, "allreduce_")
     _check_process_set(process_set)
     op = _resolve_op(op, average)
     wire, python_side = _wire_compression(compression, tensor)
@@ -368,6 +376,8 @@ def _group_names(name, n):
 
 
 def _group_wire(compression, tensors, opname):
+    for i, t in enumerate(tensors):
+        _require_tensor(t, f"tensors[{i}]", opname)
     wires = set()
     python_side = False
     for t in tensors:
@@ -514,6 +524,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
     Differentiable (Horovod semantics): the gradient is this rank's slice of the incoming
     gradient averaged over ranks.
     """
+    _require_tensor(tensor, name, "allgather")
     _check_process_set(process_set)
     if _needs_grad(tensor):
         _check_tensor(tensor, name, "allgather")
@@ -567,6 +578,7 @@ class _BroadcastFn(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Return ``root_rank``'s ``tensor`` on every rank (a new tensor). Differentiable."""
+    _require_tensor(tensor, name, "broadcast")
     _check_process_set(process_set)
     if _needs_grad(tensor):
         _check_tensor(tensor, name, "broadcast")
@@ -643,6 +655,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     tensor, or ``(tensor, received_splits)`` when ``splits`` was given (as Horovod).
     Differentiable: the gradient is sent back along the same routes.
     """
+    _require_tensor(tensor, name, "alltoall")
     _check_process_set(process_set)
     if _needs_grad(tensor):
         _check_tensor(tensor, name, "alltoall")
@@ -700,6 +713,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     ``n % size`` ranks one more. Differentiable: the gradient is the all-gather of the
     incoming gradients, scaled like the forward reduction.
     """
+    _require_tensor(tensor, name, "reducescatter")
     _check_process_set(process_set)
     ctx = None
     python_side = compression is not None and compression is not NoneCompressor

@@ -303,7 +303,7 @@ def _():
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     sd = opt.state_dict()
     assert sd["param_groups"][0]["lr"] == 1e-3 and sd["param_groups"][0]["betas"] == (0.8, 0.9)
-    assert len(sd["state"]) == 4
+    assert len(sd["state"]) == 6
     states = hvd.allgather_object({k: {n: (v.tolist() if torch.is_tensor(v) else v)
                                        for n, v in s.items()} for k, s in sd["state"].items()})
     assert all(s == states[0] for s in states)

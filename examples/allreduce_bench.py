@@ -16,8 +16,10 @@ Three parts, all at the job's N ranks and in the same processes:
    Allreduce of a single buffer of the same total size (target: within 1.2x).
 
 Every measurement starts with a barrier and warm-up calls; rank 0 chooses the iteration
-counts (so that each size takes about --target-time seconds) and broadcasts them. A time is
-the median over iterations on each rank, then the largest of the ranks' medians. Rank 0
+counts (so that each size takes about --target-time seconds per library) and broadcasts
+them. The timed calls run in --rounds interleaved rounds (hvdlite, MPI, gloo, hvdlite, ...)
+so that load from elsewhere on a shared machine hits every library alike. A time is the
+median over iterations on each rank, then the largest of the ranks' medians. Rank 0
 prints the table; ``--json`` writes the results. mpi4py and torch are optional: their
 columns are skipped with a note when they cannot be imported.
 """
@@ -111,31 +113,48 @@ class Coordinator:
         return float(hvd.allreduce(arr, op=hvd.Max, name="bench.max")[0])
 
 
-def measure(coord, call, warmup, target_time, min_iters, max_iters, fixed_iters=None):
-    """Per-call times of ``call`` (seconds): barrier, warm-up, then an agreed number of calls.
+def measure(coord, calls, warmup, target_time, min_iters, max_iters, rounds=1, fixed_iters=None):
+    """Time every callable of ``calls`` ({library: call}); return {library: stats}.
 
-    Returns (median, p90, iters): the largest median (and p90) over the ranks.
+    Each library gets a barrier and ``warmup`` calls; rank 0 then sizes its run (about
+    ``target_time`` seconds, within [min_iters, max_iters], or ``fixed_iters``) and broadcasts
+    the count. The timed calls are split into ``rounds`` rounds that visit the libraries in
+    turn (barrier before each), so that a burst of load from elsewhere on the machine hits all
+    libraries alike instead of one. Stats: the median and p90 of the per-call times on each
+    rank, then the largest over the ranks.
     """
-    coord.barrier()
-    t0 = time.perf_counter()
-    for _ in range(warmup):
-        call()
-    per_call = (time.perf_counter() - t0) / max(warmup, 1)
-    if fixed_iters is None:
-        # Rank 0 sizes the run from its own warm-up; everyone uses rank 0's number.
-        iters = int(np.clip(target_time / max(per_call, 1e-7), min_iters, max_iters))
-    else:
-        iters = fixed_iters
-    iters = int(coord.bcast([iters])[0])
-    times = np.empty(iters)
-    coord.barrier()
-    for i in range(iters):
-        t = time.perf_counter()
-        call()
-        times[i] = time.perf_counter() - t
-    median = coord.max(float(np.median(times)))
-    p90 = coord.max(float(np.percentile(times, 90)))
-    return median, p90, iters
+    libs = list(calls)
+    plan = []
+    for lib in libs:
+        coord.barrier()
+        t0 = time.perf_counter()
+        for _ in range(warmup):
+            calls[lib]()
+        per_call = (time.perf_counter() - t0) / max(warmup, 1)
+        if fixed_iters is None:
+            plan.append(int(np.clip(target_time / max(per_call, 1e-7), min_iters, max_iters)))
+        else:
+            plan.append(int(fixed_iters))
+    plan = [int(v) for v in coord.bcast(plan)]   # rank 0's counts for everyone
+    rounds = max(1, min(rounds, min(plan)))
+    times = {lib: [] for lib in libs}
+    for r in range(rounds):
+        for lib, iters in zip(libs, plan):
+            call, per_round = calls[lib], iters // rounds + (1 if r < iters % rounds else 0)
+            ts = np.empty(per_round)
+            coord.barrier()
+            for i in range(per_round):
+                t = time.perf_counter()
+                call()
+                ts[i] = time.perf_counter() - t
+            times[lib].append(ts)
+    out = {}
+    for lib, iters in zip(libs, plan):
+        ts = np.concatenate(times[lib])
+        out[lib] = {"median_s": coord.max(float(np.median(ts))),
+                    "p90_s": coord.max(float(np.percentile(ts, 90))),
+                    "iters": iters}
+    return out
 
 
 def busbw(nbytes, seconds, n):
@@ -249,6 +268,7 @@ def run(args):
     target = args.target_time if args.target_time else (0.05 if quick else 0.5)
     min_iters, max_iters = (3, 200) if quick else (5, 20000)
     warmup = 2 if quick else 5
+    rounds = args.rounds or (1 if quick else 3)
 
     def log(msg):
         if rank == 0:
@@ -259,6 +279,7 @@ def run(args):
     results = {
         "config": {
             "ranks": n, "local_size": hvd.local_size(), "quick": quick, "target_time_s": target,
+            "rounds": rounds,
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "torch_version": torch.__version__ if torch is not None else None,
             "mpi_library_version": str(info.get("mpi_library_version", "")).strip().splitlines()[0]
@@ -302,29 +323,20 @@ def run(args):
                 raise AssertionError(f"hvdlite all-reduce of {nelem} floats is wrong at {bad.size} "
                                      f"elements, first at {bad[0]}: {buf[bad[0]]} != {n * (n + 1) / 2}")
             buf.fill(0.0)
-            med, p90, iters = measure(coord, lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name),
-                                      warmup, target, min_iters, max_iters)
-            row["hvdlite"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                              "busbw_GBps": busbw(nelem * 4, med, n)}
-            del buf
+            calls = {"hvdlite": lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)}
             if comm is not None:
                 send, recv = filled(nelem), filled(nelem)
-                med, p90, iters = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
-                                          warmup, target, min_iters, max_iters)
-                row["mpi"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                              "busbw_GBps": busbw(nelem * 4, med, n)}
-                del send, recv
-            else:
-                row["mpi"] = None
+                calls["mpi"] = lambda: comm.Allreduce(send, recv, op=MPI.SUM)
             if use_gloo:
                 t = torch.zeros(nelem, dtype=torch.float32)
-                med, p90, iters = measure(coord, lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM),
-                                          warmup, target, min_iters, max_iters)
-                row["gloo"] = {"median_s": med, "p90_s": p90, "iters": iters,
-                               "busbw_GBps": busbw(nelem * 4, med, n)}
-                del t
-            else:
-                row["gloo"] = None
+                calls["gloo"] = lambda: dist.all_reduce(t, op=dist.ReduceOp.SUM)
+            stats = measure(coord, calls, warmup, target, min_iters, max_iters, rounds)
+            calls.clear()
+            buf = send = recv = t = None   # free before the next size
+            for lib in ("hvdlite", "mpi", "gloo"):
+                row[lib] = stats.get(lib)
+                if row[lib]:
+                    row[lib]["busbw_GBps"] = busbw(nelem * 4, row[lib]["median_s"], n)
             h = row["hvdlite"]["median_s"]
             row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
             row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
@@ -342,25 +354,19 @@ def run(args):
     if "latency" in args.parts:
         lat_iters = args.latency_iters or (100 if quick else 2000)
         log(f"\n2. latency of a 1-element float32 all-reduce ({lat_iters} calls after warm-up)")
-        lat = {}
-        one = filled(1)
-        med, p90, iters = measure(coord, lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency"),
-                                  warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
-        lat["hvdlite"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
+        one, s1, r1 = filled(1), filled(1), filled(1)
+        calls = {"hvdlite": lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency")}
         if comm is not None:
-            s1, r1 = filled(1), filled(1)
-            med, p90, iters = measure(coord, lambda: comm.Allreduce(s1, r1, op=MPI.SUM),
-                                      warmup * 10, 0, 0, 0, fixed_iters=lat_iters)
-            lat["mpi"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
-        else:
-            lat["mpi"] = None
+            calls["mpi"] = lambda: comm.Allreduce(s1, r1, op=MPI.SUM)
         if use_gloo:
             t1 = torch.zeros(1, dtype=torch.float32)
-            med, p90, iters = measure(coord, lambda: dist.all_reduce(t1), warmup * 10, 0, 0, 0,
-                                      fixed_iters=lat_iters)
-            lat["gloo"] = {"median_us": med * 1e6, "p90_us": p90 * 1e6, "iters": iters}
-        else:
-            lat["gloo"] = None
+            calls["gloo"] = lambda: dist.all_reduce(t1, op=dist.ReduceOp.SUM)
+        stats = measure(coord, calls, warmup * 10, 0, 0, 0, rounds, fixed_iters=lat_iters)
+        lat = {}
+        for lib in ("hvdlite", "mpi", "gloo"):
+            st = stats.get(lib)
+            lat[lib] = ({"median_us": st["median_s"] * 1e6, "p90_us": st["p90_s"] * 1e6,
+                         "iters": st["iters"]} if st else None)
         results["latency"] = lat
         log(f"{'':>9} | {'median':>10} {'p90':>10}")
         for lib in ("hvdlite", "mpi", "gloo"):
@@ -386,27 +392,26 @@ def run(args):
             for h in handles:
                 hvd.synchronize(h)
 
-        rn = {"tensors": len(shapes), "params": params, "bytes": total_bytes, "iters": rn_iters}
-        med, p90, _ = measure(coord, resnet_step, 2, 0, 0, 0, fixed_iters=rn_iters)
-        rn["hvdlite_161_async_s"] = med
         flat = filled(params)
-        med, p90, _ = measure(coord, lambda: hvd.allreduce_(flat, op=hvd.Sum, name="resnet50.flat"),
-                              2, 0, 0, 0, fixed_iters=rn_iters)
-        rn["hvdlite_single_buffer_s"] = med
-        del flat
+        calls = {"hvdlite_161": resnet_step,
+                 "hvdlite_flat": lambda: hvd.allreduce_(flat, op=hvd.Sum, name="resnet50.flat")}
         if comm is not None:
             send, recv = filled(params), filled(params)
-            med, p90, _ = measure(coord, lambda: comm.Allreduce(send, recv, op=MPI.SUM),
-                                  2, 0, 0, 0, fixed_iters=rn_iters)
-            rn["mpi_single_buffer_s"] = med
-            rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / med
+            calls["mpi_flat"] = lambda: comm.Allreduce(send, recv, op=MPI.SUM)
+        stats = measure(coord, calls, 2, 0, 0, 0, rounds, fixed_iters=rn_iters)
+        calls.clear()
+        grads = flat = send = recv = None
+        rn = {"tensors": len(shapes), "params": params, "bytes": total_bytes, "iters": rn_iters,
+              "hvdlite_161_async_s": stats["hvdlite_161"]["median_s"],
+              "hvdlite_single_buffer_s": stats["hvdlite_flat"]["median_s"],
+              "mpi_single_buffer_s": stats["mpi_flat"]["median_s"] if "mpi_flat" in stats else None,
+              "ratio_hvdlite_161_over_mpi_single": None}
+        if rn["mpi_single_buffer_s"]:
+            rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / rn["mpi_single_buffer_s"]
             rn["target_ratio"] = 1.2
             rn["within_target"] = rn["ratio_hvdlite_161_over_mpi_single"] <= 1.2
-            del send, recv
-        else:
-            rn["mpi_single_buffer_s"] = None
-            rn["ratio_hvdlite_161_over_mpi_single"] = None
-        del grads
+        rn["ratio_hvdlite_161_over_hvdlite_single"] = (rn["hvdlite_161_async_s"]
+                                                      / rn["hvdlite_single_buffer_s"])
         results["resnet50"] = rn
         log(f"  hvdlite, 161 tensors via allreduce_async_ : {fmt_time(rn['hvdlite_161_async_s'])}")
         log(f"  hvdlite, one flat buffer                  : {fmt_time(rn['hvdlite_single_buffer_s'])}")
@@ -439,6 +444,8 @@ def main(argv=None):
                         "default 4K 16K ... 256M (--quick: 4K 256K 4M)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (smoke test)")
     p.add_argument("--target-time", type=float, help="seconds per size and library (default 0.5)")
+    p.add_argument("--rounds", type=int,
+                   help="interleaved rounds over the libraries per measurement (default 3, --quick 1)")
     p.add_argument("--latency-iters", type=int, help="calls for the latency test (default 2000)")
     p.add_argument("--resnet-iters", type=int, help="iterations of the ResNet-50 test (default 10)")
     p.add_argument("--parts", default="sweep,latency,resnet50",

@@ -1,0 +1,45 @@
+"""The core's public API at 1, 2 and 3 ranks (3 exercises the ring with a size that is not a
+power of two), fusion on and off, and every error case. Each launch has a hard timeout."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpi_launch import run_mpi
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_collectives(np_):
+    out = run_mpi(np_, "workers/core_collectives.py", timeout=240).stdout
+    assert "ALL OK" in out
+
+
+@pytest.mark.parametrize("np_,env", [
+    (2, {"HVDLITE_FUSION_THRESHOLD": "0"}),
+    (3, {"HVDLITE_FUSION_THRESHOLD": "0"}),
+    # Tiny fusion buffer and ring pieces: many batches, many pieces per ring step.
+    (3, {"HVDLITE_FUSION_THRESHOLD": "1000", "HVDLITE_RING_PIECE_BYTES": "100"}),
+    # No response cache: every tensor goes through the coordinator.
+    (2, {"HVDLITE_CACHE_CAPACITY": "0"}),
+])
+def test_collectives_engine_settings(np_, env):
+    out = run_mpi(np_, "workers/core_collectives.py", env=env, timeout=240).stdout
+    assert "ALL OK" in out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_errors(np_):
+    out = run_mpi(np_, "workers/core_errors.py", timeout=180).stdout
+    assert out.count("ALL OK") == np_
+
+
+def test_loads_the_mpi_it_was_built_against():
+    code = ("import hvdlite._core as c, os; info = c.build_info(); "
+            "maps = open('/proc/self/maps').read().split(); "
+            "libs = {p for p in maps if 'libmpi.so' in p}; print(info['mpicxx']); print(*libs)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split("\n")
+    mpicxx, libs = out[0], out[1].split()
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(mpicxx)))
+    assert libs and all(os.path.realpath(l).startswith(prefix) for l in libs), (prefix, libs)

@@ -125,6 +125,13 @@ def test_failing_rank_ends_job_and_is_summarised():
     assert err.rstrip().splitlines()[-1] == "[1]: DISTINCTIVE-FAILURE-7f3a: rank 1 gives up", show(proc)
 
 
+def test_program_not_found():
+    proc, _ = run_launcher("-np", 2, "hvdlite-no-such-program-x9")
+    assert proc.returncode != 0, show(proc)
+    assert ("hvdlite-run: mpirun could not find the program 'hvdlite-no-such-program-x9'"
+            in proc.stderr), show(proc)
+
+
 def test_sigterm_is_forwarded():
     cmd = ["timeout", "--kill-after=10", str(HARD_TIMEOUT), sys.executable, "-m", "hvdlite.runner",
            "-np", "1", sys.executable, worker("launcher_fail.py")]   # rank 0 sleeps 60 s
@@ -276,6 +283,19 @@ def test_failure_summary_from_mpirun_messages():
     assert text.splitlines() == ["hvdlite-run: rank 2 called MPI_Abort with error code 1; its last output:",
                                  "[2]: Traceback (most recent call last):",
                                  "[2]: ValueError: bad"], text
+
+
+def test_failed_rank_from_signal_and_exit_messages():
+    import io
+    router = OutputRouter()
+    router.pump(io.BytesIO(b"[1,3]<stdout>: working\n" + b"-" * 74 + b"\n"
+                           b"prterun noticed that process rank 3 with PID 4242 on node n1 exited on\n"
+                           b"signal 9 (Killed).\n" + b"-" * 74 + b"\n"), io.BytesIO(), "stderr")
+    assert router.failed_rank() == (3, "was killed by signal 9 (Killed)")
+    router = OutputRouter()
+    router.pump(io.BytesIO(b"   Process name: [prterun-vm-3147@1,12]\n   Exit code:    7\n"),
+                io.BytesIO(), "stderr")
+    assert router.failed_rank() == (12, "exited with code 7")
 
 
 # ---------------------------------------------------------------------------------------

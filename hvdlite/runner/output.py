@@ -119,7 +119,7 @@ class OutputRouter:
                              " ".join(rank_texts.get(rank, "").split()))
             how = "called MPI_Abort" + (f" with error code {code.group(1)}" if code else "")
             return rank, how
-        m = re.search(r"process rank (\d+)", text)
+        m = re.search(r"process rank (\d+) with PID", text)
         if m:
             return int(m.group(1)), "failed"
         # The abort banner a rank prints itself, in case mpirun's message was lost.
@@ -156,8 +156,22 @@ class OutputRouter:
         return kept[-n:]
 
 
+def _launch_failure(router: OutputRouter) -> Optional[str]:
+    """mpirun's reason when it could not start the ranks at all, in one line."""
+    text = " ".join(b" ".join(router.mpirun_lines).decode("utf-8", "replace").split())
+    m = re.search(r"unable to find the specified executable.*?Executable:\s*(\S+)", text)
+    if m:
+        return f"mpirun could not find the program {m.group(1)!r} (check the command and PATH on every host)"
+    if "not enough slots available" in text:
+        return "mpirun found too few slots for -np (see above)"
+    return None
+
+
 def failure_summary(router: OutputRouter, returncode: int) -> bytes:
     """Text explaining a failed job: the first failing rank and its last output."""
+    launch_error = _launch_failure(router)
+    if launch_error:
+        return b"hvdlite-run: %s; mpirun exited with code %d\n" % (launch_error.encode(), returncode)
     rank, how = router.failed_rank()
     out = []
     if rank is None:

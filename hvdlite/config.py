@@ -1,0 +1,35 @@
+"""Every HVDLITE_* setting, documented once. The C++ core reads them at ``init()``
+(csrc/config.cc); ``hvdlite-run`` forwards them to every rank.
+
+==================================  ========  ==============================================
+Variable                            Default   Meaning
+==================================  ========  ==============================================
+HVDLITE_FUSION_THRESHOLD            67108864  Bytes of all-reduce data packed into one fusion
+                                              buffer before it is reduced. 0 disables fusion.
+HVDLITE_CYCLE_TIME                  1.0       Milliseconds: the longest the background thread
+                                              sleeps between polls while it waits for other
+                                              ranks. It never sleeps when it has nothing to do
+                                              (it blocks) or when peers answer within 100 us.
+HVDLITE_CACHE_CAPACITY              1024      Responses remembered so repeated tensors skip the
+                                              coordinator (one bit each per round). 0 disables.
+HVDLITE_RING_PIECE_BYTES            1048576   Size of the pieces a ring step is cut into, so
+                                              reducing one overlaps receiving the next.
+HVDLITE_STALL_CHECK_TIME_SECONDS    60        Warn when a request waits this long for other
+                                              ranks. 0 disables.
+HVDLITE_LOG_LEVEL                   (unset)   ``debug`` prints every collective as it runs.
+HVDLITE_ABORT_ON_ERROR              1         An unhandled Python exception on one rank aborts
+                                              the whole job (after printing the traceback).
+==================================  ========  ==============================================
+
+All ranks must use the same values for HVDLITE_FUSION_THRESHOLD and HVDLITE_CACHE_CAPACITY.
+"""
+
+SETTINGS = {
+    "HVDLITE_FUSION_THRESHOLD": "64 MiB",
+    "HVDLITE_CYCLE_TIME": "1.0",
+    "HVDLITE_CACHE_CAPACITY": "1024",
+    "HVDLITE_RING_PIECE_BYTES": "1 MiB",
+    "HVDLITE_STALL_CHECK_TIME_SECONDS": "60",
+    "HVDLITE_LOG_LEVEL": "",
+    "HVDLITE_ABORT_ON_ERROR": "1",
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set up (first time) and run the whole test suite: core at 1, 2 and 3 ranks, launcher,
+# PyTorch and TensorFlow adapters. Every multi-process launch has a hard timeout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec "${PYTHON:-python3}" -m pytest tests -v --timeout=900 "$@"

@@ -315,7 +315,11 @@ def run_job(cmd: List[str], env: Dict[str, str], prefix: bool = True) -> int:
     preexec = _set_parent_death_signal if sys.platform.startswith("linux") else None
     try:
         # Own session: a Ctrl-C at the terminal reaches mpirun once (forwarded by us), not
-        # twice (Open MPI treats a quick second SIGINT as "kill now").
+        # twice (Open MPI treats a quick second SIGINT as "kill now"). If hvdlite-run itself
+        # is killed, mpirun gets SIGTERM (parent-death signal) and stops the ranks; it must
+        # keep ignoring SIGPIPE (as Python does, hence restore_signals=False) or writing to
+        # our closed pipes would kill it first and leave the ranks running. Open MPI resets
+        # signal dispositions for the ranks it starts.
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, preexec_fn=preexec, restore_signals=False)
     except OSError as e:

@@ -91,6 +91,16 @@ def _hook_for(opt_ref, index):
     return hook
 
 
+def _pre_hook_for(opt_ref, index):
+    # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
+    # backward pass here keeps it from adding into a buffer that is being all-reduced.
+    def pre_hook(_grad):
+        opt = opt_ref()
+        if opt is not None and opt._hvd_delay[index] <= 0:
+            opt._hvd_raise_too_many_passes(index)
+    return pre_hook
+
+
 class _DistributedOptimizer:
     """Methods placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
@@ -166,6 +176,7 @@ class _DistributedOptimizer:
         self._hvd_index[p] = index
         self._hvd_delay.append(self.backward_passes_per_step)
         self._hvd_group_of.append(None)
+        self._hvd_hook_handles.append(p.register_hook(_pre_hook_for(self._hvd_self_ref, index)))
         self._hvd_hook_handles.append(
             p.register_post_accumulate_grad_hook(_hook_for(self._hvd_self_ref, index)))
 
@@ -260,16 +271,19 @@ class _DistributedOptimizer:
                                                             wire)
         return red
 
+    def _hvd_raise_too_many_passes(self, i):
+        n = self.backward_passes_per_step
+        raise GradientAccumulationError(
+            f"Gradient of parameter '{self._hvd_names[i]}' was computed more than "
+            f"backward_passes_per_step={n} time{'s' if n != 1 else ''} before "
+            f"optimizer.step(). Call optimizer.step() (or synchronize()) after every "
+            f"{n} backward pass{'es' if n != 1 else ''}, or increase "
+            f"backward_passes_per_step to accumulate more gradients locally.")
+
     def _hvd_grad_ready(self, i):
         """Called by autograd once parameter ``i``'s gradient is fully accumulated."""
         if self._hvd_delay[i] <= 0:
-            n = self.backward_passes_per_step
-            raise GradientAccumulationError(
-                f"Gradient of parameter '{self._hvd_names[i]}' was computed more than "
-                f"backward_passes_per_step={n} time{'s' if n != 1 else ''} before "
-                f"optimizer.step(). Call optimizer.step() (or synchronize()) after every "
-                f"{n} backward pass{'es' if n != 1 else ''}, or increase "
-                f"backward_passes_per_step to accumulate more gradients locally.")
+            self._hvd_raise_too_many_passes(i)
         self._hvd_delay[i] -= 1
         if self._hvd_delay[i] > 0 or self._hvd_size == 1:
             return

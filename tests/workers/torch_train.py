@@ -28,8 +28,11 @@ BATCH = 48          # global batch: divisible by 1, 2, 3, 4, 6 ranks
 
 # max |dist - ref| <= RTOL * max|ref| per tensor... see compare(); per configuration
 EXACT = dict(rtol=1e-5, atol=1e-6)      # float32 rounding only (summation order differs)
-FP16 = dict(rtol=2e-3, atol=2e-3)       # gradients rounded to fp16 on the wire
-BF16 = dict(rtol=2e-2, atol=2e-2)       # gradients rounded to bf16 on the wire
+FP16 = dict(rtol=1e-2, atol=1e-4)       # SGD, gradients rounded to fp16 on the wire
+BF16 = dict(rtol=5e-2, atol=2e-3)       # SGD, gradients rounded to bf16 on the wire
+# Adam divides by sqrt(v), so fp16 rounding of near-zero gradients can flip an update of
+# size lr: bound the difference relative to how far training moved the parameters.
+FP16_ADAM = dict(rtol=1e-2, atol=1e-2, movement=0.05)
 
 
 def load_digits():
@@ -126,9 +129,20 @@ def train(cfg, distributed):
     return model
 
 
-def compare(name, dist_model, ref_model, rtol, atol):
-    """Every parameter: |dist - ref| <= atol + rtol * |ref| (elementwise, as torch.allclose)."""
+def compare(name, dist_model, ref_model, rtol, atol, movement=None):
+    """Every parameter: |dist - ref| <= atol + rtol * |ref| (elementwise, as torch.allclose).
+
+    With ``movement``: also ||dist - ref|| <= movement * ||ref - initial|| over all
+    parameters (the distributed run followed the reference's trajectory to that fraction).
+    """
     worst_abs = worst_rel = 0.0
+    if movement is not None:
+        torch.manual_seed(0)
+        init = flat_params(Net())
+        ref_flat, dist_flat = flat_params(ref_model), flat_params(dist_model)
+        frac = ((dist_flat - ref_flat).norm() / (ref_flat - init).norm()).item()
+        assert frac <= movement, f"{name}: ||dist - ref|| is {frac:.3g} of the distance moved"
+        print(f"  {name}: ||dist - ref|| / ||ref - init|| = {frac:.2e} (tolerance {movement})")
     for (pname, a), b in zip(dist_model.named_parameters(), ref_model.parameters()):
         d = (a.detach() - b.detach()).abs()
         worst_abs = max(worst_abs, d.max().item())
@@ -157,7 +171,8 @@ CONFIGS = [
          compression=Float64Compressor, tol=EXACT),
     dict(name="SGD momentum, Compression.fp16", opt="sgd", compression=hvd.Compression.fp16,
          tol=FP16),
-    dict(name="Adam, Compression.fp16", opt="adam", compression=hvd.Compression.fp16, tol=FP16),
+    dict(name="Adam, Compression.fp16", opt="adam", compression=hvd.Compression.fp16,
+         tol=FP16_ADAM),
     dict(name="SGD momentum, Compression.bf16", opt="sgd", compression=hvd.Compression.bf16,
          tol=BF16),
 ]
@@ -171,8 +186,8 @@ for cfg in CONFIGS:
         ref = train(cfg, distributed=False)
         wa, wr = compare(cfg["name"], dist, ref, **cfg["tol"])
         print(f"equivalence [{N} ranks] {cfg['name']}: max abs diff {wa:.2e}, "
-              f"max rel diff {wr:.2e} (tolerance rtol={cfg['tol']['rtol']}, "
-              f"atol={cfg['tol']['atol']})", flush=True)
+              f"max rel diff {wr:.2e} (tolerance "
+              f"{', '.join(f'{k}={v}' for k, v in cfg['tol'].items())})", flush=True)
     hvd.barrier()
 
 

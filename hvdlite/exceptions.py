@@ -8,6 +8,11 @@ code to the class raised in Python (the core's bindings use this table).
 class HvdliteError(RuntimeError):
     """Base class of every error hvdlite raises."""
 
+    # A plain constructor lets TensorFlow's autograph re-raise our errors as themselves
+    # (with the user's source line) when one is raised while a tf.function is traced,
+    # instead of wrapping them in a StagingError.
+    __init__ = Exception.__init__
+
 
 class HvdliteNotInitializedError(HvdliteError):
     """A collective or query was called before ``hvdlite.init()`` (or after shutdown)."""

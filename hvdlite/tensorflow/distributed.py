@@ -72,8 +72,9 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
             dense_idx.append(i)
             dense.append(g)
         names = [f"{name}.{i}" for i in dense_idx]
+        labels = {n: _label(variables, i) for n, i in zip(names, dense_idx)}
         reduced = _allreduce_dense(dense, true_op, prescale, postscale, compression, names,
-                                   what)
+                                   what, labels)
         for i, r in zip(dense_idx, reduced):
             out[i] = r
         return out

@@ -10,7 +10,7 @@ import tensorflow as tf
 import hvdlite as _hvd
 from hvdlite import ops as _ops
 
-from .mpi_ops import _as_array, check_dtype, cross, op_name, wait_all
+from .mpi_ops import _as_array, aligned_empty_like, check_dtype, cross, op_name, wait_all
 
 try:  # cloudpickle handles lambdas and local classes; plain pickle is the fallback
     import cloudpickle as _pickler
@@ -46,7 +46,7 @@ def broadcast_variables(variables, root_rank, name=None):
 
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
-        outs = [np.empty_like(a) for a in arrays]
+        outs = [aligned_empty_like(a) for a in arrays]
         handles = [_ops.broadcast_async(a, root_rank, output=o,
                                         name=None if names is None else names[i])
                    for i, (a, o) in enumerate(zip(arrays, outs))]

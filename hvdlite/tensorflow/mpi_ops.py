@@ -67,6 +67,7 @@ _OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 # ----------------------------------------------------------------------------- helpers
 
+
 def _executing_eagerly():
     return tf.executing_eagerly()
 
@@ -146,6 +147,32 @@ def _as_array(a):
     return a if isinstance(a, np.ndarray) else np.asarray(a)
 
 
+_ALIGN = 64   # TensorFlow adopts a numpy buffer without copying only if it is 64-byte aligned
+
+
+def aligned_empty_like(a):
+    """``np.empty_like(a)`` on a 64-byte boundary, so that TensorFlow takes the result over
+    without a copy (for a 4 MiB tensor that is ~1.5 ms per crossing saved)."""
+    nbytes = a.nbytes
+    buf = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    offset = (-buf.ctypes.data) % _ALIGN
+    return buf[offset:offset + nbytes].view(a.dtype).reshape(a.shape)
+
+
+def _to_tensor(array, dtype):
+    """An eager tensor over ``array``: zero-copy through DLPack for aligned int/float
+    arrays, else a copy (bool and bfloat16 have no numpy DLPack export)."""
+    if (array.dtype.kind in "iuf" and array.dtype != _BF16 and array.flags.c_contiguous
+            and array.ctypes.data % _ALIGN == 0 and array.size > 0):
+        try:
+            t = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+            if t.dtype == dtype:
+                return t
+        except Exception:  # noqa: BLE001 - fall back to the copying path
+            pass
+    return tf.convert_to_tensor(array, dtype=dtype)
+
+
 def _result_array(res):
     out = res.output
     if res.bfloat16:
@@ -175,8 +202,8 @@ def cross(fn, inputs, touts, shapes, label):
     whose outputs get ``shapes`` (None entries: leave unknown).
     """
     if _executing_eagerly():
-        outs = fn(*[_as_array(t.numpy()) for t in inputs])
-        return [tf.convert_to_tensor(o, dtype=d) for o, d in zip(outs, touts)]
+        outs = fn(*[np.asarray(t) for t in inputs])   # zero-copy views of CPU tensors
+        return [_to_tensor(_as_array(o), d) for o, d in zip(outs, touts)]
     outs = tf.numpy_function(fn, list(inputs), list(touts), stateful=True, name=label)
     if not isinstance(outs, (list, tuple)):
         outs = [outs]
@@ -228,13 +255,33 @@ def _split_names(base, n):
 
 # ----------------------------------------------------------------------- the crossings
 
-def _allreduce_cross(tensors, op, prescale, postscale, wire, names):
+def _with_labels(error, names, labels):
+    """Re-raise a core error adding what the request names in it stand for."""
+    if not labels or names is None:
+        return error
+    text = str(error)
+    hits = [f"'{n}' is the {labels[n]}" for n in names if n in labels and f"'{n}'" in text]
+    if not hits:
+        return error
+    try:
+        return type(error)(f"{text} ({'; '.join(hits)})")
+    except Exception:  # noqa: BLE001 - an error type with another constructor
+        return error
+
+
+def _allreduce_cross(tensors, op, prescale, postscale, wire, names, labels=None):
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
-        outs = [np.empty_like(a) for a in arrays]
-        handles = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale,
-                                               wire)
-        wait_all(handles)
+        outs = [aligned_empty_like(a) for a in arrays]
+        try:
+            handles = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale,
+                                                   postscale, wire)
+            wait_all(handles)
+        except Exception as e:
+            labelled = _with_labels(e, names, labels)
+            if labelled is e:
+                raise
+            raise labelled from e
         return outs
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],
                  "HvdliteAllreduce")
@@ -253,7 +300,7 @@ def _allgather_cross(tensors, names):
 def _broadcast_cross(tensors, root_rank, names):
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
-        outs = [np.empty_like(a) for a in arrays]
+        outs = [aligned_empty_like(a) for a in arrays]
         handles = [_ops.broadcast_async(a, root_rank, output=o,
                                         name=None if names is None else names[i])
                    for i, (a, o) in enumerate(zip(arrays, outs))]
@@ -265,7 +312,7 @@ def _broadcast_cross(tensors, root_rank, names):
 
 # ------------------------------------------------------------------------- allreduce
 
-def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what):
+def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what, labels=None):
     """All-reduce dense tensors in one crossing, applying ``compression``; differentiable."""
     for i, t in enumerate(tensors):
         check_dtype(t, what, None if names is None else names[i])
@@ -285,7 +332,7 @@ def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what)
             check_dtype(send[i], what + " (compressed)", None if names is None else names[i])
     wire = wire_name if use_wire else None
 
-    reduced = _allreduce_differentiable(send, op, prescale, postscale, wire, names)
+    reduced = _allreduce_differentiable(send, op, prescale, postscale, wire, names, labels)
     if python_compression:
         reduced = [r if (wire_name and t.dtype in _WIRE_DTYPES)
                    else compression.decompress(r, ctx)
@@ -293,7 +340,7 @@ def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what)
     return reduced
 
 
-def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names):
+def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, labels=None):
     if not tensors:
         return []
     if names is None and not _executing_eagerly():
@@ -301,7 +348,7 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names):
             else [op_name("allreduce")]
 
     def forward(xs):
-        return _allreduce_cross(xs, op, prescale, postscale, wire, names)
+        return _allreduce_cross(xs, op, prescale, postscale, wire, names, labels)
 
     def grad(xs, ys, dys):
         grad_names = None if names is None or _executing_eagerly() else \

@@ -10,6 +10,8 @@ import tensorflow as tf  # noqa: E402
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(2)
+tf.get_logger().setLevel("ERROR")          # retracing notices from the many small test functions
+tf.autograph.set_verbosity(0)
 
 _checks = []
 

@@ -198,11 +198,15 @@ for mode, wrap in MODES.items():
     # ---------------------------------------------------------------- broadcast_variables
     v1 = tf.Variable(tf.fill([3], float(R)))
     v2 = tf.Variable(R + 10, dtype=tf.int64)
-    wrap(lambda: hvd.broadcast_variables([v1, v2], root_rank=N - 1))()
+    def bcast_vars():
+        hvd.broadcast_variables([v1, v2], root_rank=N - 1)
+    wrap(bcast_vars)()
     check(close(v1, [N - 1] * 3) and int(v2.numpy()) == N - 1 + 10, f"{mode} broadcast_variables")
 
     # ---------------------------------------------------------------- barrier, join
-    wrap(lambda: hvd.barrier())()
+    def barrier():
+        hvd.barrier()
+    wrap(barrier)()
     last = wrap(lambda: hvd.join())()
     check(0 <= int(last) < N, f"{mode} join returns a rank")
 

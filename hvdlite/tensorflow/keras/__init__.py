@@ -22,7 +22,6 @@ and ``train_on_batch`` call ``optimizer.apply_gradients(zip(grads, vars))`` insi
 all-reduces the gradients (all dense ones in one grouped request) before the usual update.
 """
 
-import numpy as np
 import tensorflow as tf
 import keras
 

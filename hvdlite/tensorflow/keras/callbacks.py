@@ -17,10 +17,12 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Broadcast the model's and the optimizer's variables from ``root_rank`` so that every
     rank starts training from the same state.
 
-    Keras 3 builds the model and the optimizer before ``on_train_begin``, so the broadcast
-    happens there, before the first step (Horovod, for Keras 2 whose optimizer slots
-    appeared at the first step, did it after the first batch; that remains the fallback
-    when something was not built yet).
+    With the TensorFlow backend Keras 3 builds the optimizer only when the train function
+    is first traced; this callback builds it (as ``compile_from_config`` does) in
+    ``on_train_begin`` when the model is built, and broadcasts everything there, before the
+    first step. If the model itself is not built yet (a subclassed model that never saw
+    data), the model's variables that exist are broadcast then and everything again after
+    the first batch, which is what Horovod did for Keras 2.
     """
 
     def __init__(self, root_rank=0, device=''):
@@ -29,9 +31,13 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         self.broadcast_done = False
 
     def _broadcast(self):
+        """Broadcast what exists; True when the optimizer's state was included."""
         model = self.model
-        broadcast_variables(model.variables, root_rank=self.root_rank)
         opt = getattr(model, "optimizer", None)
+        if opt is not None and not getattr(opt, "built", True) and getattr(model, "built", False) \
+                and model.trainable_variables:
+            opt.build(model.trainable_variables)
+        broadcast_variables(model.variables, root_rank=self.root_rank)
         if opt is not None and getattr(opt, "built", False):
             broadcast_variables(opt.variables, root_rank=self.root_rank)
             return True
@@ -94,12 +100,11 @@ def _inner(optimizer):
 def _momentum_slots(optimizer):
     """The velocity variables that an optimizer multiplies by its ``momentum``."""
     opt = _inner(optimizer)
-    momentum = getattr(opt, "momentum", None)
-    if not isinstance(momentum, (int, float)) or momentum == 0:
-        return None
+    if not getattr(opt, "built", True):
+        return []  # the velocities do not exist yet; they start at zero: nothing to scale
     for attr in ("momentums", "_momentums"):
         slots = getattr(opt, attr, None)
-        if slots:
+        if slots is not None:
             return [s for s in slots if s is not None]
     return None
 
@@ -156,13 +161,15 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         except TypeError as e:
             raise TypeError(f"{type(self).__name__} sets the optimizer's learning rate, which "
                             f"needs a float learning_rate, not a schedule: {e}") from e
-        if self.momentum_correction and old_lr > 0 and new_lr != old_lr:
+        momentum = getattr(_inner(opt), "momentum", None)
+        if (self.momentum_correction and isinstance(momentum, (int, float)) and momentum > 0
+                and old_lr > 0 and new_lr != old_lr):
             slots = _momentum_slots(opt)
             if slots:
                 ratio = new_lr / old_lr
                 for s in slots:
                     s.assign(s * ratio)
-            elif getattr(_inner(opt), "momentum", 0) and not self._warned_momentum:
+            elif slots is None and not self._warned_momentum:
                 self._warned_momentum = True
                 warnings.warn(f"{type(self).__name__}: momentum correction is not supported "
                               f"for {type(_inner(opt)).__name__}; skipped")

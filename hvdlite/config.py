@@ -6,7 +6,7 @@ Variable                            Default   Meaning
 ==================================  ========  ==============================================
 HVDLITE_FUSION_THRESHOLD            67108864  Bytes of all-reduce data packed into one fusion
                                               buffer before it is reduced. 0 disables fusion.
-HVDLITE_CYCLE_TIME                  1.0       Milliseconds: the longest the background thread
+HVDLITE_CYCLE_TIME                  0.25      Milliseconds: the longest the background thread
                                               sleeps between polls while it waits for other
                                               ranks. It never sleeps when it has nothing to do
                                               (it blocks) or when peers answer within 100 us.
@@ -26,7 +26,7 @@ All ranks must use the same values for HVDLITE_FUSION_THRESHOLD and HVDLITE_CACH
 
 SETTINGS = {
     "HVDLITE_FUSION_THRESHOLD": "64 MiB",
-    "HVDLITE_CYCLE_TIME": "1.0",
+    "HVDLITE_CYCLE_TIME": "0.25",
     "HVDLITE_CACHE_CAPACITY": "1024",
     "HVDLITE_RING_PIECE_BYTES": "1 MiB",
     "HVDLITE_STALL_CHECK_TIME_SECONDS": "60",

@@ -81,15 +81,28 @@ class Reader {
   const uint8_t* end_;
 };
 
+void write_spec(Writer& w, const TensorSpec& s) {
+  w.str(s.name);
+  w.pod(s.op); w.pod(s.dtype); w.pod(s.reduce_op); w.pod(s.compression);
+  w.pod(s.prescale); w.pod(s.postscale); w.pod(s.root);
+  w.ints(s.shape);
+}
+
+void read_spec(Reader& rd, TensorSpec& s) {
+  s.name = rd.str();
+  s.op = rd.pod<OpType>(); s.dtype = rd.pod<DataType>(); s.reduce_op = rd.pod<ReduceOp>();
+  s.compression = rd.pod<Compression>();
+  s.prescale = rd.pod<double>(); s.postscale = rd.pod<double>(); s.root = rd.pod<int32_t>();
+  s.shape = rd.ints();
+}
+
 }  // namespace
 
 void encode_requests(const std::vector<Request>& requests, std::vector<uint8_t>& out) {
   Writer w(out);
   for (const Request& r : requests) {
-    w.str(r.name);
-    w.pod(r.op); w.pod(r.dtype); w.pod(r.reduce_op); w.pod(r.compression);
-    w.pod(r.prescale); w.pod(r.postscale); w.pod(r.root); w.pod(r.rank); w.pod(r.join_round);
-    w.ints(r.shape);
+    write_spec(w, r);
+    w.pod(r.rank); w.pod(r.join_round);
   }
 }
 
@@ -98,12 +111,8 @@ std::vector<Request> decode_requests(const uint8_t* data, size_t size) {
   std::vector<Request> out;
   while (!rd.done()) {
     Request r;
-    r.name = rd.str();
-    r.op = rd.pod<OpType>(); r.dtype = rd.pod<DataType>(); r.reduce_op = rd.pod<ReduceOp>();
-    r.compression = rd.pod<Compression>();
-    r.prescale = rd.pod<double>(); r.postscale = rd.pod<double>();
-    r.root = rd.pod<int32_t>(); r.rank = rd.pod<int32_t>(); r.join_round = rd.pod<int64_t>();
-    r.shape = rd.ints();
+    read_spec(rd, r);
+    r.rank = rd.pod<int32_t>(); r.join_round = rd.pod<int64_t>();
     out.push_back(std::move(r));
   }
   return out;
@@ -112,10 +121,8 @@ std::vector<Request> decode_requests(const uint8_t* data, size_t size) {
 void encode_responses(const std::vector<Response>& responses, std::vector<uint8_t>& out) {
   Writer w(out);
   for (const Response& r : responses) {
-    w.str(r.name);
-    w.pod(r.op); w.pod(r.dtype); w.pod(r.reduce_op); w.pod(r.compression);
-    w.pod(r.prescale); w.pod(r.postscale); w.pod(r.root); w.pod(r.last_joined_rank);
-    w.ints(r.shape); w.ints(r.first_dims);
+    write_spec(w, r);
+    w.pod(r.last_joined_rank); w.ints(r.first_dims);
     w.pod(r.error_status); w.str(r.error);
   }
 }
@@ -125,12 +132,8 @@ std::vector<Response> decode_responses(const uint8_t* data, size_t size) {
   std::vector<Response> out;
   while (!rd.done()) {
     Response r;
-    r.name = rd.str();
-    r.op = rd.pod<OpType>(); r.dtype = rd.pod<DataType>(); r.reduce_op = rd.pod<ReduceOp>();
-    r.compression = rd.pod<Compression>();
-    r.prescale = rd.pod<double>(); r.postscale = rd.pod<double>();
-    r.root = rd.pod<int32_t>(); r.last_joined_rank = rd.pod<int32_t>();
-    r.shape = rd.ints(); r.first_dims = rd.ints();
+    read_spec(rd, r);
+    r.last_joined_rank = rd.pod<int32_t>(); r.first_dims = rd.ints();
     r.error_status = rd.pod<Status>(); r.error = rd.str();
     out.push_back(std::move(r));
   }

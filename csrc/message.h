@@ -11,7 +11,8 @@
 
 namespace hvdlite {
 
-struct Request {
+// What a tensor's request and its response have in common: which collective, on what.
+struct TensorSpec {
   std::string name;
   OpType op = OpType::Allreduce;
   DataType dtype = DataType::Float32;
@@ -20,22 +21,16 @@ struct Request {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t root = 0;
-  int32_t rank = 0;
-  int64_t join_round = 0;       // Join: negotiation round in which this rank joined
-  std::vector<int64_t> shape;
+  std::vector<int64_t> shape;  // for a response: the agreed shape (allreduce, broadcast, reducescatter)
 };
 
-struct Response {
-  std::string name;
-  OpType op = OpType::Allreduce;
-  DataType dtype = DataType::Float32;
-  ReduceOp reduce_op = ReduceOp::Sum;
-  Compression compression = Compression::None;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  int32_t root = 0;
+struct Request : TensorSpec {
+  int32_t rank = 0;
+  int64_t join_round = 0;       // Join: negotiation round in which this rank joined
+};
+
+struct Response : TensorSpec {
   int32_t last_joined_rank = -1;   // Join
-  std::vector<int64_t> shape;      // the agreed shape (allreduce, broadcast, reducescatter)
   std::vector<int64_t> first_dims; // allgather: dimension 0 of every rank's tensor
   Status error_status = Status::Success;
   std::string error;               // set when validation failed; reported on every rank

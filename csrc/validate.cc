@@ -57,15 +57,7 @@ std::vector<int64_t> trailing(const std::vector<int64_t>& shape) {
 Response validate(const std::vector<const Request*>& reqs, int size) {
   const Request& first = *reqs[0];
   Response resp;
-  resp.name = first.name;
-  resp.op = first.op;
-  resp.dtype = first.dtype;
-  resp.reduce_op = first.reduce_op;
-  resp.compression = first.compression;
-  resp.prescale = first.prescale;
-  resp.postscale = first.postscale;
-  resp.root = first.root;
-  resp.shape = first.shape;
+  static_cast<TensorSpec&>(resp) = first;
 
   std::string err = check_same(reqs, "operations", [](const Request& r) { return std::string(op_name(r.op)); });
   if (err.empty() && first.op != OpType::Barrier) {

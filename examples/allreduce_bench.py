@@ -104,13 +104,60 @@ class Coordinator:
         return hvd.broadcast(arr, root_rank=0, name="bench.bcast").tolist()
 
     def max(self, value):
+        return self._reduce(value, "MAX")
+
+    def sum(self, value):
+        return self._reduce(value, "SUM")
+
+    def _reduce(self, value, op):
         arr = np.asarray([value], dtype=np.float64)
         if self.comm is not None:
             out = np.empty_like(arr)
             from mpi4py import MPI
-            self.comm.Allreduce(arr, out, op=MPI.MAX)
+            self.comm.Allreduce(arr, out, op=getattr(MPI, op))
             return float(out[0])
-        return float(hvd.allreduce(arr, op=hvd.Max, name="bench.max")[0])
+        return float(hvd.allreduce(arr, op=hvd.Max if op == "MAX" else hvd.Sum,
+                                   name=f"bench.{op.lower()}")[0])
+
+
+def _machine_busy_seconds():
+    """CPU seconds this machine has spent busy since boot (all processes), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)   # idle + iowait
+    return (sum(fields[:8]) - idle) / hz
+
+
+class LoadMeter:
+    """How busy the machine was with OTHER work during a measurement (single-host jobs only).
+
+    other = machine-wide busy CPU time - the CPU time of this job's ranks, as a fraction of
+    the machine's capacity over the interval. Spinning MPI collectives slow down many-fold
+    when other processes want the same cores, so rows measured under load are flagged.
+    """
+
+    def __init__(self, coord):
+        self.coord = coord
+        self.enabled = hvd.local_size() == hvd.size() and _machine_busy_seconds() is not None
+
+    def start(self):
+        self.t = time.perf_counter()
+        self.cpu = time.process_time()
+        self.busy = _machine_busy_seconds() if self.enabled else None
+
+    def stop(self):
+        """Fraction (0..1) of the machine's CPU used by other processes since start()."""
+        ours = self.coord.sum(time.process_time() - self.cpu)
+        if not self.enabled:
+            return None
+        wall = time.perf_counter() - self.t
+        busy = _machine_busy_seconds() - self.busy
+        other = max(0.0, busy - ours) / (wall * (os.cpu_count() or 1))
+        return float(self.coord.bcast([other])[0])   # rank 0's reading for everyone
 
 
 def measure(coord, calls, warmup, target_time, min_iters, max_iters, rounds=1, fixed_iters=None):
@@ -124,6 +171,8 @@ def measure(coord, calls, warmup, target_time, min_iters, max_iters, rounds=1, f
     rank, then the largest over the ranks.
     """
     libs = list(calls)
+    meter = LoadMeter(coord)
+    meter.start()
     plan = []
     for lib in libs:
         coord.barrier()
@@ -148,12 +197,14 @@ def measure(coord, calls, warmup, target_time, min_iters, max_iters, rounds=1, f
                 call()
                 ts[i] = time.perf_counter() - t
             times[lib].append(ts)
+    other = meter.stop()
     out = {}
     for lib, iters in zip(libs, plan):
         ts = np.concatenate(times[lib])
         out[lib] = {"median_s": coord.max(float(np.median(ts))),
                     "p90_s": coord.max(float(np.percentile(ts, 90))),
                     "iters": iters}
+    out["other_load"] = other
     return out
 
 
@@ -176,6 +227,16 @@ def fmt_size(nbytes):
         if nbytes >= div and nbytes % div == 0:
             return f"{nbytes // div} {unit}"
     return f"{nbytes} B"
+
+
+LOAD_WARN = 0.10   # other processes using >10% of the machine make a row suspect
+
+
+def fmt_load(fraction):
+    """'  3%' or ' 45%*' (* = measured while other processes used the CPU)."""
+    if fraction is None:
+        return "    ?"
+    return f"{fraction * 100:3.0f}%" + ("*" if fraction > LOAD_WARN else " ")
 
 
 def fmt_time(seconds):
@@ -265,7 +326,7 @@ def run(args):
 
     quick = args.quick
     sizes = args.sizes or (QUICK_SIZES if quick else FULL_SIZES)
-    target = args.target_time if args.target_time else (0.05 if quick else 0.5)
+    target = args.target_time if args.target_time else (0.05 if quick else 0.3)
     min_iters, max_iters = (3, 200) if quick else (5, 20000)
     warmup = 2 if quick else 5
     rounds = args.rounds or (1 if quick else 3)
@@ -307,7 +368,7 @@ def run(args):
         log("\n1. float32 all-reduce (Sum), median time per call; busbw in GB/s; "
             "speedup = baseline time / hvdlite time (> 1: hvdlite faster)")
         header = (f"{'size':>9} | {'hvdlite':>10} {'busbw':>6} | {'MPI':>10} {'busbw':>6} | "
-                  f"{'gloo':>10} {'busbw':>6} | {'vs MPI':>6} {'vs gloo':>7} | iters h/m/g")
+                  f"{'gloo':>10} {'busbw':>6} | {'vs MPI':>6} {'vs gloo':>7} | {'other':>5} | iters h/m/g")
         log(header)
         log("-" * len(header))
         for nbytes in sizes:
@@ -340,6 +401,7 @@ def run(args):
             h = row["hvdlite"]["median_s"]
             row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
             row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
+            row["other_load"] = stats["other_load"]
             results["sizes"].append(row)
 
             def cell(r):
@@ -348,7 +410,8 @@ def run(args):
             sp = lambda v: f"{v:6.2f}x" if v else "      -"   # noqa: E731
             its = "/".join(str(row[k]["iters"]) if row[k] else "-" for k in ("hvdlite", "mpi", "gloo"))
             log(f"{fmt_size(row['bytes']):>9} | {cell(row['hvdlite'])} | {cell(row['mpi'])} | "
-                f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | {its}")
+                f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | "
+                f"{fmt_load(row['other_load'])} | {its}")
 
     # -- 2. latency ------------------------------------------------------------------------
     if "latency" in args.parts:
@@ -367,8 +430,9 @@ def run(args):
             st = stats.get(lib)
             lat[lib] = ({"median_us": st["median_s"] * 1e6, "p90_us": st["p90_s"] * 1e6,
                          "iters": st["iters"]} if st else None)
+        lat["other_load"] = stats["other_load"]
         results["latency"] = lat
-        log(f"{'':>9} | {'median':>10} {'p90':>10}")
+        log(f"{'':>9} | {'median':>10} {'p90':>10}   (other load {fmt_load(stats['other_load']).strip()})")
         for lib in ("hvdlite", "mpi", "gloo"):
             if lat[lib]:
                 log(f"{lib:>9} | {lat[lib]['median_us']:7.1f} us {lat[lib]['p90_us']:7.1f} us")
@@ -382,7 +446,7 @@ def run(args):
         total_bytes = params * 4
         rn_iters = args.resnet_iters or (2 if quick else 10)
         log(f"\n3. ResNet-50 gradients: {len(shapes)} float32 tensors, {params:,} parameters "
-            f"({total_bytes / MiB:.1f} MiB), {rn_iters} iterations")
+            f"({total_bytes / MiB:.1f} MiB), {rn_iters} iterations, median per step")
         grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
         backward_order = list(reversed(range(len(grads))))   # the last layer's gradient is ready first
 
@@ -405,7 +469,7 @@ def run(args):
               "hvdlite_161_async_s": stats["hvdlite_161"]["median_s"],
               "hvdlite_single_buffer_s": stats["hvdlite_flat"]["median_s"],
               "mpi_single_buffer_s": stats["mpi_flat"]["median_s"] if "mpi_flat" in stats else None,
-              "ratio_hvdlite_161_over_mpi_single": None}
+              "ratio_hvdlite_161_over_mpi_single": None, "other_load": stats["other_load"]}
         if rn["mpi_single_buffer_s"]:
             rn["ratio_hvdlite_161_over_mpi_single"] = rn["hvdlite_161_async_s"] / rn["mpi_single_buffer_s"]
             rn["target_ratio"] = 1.2
@@ -422,6 +486,21 @@ def run(args):
                 f"(target <= 1.2x: {'met' if r <= 1.2 else 'NOT met'})")
         else:
             log("  MPI single-buffer baseline skipped (no mpi4py)")
+        log(f"  other load during this part: {fmt_load(rn['other_load']).strip()}")
+        log(f"  ratio hvdlite(161 tensors) / hvdlite(one buffer) = "
+            f"{rn['ratio_hvdlite_161_over_hvdlite_single']:.2f}x (cost of per-tensor submission "
+            f"and fusion; fusion threshold {os.environ.get('HVDLITE_FUSION_THRESHOLD', 'default')})")
+
+    loads = ([r["other_load"] for r in results["sizes"]]
+             + [results[k].get("other_load") for k in ("latency", "resnet50") if results[k]])
+    if any(v is not None and v > LOAD_WARN for v in loads):
+        note = ("measurements marked * ran while other processes used more than "
+                f"{LOAD_WARN:.0%} of this machine's CPU ('other' column); spinning MPI "
+                "collectives slow down many-fold then, so rerun those on a quiet machine")
+        notes.append(note)
+        log(f"\nnote: {note}")
+    results["config"]["other_load_definition"] = (
+        "share of the machine's CPU used by processes outside this job during a measurement")
 
     if rank == 0 and args.json:
         with open(args.json, "w") as f:
@@ -443,7 +522,8 @@ def main(argv=None):
                    help="message sizes in bytes (suffixes K, M, G = KiB, MiB, GiB); "
                         "default 4K 16K ... 256M (--quick: 4K 256K 4M)")
     p.add_argument("--quick", action="store_true", help="few sizes and iterations (smoke test)")
-    p.add_argument("--target-time", type=float, help="seconds per size and library (default 0.5)")
+    p.add_argument("--target-time", type=float,
+                   help="seconds of timed calls per size and library (default 0.3, --quick 0.05)")
     p.add_argument("--rounds", type=int,
                    help="interleaved rounds over the libraries per measurement (default 3, --quick 1)")
     p.add_argument("--latency-iters", type=int, help="calls for the latency test (default 2000)")

@@ -1,6 +1,7 @@
 """init / shutdown and the job's topology queries (shared by every adapter)."""
 
 import atexit
+import os
 import sys
 import threading
 
@@ -22,6 +23,10 @@ def init(comm=None):
     if _core.is_initialized():
         return
     ops.reset_name_counters()
+    # Open MPI busy-polls while it waits; on a machine where ranks share cores with the
+    # framework's threads that steals their CPU. Yielding costs nothing when cores are free
+    # (measured with examples/torch_bench.py). Read by MPI_Init; the user's setting wins.
+    os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
     _core.init()
     with _hook_lock:
         if not _atexit_registered:
@@ -47,7 +52,6 @@ def _install_excepthook():
     is gone. The traceback is printed first, so the failing rank's own error is what the user
     sees. Set HVDLITE_ABORT_ON_ERROR=0 to turn it off.
     """
-    import os
     if os.environ.get("HVDLITE_ABORT_ON_ERROR", "1") == "0":
         return
     previous = sys.excepthook

@@ -53,7 +53,7 @@ _name_counters = {}
 _counter_lock = threading.Lock()
 
 
-def _auto_name(kind: str, name: Optional[str]) -> str:
+def auto_name(kind: str, name: Optional[str]) -> str:
     """Horovod-style generated names: ranks that call ops in the same order get the same names."""
     if name is not None:
         return str(name)
@@ -113,7 +113,7 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
     if len(outputs) != len(tensors):
         raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
     if names is None:
-        names = [_auto_name("allreduce", None) for _ in tensors]
+        names = [auto_name("allreduce", None) for _ in tensors]
     names = [str(n) for n in names]
     if len(names) != len(tensors):
         raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(names)} names")
@@ -127,14 +127,14 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
 def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None) -> int:
     """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
-    h = _core.enqueue_broadcast(_auto_name("broadcast", name), tensor, output, int(root_rank))
+    h = _core.enqueue_broadcast(auto_name("broadcast", name), tensor, output, int(root_rank))
     _hold([h], (tensor, output))
     return h
 
 
 def allgather_async(tensor, name: Optional[str] = None) -> int:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
-    h = _core.enqueue_allgather(_auto_name("allgather", name), tensor)
+    h = _core.enqueue_allgather(auto_name("allgather", name), tensor)
     _hold([h], tensor)
     return h
 
@@ -142,7 +142,7 @@ def allgather_async(tensor, name: Optional[str] = None) -> int:
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> int:
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
     split_list = [] if splits is None else [int(s) for s in splits]
-    h = _core.enqueue_alltoall(_auto_name("alltoall", name), tensor, split_list)
+    h = _core.enqueue_alltoall(auto_name("alltoall", name), tensor, split_list)
     _hold([h], tensor)
     return h
 
@@ -154,7 +154,7 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
     ``n % size`` ranks one more.
     """
-    h = _core.enqueue_reducescatter(_auto_name("reducescatter", name), tensor,
+    h = _core.enqueue_reducescatter(auto_name("reducescatter", name), tensor,
                                     _check_reduce_op(op), float(prescale_factor),
                                     float(postscale_factor))
     _hold([h], tensor)
@@ -162,12 +162,12 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
 
 
 def barrier_async(name: Optional[str] = None) -> int:
-    return _core.enqueue_barrier(_auto_name("barrier", name))
+    return _core.enqueue_barrier(auto_name("barrier", name))
 
 
 def join_async(name: Optional[str] = None) -> int:
     """This rank has no more data: it contributes zeros to others' all-reduces until all join."""
-    return _core.enqueue_join(_auto_name("join", name))
+    return _core.enqueue_join(auto_name("join", name))
 
 
 def poll(handle: int) -> bool:

@@ -1,13 +1,12 @@
 """Model/optimizer/object broadcast helpers, as ``horovod.torch.functions``."""
 
-import itertools
 import pickle
-import threading
 from collections import namedtuple
 
 import torch
 
 import hvdlite as _hvd
+from hvdlite import ops as _ops
 
 from .mpi_ops import (_check_process_set, _copy_back, _register, allgather, broadcast_,
                       broadcast_async, broadcast_async_, global_process_set, synchronize)
@@ -16,17 +15,6 @@ try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod
     import cloudpickle as _pickler
 except ImportError:  # pragma: no cover - cloudpickle is optional
     _pickler = pickle
-
-_counter_lock = threading.Lock()
-_counters = {}
-
-
-def _auto_name(kind, name):
-    if name is not None:
-        return str(name)
-    with _counter_lock:
-        counter = _counters.setdefault(kind, itertools.count())
-        return f"{kind}.{next(counter)}"
 
 
 def _broadcast_into_async(tensor, root_rank, name):
@@ -132,7 +120,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     Unnamed calls are numbered in call order, so every rank must make them in the same order.
     """
     _check_process_set(process_set)
-    name = _auto_name("broadcast_object", name)
+    name = _ops.auto_name("broadcast_object", name)
     if _hvd.rank() == root_rank:
         payload = _pickler.dumps(obj)
         size = torch.tensor([len(payload)], dtype=torch.int64)
@@ -152,7 +140,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
     _check_process_set(process_set)
-    name = _auto_name("allgather_object", name)
+    name = _ops.auto_name("allgather_object", name)
     payload = _pickler.dumps(obj)
     sizes = allgather(torch.tensor([len(payload)], dtype=torch.int64), name=name + ".sz")
     data = allgather(torch.frombuffer(bytearray(payload), dtype=torch.uint8), name=name + ".t")

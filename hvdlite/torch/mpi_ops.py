@@ -197,10 +197,8 @@ def _host(tensor):
 
 
 def _from_core(array, is_bfloat16):
-    """Wrap a core-allocated numpy output as a torch tensor without copying."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # read-only numpy arrays
-        t = torch.from_numpy(array)
+    """Wrap a core-allocated (writeable) numpy output as a torch tensor without copying."""
+    t = torch.from_numpy(array)
     if is_bfloat16:
         t = t.view(torch.bfloat16)
     return t
@@ -259,7 +257,7 @@ def _start_grouped_allreduce(tensors, names, op, prescale_factor, postscale_fact
             outs.append(out)
             copy_back.append(False)
     core_names = None if all(n is None for n in names) else [
-        _ops._auto_name("allreduce", n) for n in names]
+        _ops.auto_name("allreduce", n) for n in names]
     core_handles = _ops.grouped_allreduce_async(
         bufs, outs, core_names, op, prescale_factor, postscale_factor, wire)
 

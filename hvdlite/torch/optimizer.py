@@ -63,13 +63,15 @@ class _GradReduction:
                 else:
                     out = sent
                 if sparse_param is not None:
-                    sparse_param.grad = out.to_sparse(grad.sparse_dim())
+                    param, sparse_dim = sparse_param
+                    param.grad = out.to_sparse(sparse_dim)
                 elif out is not grad:
                     grad.copy_(out)
             for p, grad, indices, values in sparse_results:
                 if opt.op == Average:
                     values = values / opt._hvd_size
-                p.grad = torch.sparse_coo_tensor(indices.t(), values, grad.size()).coalesce()
+                p.grad = torch.sparse_coo_tensor(indices.t(), values, grad.size(),
+                                                 check_invariants=False).coalesce()
 
 
 def _split_list(items, n):
@@ -91,12 +93,29 @@ def _hook_for(opt_ref, index):
     return hook
 
 
+def _remove_hooks(handles):
+    for h in handles:
+        h.remove()
+
+
+def _will_accumulate(grad_acc):
+    """Whether the running backward pass will accumulate into this parameter's .grad."""
+    will_execute = getattr(torch._C, "_will_engine_execute_node", None)
+    if will_execute is None:
+        return True
+    try:
+        return bool(will_execute(grad_acc))
+    except RuntimeError:
+        return False    # torch.autograd.grad(): returns gradients, leaves .grad alone
+
+
 def _pre_hook_for(opt_ref, index):
     # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
     # backward pass here keeps it from adding into a buffer that is being all-reduced.
     def pre_hook(_grad):
         opt = opt_ref()
-        if opt is not None and opt._hvd_delay[index] <= 0:
+        if (opt is not None and opt._hvd_delay[index] <= 0
+                and _will_accumulate(opt._hvd_grad_accs[index])):
             opt._hvd_raise_too_many_passes(index)
     return pre_hook
 
@@ -151,6 +170,7 @@ class _DistributedOptimizer:
         self._hvd_names = []
         self._hvd_index = {}           # param -> position in _hvd_params
         self._hvd_hook_handles = []
+        self._hvd_grad_accs = []
         self._hvd_pending = {}         # int index or ("g", group id) -> _GradReduction
         self._hvd_delay = []
         self._synchronized = False
@@ -159,6 +179,8 @@ class _DistributedOptimizer:
         self._hvd_groups = []
         self._hvd_group_ready = []
         self._hvd_self_ref = weakref.ref(self)
+        # The hooks live on the parameters: take them off when this optimizer goes away.
+        weakref.finalize(self, _remove_hooks, self._hvd_hook_handles)
         for group in self.param_groups:
             for p in group["params"]:
                 self._parameter_names[p] = names_by_id[id(p)]
@@ -176,6 +198,8 @@ class _DistributedOptimizer:
         self._hvd_index[p] = index
         self._hvd_delay.append(self.backward_passes_per_step)
         self._hvd_group_of.append(None)
+        with torch.enable_grad():   # p's AccumulateGrad node, kept alive so it stays p's
+            self._hvd_grad_accs.append(p.view_as(p).grad_fn.next_functions[0][0])
         self._hvd_hook_handles.append(p.register_hook(_pre_hook_for(self._hvd_self_ref, index)))
         self._hvd_hook_handles.append(
             p.register_post_accumulate_grad_hook(_hook_for(self._hvd_self_ref, index)))
@@ -252,7 +276,7 @@ class _DistributedOptimizer:
                     hv = allgather_async(g.values().contiguous(), name=f"{name}.values")
                     red.sparse.append((p, g, hi, hv))
                     continue
-                sparse_param = p
+                sparse_param = (p, grad.sparse_dim())
                 grad = grad.to_dense()
             sent, ctx = grad, None
             if self._hvd_python_compression:

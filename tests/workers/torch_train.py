@@ -288,14 +288,23 @@ for bpps in (1, 2):
                                    named_parameters=model.named_parameters(),
                                    backward_passes_per_step=bpps)
     x, y = data(7 + R)
+    local = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
+    expected = [hvd.allreduce(g * bpps, name=f"acc.{bpps}.{i}") for i, g in enumerate(local)]
     for _ in range(bpps):
         F.mse_loss(model(x), y).backward()
     e = expect_error(lambda: F.mse_loss(model(x), y).backward(), hvd.GradientAccumulationError,
                      f"backward_passes_per_step={bpps}", "optimizer.step()")
     assert isinstance(e, AssertionError) and "Gradient of parameter '" in str(e), str(e)
+    # torch.autograd.grad() accumulates nothing into .grad: allowed while all-reduces fly
+    torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
     # zero_grad() before step()/synchronize() is refused (race with in-flight all-reduces)
     expect_error(lambda: opt.zero_grad(), AssertionError, "zero_grad")
-    opt.step()
+    opt.synchronize()
+    # the refused pass was stopped before it could add into the buffers being reduced
+    for p, e in zip(model.parameters(), expected):
+        assert torch.allclose(p.grad, e, rtol=1e-6, atol=1e-7), (p.grad, e)
+    with opt.skip_synchronize():
+        opt.step()
     opt.zero_grad()
     F.mse_loss(model(x), y).backward()
     opt.step()
@@ -355,15 +364,27 @@ opt = hvd.DistributedOptimizer(torch.optim.SGD(
 F.mse_loss(model(data(5 + R)[0]), data(5 + R)[1]).backward()
 opt.step()
 assert_identical_across_ranks(model, "unnamed parameters, two param groups")
-done.append("named_parameters validation, generated names")
+extra = nn.Linear(2, 2)
+hvd.broadcast_parameters(extra.state_dict(), root_rank=0)
+opt.add_param_group({"params": extra.parameters(), "lr": 0.05})
+opt.zero_grad()
+x, _ = data(6 + R)
+extra(model(x)).sum().backward()
+opt.step()
+assert_identical_across_ranks(extra, "add_param_group")
+del opt
+import gc  # noqa: E402
+gc.collect()
+assert not model[0].weight._post_accumulate_grad_hooks, "hooks outlived their optimizer"
+done.append("named_parameters validation, generated names, add_param_group")
 
 # op=Sum, and a non-contiguous gradient (a parameter viewed through a transpose).
 model = small_model()
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                named_parameters=model.named_parameters(), op=hvd.Sum)
 x, y = data(20 + R)
+local = torch.autograd.grad(F.mse_loss(model(x), y), list(model.parameters()))
 F.mse_loss(model(x), y).backward()
-local = [p.grad.clone() for p in model.parameters()]
 expected = [hvd.allreduce(g, op=hvd.Sum, name=f"sum.{i}") for i, g in enumerate(local)]
 opt.synchronize()
 for p, e in zip(model.parameters(), expected):

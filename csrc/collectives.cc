@@ -88,14 +88,15 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   }
   if (work.size() < total * es) work.resize(total * es);
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
-  ring_reduce_scatter(t, work.data(), segs, dt, r.reduce_op, scratch, piece_bytes);
+  const double post = r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / t.size() : 1.0);
+  ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
+                      scratch, piece_bytes);
   const int me = t.rank();
   Outcome out;
   out.output = OwnedBuffer(segs.count[me] * es);
   out.output_shape = with_rows(e.request.shape, rows[me]);
   out.output_dtype = dt;
-  const double post = r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / t.size() : 1.0);
-  copy_scaled(out.output.data, work.data() + segs.offset[me] * es, segs.count[me], dt, post);
+  std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
   return out;
 }
 

@@ -59,56 +59,73 @@ void AllreduceExecutor::flush() {
   open_.clear();
 }
 
-void AllreduceExecutor::run(Batch& batch) {
-  if (batch.members.size() == 1 && batch.wire == batch.key.dtype) run_in_place(batch);
-  else run_fused(batch);
-  for (const Member& m : batch.members) {
-    if (m.entry) complete_(m.entry, Outcome{});
-  }
-}
-
 namespace {
+
+// Tensors at least this large are reduced in place rather than packed: copying them in and
+// out of the fusion buffer costs more than the extra messages of one more span.
+constexpr size_t kInPlaceBytes = 64 * 1024;
+
 double postscale_of(const Response& r, int size) {
   return r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / size : 1.0);
 }
+
 }  // namespace
 
-void AllreduceExecutor::run_in_place(const Batch& batch) {
-  const Response& r = batch.key;
-  const Member& m = batch.members[0];
-  const size_t es = dtype_size(r.dtype);
-  void* buf;
-  if (m.entry) {
-    buf = m.entry->output;
-    if (m.entry->input != buf || r.prescale != 1.0) copy_scaled(buf, m.entry->input, m.count, r.dtype, r.prescale);
-  } else {
-    if (fusion_buffer_.size() < m.count * es) fusion_buffer_.resize(m.count * es);
-    buf = fusion_buffer_.data();
-    std::memset(buf, 0, m.count * es);
-  }
-  ring_allreduce(transport_, buf, m.count, r.dtype, r.reduce_op, scratch_, config_.ring_piece_bytes);
-  const double post = postscale_of(r, transport_.size());
-  if (m.entry && post != 1.0) copy_scaled(buf, buf, m.count, r.dtype, post);
-}
-
-void AllreduceExecutor::run_fused(const Batch& batch) {
+void AllreduceExecutor::run(Batch& batch) {
   const Response& r = batch.key;
   const size_t ws = dtype_size(batch.wire);
-  if (fusion_buffer_.size() < batch.count * ws) fusion_buffer_.resize(batch.count * ws);
-  uint8_t* buf = fusion_buffer_.data();
+  const bool converted = batch.wire != r.dtype;
+  // Which members are packed depends only on the response, so every rank (joined ones
+  // included) lays out the same logical buffer.
+  auto in_place = [&](const Member& m) { return !converted && m.count * ws >= kInPlaceBytes; };
+  size_t packed = 0, zero_count = 0;
   for (const Member& m : batch.members) {
-    void* dst = buf + m.offset * ws;
+    if (!in_place(m)) packed += m.count;
+    else if (!m.entry) zero_count += m.count;
+  }
+  if (fusion_buffer_.size() < packed * ws) fusion_buffer_.resize(packed * ws);
+  if (zeros_.size() < zero_count * ws) zeros_.resize(zero_count * ws);
+  std::memset(zeros_.data(), 0, zero_count * ws);
+
+  std::vector<Span> spans{{fusion_buffer_.data(), packed}};
+  size_t pack_at = 0, zero_at = 0;
+  for (const Member& m : batch.members) {
+    if (in_place(m)) {
+      if (!m.entry) {
+        spans.push_back({zeros_.data() + zero_at * ws, m.count});
+        zero_at += m.count;
+      } else {
+        if (m.entry->input != m.entry->output || r.prescale != 1.0) {
+          copy_scaled(m.entry->output, m.entry->input, m.count, r.dtype, r.prescale);
+        }
+        spans.push_back({m.entry->output, m.count});
+      }
+      continue;
+    }
+    void* dst = fusion_buffer_.data() + pack_at * ws;
+    pack_at += m.count;
     if (!m.entry) std::memset(dst, 0, m.count * ws);
-    else if (batch.wire == r.dtype) copy_scaled(dst, m.entry->input, m.count, r.dtype, r.prescale);
+    else if (!converted) copy_scaled(dst, m.entry->input, m.count, r.dtype, r.prescale);
     else convert_scaled(dst, batch.wire, m.entry->input, r.dtype, m.count, r.prescale);
   }
-  ring_allreduce(transport_, buf, batch.count, batch.wire, r.reduce_op, scratch_, config_.ring_piece_bytes);
+
+  // Scaling after the reduction happens inside the ring (once per element, by its owner);
+  // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r, transport_.size());
+  ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
+                 converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+
+  pack_at = 0;
   for (const Member& m : batch.members) {
+    if (in_place(m)) continue;
+    const void* src = fusion_buffer_.data() + pack_at * ws;
+    pack_at += m.count;
     if (!m.entry) continue;
-    const void* src = buf + m.offset * ws;
-    if (batch.wire == r.dtype) copy_scaled(m.entry->output, src, m.count, r.dtype, post);
+    if (!converted) copy_scaled(m.entry->output, src, m.count, r.dtype, 1.0);
     else convert_scaled(m.entry->output, r.dtype, src, batch.wire, m.count, post);
+  }
+  for (const Member& m : batch.members) {
+    if (m.entry) complete_(m.entry, Outcome{});
   }
 }
 

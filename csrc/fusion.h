@@ -1,6 +1,7 @@
-// Tensor Fusion: ready all-reduces that share dtype, op, scaling and compression are packed
-// into one persistent buffer (up to the fusion threshold), reduced by one ring all-reduce,
-// and unpacked. A lone tensor that needs no conversion is reduced in place instead.
+// Tensor Fusion: ready all-reduces that share dtype, op, scaling and compression form a batch
+// (up to the fusion threshold) reduced by ONE ring all-reduce. Small tensors, and tensors
+// that travel compressed, are packed into a persistent fusion buffer; larger ones take part
+// in place, as further spans of the same logical buffer, so they are never copied.
 #pragma once
 
 #include <functional>
@@ -36,14 +37,13 @@ class AllreduceExecutor {
     size_t count = 0;
   };
   void run(Batch& batch);
-  void run_in_place(const Batch& batch);
-  void run_fused(const Batch& batch);
 
   Transport& transport_;
   const Config& config_;
   Complete complete_;
   std::vector<Batch> open_;
   std::vector<uint8_t> fusion_buffer_;  // persistent: grows to the largest batch, then reused
+  std::vector<uint8_t> zeros_;          // a joined rank's stand-in for in-place tensors
   std::vector<uint8_t> scratch_;        // ring receive buffer
 };
 

@@ -9,12 +9,16 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-// Piece boundaries of a segment: every piece but the last holds piece_elems elements.
-size_t piece_elems_for(size_t piece_bytes, size_t elem_size) {
-  return std::max<size_t>(1, piece_bytes / elem_size);
-}
-
 }  // namespace
+
+SpanBuffer::SpanBuffer(const std::vector<Span>& spans, size_t elem_size) : elem_size_(elem_size) {
+  for (const Span& s : spans) {
+    if (s.count == 0) continue;
+    spans_.push_back(s);
+    starts_.push_back(count_);
+    count_ += s.count;
+  }
+}
 
 size_t Segments::max_count() const {
   size_t m = 0;
@@ -34,66 +38,75 @@ Segments even_segments(size_t count, int parts) {
   return s;
 }
 
-void ring_reduce_scatter(Transport& t, void* buf, const Segments& segs, DataType dtype,
-                         ReduceOp op, std::vector<uint8_t>& scratch, size_t piece_bytes) {
+void ring_reduce_scatter(Transport& t, const SpanBuffer& buf, const Segments& segs,
+                         DataType dtype, ReduceOp op, double postscale,
+                         std::vector<uint8_t>& scratch, size_t piece_bytes) {
   const int n = t.size(), r = t.rank();
-  if (n == 1) return;
   const size_t es = dtype_size(dtype);
-  const size_t pe = piece_elems_for(piece_bytes, es);
-  if (scratch.size() < segs.max_count() * es) scratch.resize(segs.max_count() * es);
-  char* base = static_cast<char*>(buf);
-  const int right = mod(r + 1, n), left = mod(r - 1, n);
-  // Step s: send segment r-s-1 (partially reduced) right, receive segment r-s-2 from the left
-  // and fold it in. After n-1 steps segment r has passed through every rank and ends here.
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_seg = mod(r - s - 1, n), recv_seg = mod(r - s - 2, n);
-    std::vector<int> recv_ids;
-    for (size_t off = 0; off < segs.count[recv_seg]; off += pe) {
-      size_t c = std::min(pe, segs.count[recv_seg] - off);
-      recv_ids.push_back(t.post_recv(scratch.data() + off * es, c * es, left));
+  if (n > 1) {
+    const size_t piece = std::max<size_t>(1, piece_bytes / es);
+    if (scratch.size() < segs.max_count() * es) scratch.resize(segs.max_count() * es);
+    const int right = mod(r + 1, n), left = mod(r - 1, n);
+    struct Incoming { int id; char* dst; size_t count; size_t at; };
+    std::vector<Incoming> incoming;
+    // Step s: send segment r-s-1 (partially reduced) right, receive segment r-s-2 from the
+    // left and fold it in. After n-1 steps segment r has passed every rank and ends here.
+    // Sender and receiver cut a segment into the same messages: same pieces, same spans.
+    for (int s = 0; s < n - 1; ++s) {
+      const int send_seg = mod(r - s - 1, n), recv_seg = mod(r - s - 2, n);
+      incoming.clear();
+      size_t at = 0;
+      for (size_t off = 0; off < segs.count[recv_seg]; off += piece) {
+        buf.for_each_run(segs.offset[recv_seg] + off, std::min(piece, segs.count[recv_seg] - off),
+                         [&](char* p, size_t c) {
+                           incoming.push_back({t.post_recv(scratch.data() + at * es, c * es, left), p, c, at});
+                           at += c;
+                         });
+      }
+      for (size_t off = 0; off < segs.count[send_seg]; off += piece) {
+        buf.for_each_run(segs.offset[send_seg] + off, std::min(piece, segs.count[send_seg] - off),
+                         [&](char* p, size_t c) { t.post_send(p, c * es, right); });
+      }
+      for (const Incoming& in : incoming) {
+        t.wait(in.id);
+        reduce_into(in.dst, scratch.data() + in.at * es, in.count, dtype, op);
+      }
+      t.wait_all();
     }
-    for (size_t off = 0; off < segs.count[send_seg]; off += pe) {
-      size_t c = std::min(pe, segs.count[send_seg] - off);
-      t.post_send(base + (segs.offset[send_seg] + off) * es, c * es, right);
-    }
-    size_t off = 0;
-    for (int id : recv_ids) {
-      size_t c = std::min(pe, segs.count[recv_seg] - off);
-      t.wait(id);
-      reduce_into(base + (segs.offset[recv_seg] + off) * es, scratch.data() + off * es, c, dtype, op);
-      off += c;
-    }
-    t.wait_all();
+  }
+  if (postscale != 1.0) {
+    buf.for_each_run(segs.offset[r], segs.count[r],
+                     [&](char* p, size_t c) { copy_scaled(p, p, c, dtype, postscale); });
   }
 }
 
-void ring_allgather(Transport& t, void* buf, const Segments& segs, size_t es, size_t piece_bytes) {
+void ring_allgather(Transport& t, const SpanBuffer& buf, const Segments& segs, size_t piece_bytes) {
   const int n = t.size(), r = t.rank();
   if (n == 1) return;
-  const size_t pe = piece_elems_for(piece_bytes, es);
-  char* base = static_cast<char*>(buf);
+  const size_t es = buf.elem_size();
+  const size_t piece = std::max<size_t>(1, piece_bytes / es);
   const int right = mod(r + 1, n), left = mod(r - 1, n);
   // Step s: forward segment r-s (own at s=0) right, receive segment r-s-1 from the left.
   for (int s = 0; s < n - 1; ++s) {
     const int send_seg = mod(r - s, n), recv_seg = mod(r - s - 1, n);
-    for (size_t off = 0; off < segs.count[recv_seg]; off += pe) {
-      size_t c = std::min(pe, segs.count[recv_seg] - off);
-      t.post_recv(base + (segs.offset[recv_seg] + off) * es, c * es, left);
+    for (size_t off = 0; off < segs.count[recv_seg]; off += piece) {
+      buf.for_each_run(segs.offset[recv_seg] + off, std::min(piece, segs.count[recv_seg] - off),
+                       [&](char* p, size_t c) { t.post_recv(p, c * es, left); });
     }
-    for (size_t off = 0; off < segs.count[send_seg]; off += pe) {
-      size_t c = std::min(pe, segs.count[send_seg] - off);
-      t.post_send(base + (segs.offset[send_seg] + off) * es, c * es, right);
+    for (size_t off = 0; off < segs.count[send_seg]; off += piece) {
+      buf.for_each_run(segs.offset[send_seg] + off, std::min(piece, segs.count[send_seg] - off),
+                       [&](char* p, size_t c) { t.post_send(p, c * es, right); });
     }
     t.wait_all();
   }
 }
 
-void ring_allreduce(Transport& t, void* buf, size_t count, DataType dtype, ReduceOp op,
-                    std::vector<uint8_t>& scratch, size_t piece_bytes) {
-  if (t.size() == 1 || count == 0) return;
-  Segments segs = even_segments(count, t.size());
-  ring_reduce_scatter(t, buf, segs, dtype, op, scratch, piece_bytes);
-  ring_allgather(t, buf, segs, dtype_size(dtype), piece_bytes);
+void ring_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                    double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes) {
+  if (buf.count() == 0) return;
+  Segments segs = even_segments(buf.count(), t.size());
+  ring_reduce_scatter(t, buf, segs, dtype, op, postscale, scratch, piece_bytes);
+  ring_allgather(t, buf, segs, piece_bytes);
 }
 
 }  // namespace hvdlite

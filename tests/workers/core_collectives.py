@@ -93,6 +93,23 @@ def test_sizes_and_fusion():
         check(hvd.synchronize(h), reference(xs[i].shape, np.float64, hvd.Sum, seed=i), np.float64, f"many{i}")
 
 
+def test_mixed_batch_packed_and_in_place():
+    # Small tensors are packed into the fusion buffer, large ones (>= 64 KiB) join the same
+    # ring in place; out-of-place outputs, prescale and Average (scaled inside the ring).
+    sizes = [100, 40000, 7, 50000, 1, 17000, 300]
+    xs = [rank_data(R, (n,), np.float32, seed=10 + i) for i, n in enumerate(sizes)]
+    handles = [hvd.allreduce_async(x, op=hvd.Average, prescale_factor=2.0, name=f"mixed{i}")
+               for i, x in enumerate(xs)]
+    for i, h in enumerate(handles):
+        want = reference((sizes[i],), np.float32, hvd.Average, seed=10 + i) * 2.0
+        check(hvd.synchronize(h), want, np.float32, f"mixed{i}")
+    ys = [x.copy() for x in xs]
+    handles = [hvd.allreduce_async_(y, op=hvd.Sum, name=f"mixed_{i}") for i, y in enumerate(ys)]
+    for i, h in enumerate(handles):
+        hvd.synchronize(h)
+        check(ys[i], reference((sizes[i],), np.float32, hvd.Sum, seed=10 + i), np.float32, f"mixed_{i}")
+
+
 def test_different_submission_order():
     # Odd ranks submit in reverse order; negotiation must still pair the names.
     names = [f"order{i}" for i in range(25)]
@@ -195,6 +212,8 @@ def test_barrier_and_join():
         for i in range(3):
             got = hvd.allreduce(np.ones(4, np.float32), op=hvd.Sum, name=f"after_join{i}")
             assert (got == N - 1).all(), got
+            big = hvd.allreduce(np.ones(30000, np.float32), op=hvd.Sum, name=f"after_join_big{i}")
+            assert (big == N - 1).all(), big
             got = hvd.allreduce(np.ones(4, np.float32), name=f"after_join_avg{i}")
             assert np.allclose(got, (N - 1) / N), got
         last = hvd.join()

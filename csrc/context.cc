@@ -36,6 +36,7 @@ std::vector<int64_t> Context::enqueue(EntryList entries) {
       in_flight_.insert(e->request.name);
       queue_.push_back(std::move(e));
     }
+    work_queued_ = true;
   }
   cv_.notify_one();
   return handles;
@@ -45,6 +46,7 @@ void Context::shutdown() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     shutdown_requested_ = true;
+    work_queued_ = true;
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();

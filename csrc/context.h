@@ -3,6 +3,7 @@
 // Framework threads only call enqueue/poll/wait; every transport call happens on the thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,7 @@ class Context {
   EntryList queue_;                          // guarded by mu_: enqueued, not yet seen by the loop
   std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
   bool shutdown_requested_ = false;          // guarded by mu_
+  std::atomic<bool> work_queued_{false};     // set with queue_/shutdown, read without the lock
   bool stopped_ = false;                     // guarded by mu_
   Status stop_status_ = Status::ShutDown;    // guarded by mu_
   std::string stop_reason_;                  // guarded by mu_

@@ -1,7 +1,9 @@
 // The background loop: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
 // It never sleeps on a fixed cycle: with no work it blocks on a condition variable, and with
 // work it is always inside a negotiation round (see Controller::wait_for_round).
+#include <chrono>
 #include <cstdio>
+#include <thread>
 #include <unordered_map>
 
 #include "collectives.h"
@@ -13,11 +15,18 @@ void Context::run_loop() {
   try {
     while (true) {
       bool shutdown_requested;
+      if (pending_.empty()) {
+        // Work tends to follow work (the next gradient of a backward pass, the next step of
+        // a loop): look for it briefly before sleeping on the condition variable.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+        while (!work_queued_ && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      }
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; });
         for (auto& e : queue_) pending_.push_back(std::move(e));
         queue_.clear();
+        work_queued_ = shutdown_requested_;
         shutdown_requested = shutdown_requested_;
       }
       RoundOutcome round = controller_.negotiate(pending_, shutdown_requested);

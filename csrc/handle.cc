@@ -1,6 +1,8 @@
 #include "handle.h"
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 
 namespace hvdlite {
 
@@ -51,6 +53,14 @@ Outcome HandleTable::wait(int64_t handle) {
   auto it = slots_.find(handle);
   if (it == slots_.end()) throw Error(Status::InvalidArgument, "unknown or already synchronized handle " + std::to_string(handle));
   Slot& slot = it->second;  // references survive rehashing; iterators do not
+  // Small collectives finish within microseconds: look again briefly before sleeping, which
+  // saves a futex sleep and wake-up on both threads.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  while (!slot.done && std::chrono::steady_clock::now() < until) {
+    lk.unlock();
+    std::this_thread::yield();
+    lk.lock();
+  }
   cv_.wait(lk, [&] { return slot.done; });
   Outcome out = std::move(slot.outcome);
   slots_.erase(handle);

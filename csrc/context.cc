@@ -8,6 +8,7 @@ Context::Context(std::unique_ptr<Transport> transport, Config config)
       controller_(*transport_, config_),
       allreduce_(*transport_, config_,
                  [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); }) {
+  controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
   thread_ = std::thread([this] { run_loop(); });
 }
 

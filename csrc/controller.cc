@@ -1,6 +1,8 @@
 #include "controller.h"
 
 #include <chrono>
+#include <iterator>
+#include <string>
 #include <cstdio>
 #include <sstream>
 #include <thread>
@@ -23,6 +25,30 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 Controller::Controller(Transport& transport, const Config& config)
     : transport_(transport), config_(config), cache_(config.cache_capacity),
       last_stall_warning_(std::chrono::steady_clock::now()) {}
+
+void Controller::check_settings_agree() {
+  const std::pair<const char*, uint64_t> settings[] = {
+      {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
+      {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
+      {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
+  };
+  // AND of each value and of its complement: both survive unchanged only if all ranks agree.
+  std::vector<uint64_t> words;
+  for (const auto& s : settings) {
+    words.push_back(s.second);
+    words.push_back(~s.second);
+  }
+  transport_.start_control_and(words.data(), words.size());
+  while (!transport_.test_control()) std::this_thread::yield();
+  for (size_t i = 0; i < std::size(settings); ++i) {
+    if (words[2 * i] != settings[i].second || words[2 * i + 1] != ~settings[i].second) {
+      throw Error(Status::InvalidArgument,
+                  std::string(settings[i].first) + " differs across ranks (this rank: " +
+                  std::to_string(settings[i].second) + "); every rank must use the same value "
+                  "(hvdlite-run forwards HVDLITE_* settings to all ranks)");
+    }
+  }
+}
 
 RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) {
   const size_t span = cache_.span();

@@ -27,6 +27,10 @@ class Controller {
  public:
   Controller(Transport& transport, const Config& config);
 
+  // Throws InvalidArgument on every rank unless all ranks use the same settings that
+  // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
+  void check_settings_agree();
+
   // Runs one round over this rank's pending entries (updating their negotiation state).
   RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
 

@@ -27,12 +27,13 @@ def init(comm=None):
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free
     # (measured with examples/torch_bench.py). Read by MPI_Init; the user's setting wins.
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
-    _core.init()
     with _hook_lock:
         if not _atexit_registered:
+            # Registered first: MPI must be finalized at exit even if init() itself fails.
             atexit.register(_at_exit)
             _install_excepthook()
             _atexit_registered = True
+    _core.init()
 
 
 def shutdown():

@@ -50,3 +50,8 @@ def test_stall_warning_names_the_waiting_tensor():
                    timeout=120)
     assert "waited more than 1 s for other ranks: 'late.tensor'" in proc.stdout, proc.stdout
     assert proc.stdout.count("done") == 2
+
+
+def test_ranks_with_different_settings_fail_init():
+    out = run_mpi(2, "workers/core_settings_mismatch.py", timeout=120).stdout
+    assert out.count("refused") == 2, out

@@ -10,7 +10,7 @@ import tensorflow as tf
 import hvdlite as _hvd
 from hvdlite import ops as _ops
 
-from .mpi_ops import _as_array, aligned_empty_like, check_dtype, cross, op_name, wait_all
+from .mpi_ops import _broadcast_cross, check_dtype, op_name
 
 try:  # cloudpickle handles lambdas and local classes; plain pickle is the fallback
     import cloudpickle as _pickler
@@ -32,7 +32,7 @@ def broadcast_variables(variables, root_rank, name=None):
 
     Works for ``tf.Variable`` and Keras variables, eagerly (returns None) and inside a
     ``tf.function`` (returns the grouped assign op). All variables go to the core
-    together, so they negotiate (and are fused) as one batch.
+    together, so they negotiate in the same round.
     """
     variables = list(variables)
     if not variables:
@@ -43,18 +43,7 @@ def broadcast_variables(variables, root_rank, name=None):
         check_dtype(t, "broadcast_variables", _var_label(v, i))
     base = op_name("broadcast_variables", name)
     names = None if base is None else [f"{base}.{i}" for i in range(len(variables))]
-
-    def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
-        outs = [aligned_empty_like(a) for a in arrays]
-        handles = [_ops.broadcast_async(a, root_rank, output=o,
-                                        name=None if names is None else names[i])
-                   for i, (a, o) in enumerate(zip(arrays, outs))]
-        wait_all(handles)
-        return outs
-
-    new_values = cross(fn, values, [t.dtype for t in values], [t.shape for t in values],
-                       "HvdliteBroadcastVariables")
+    new_values = _broadcast_cross(values, root_rank, names, "HvdliteBroadcastVariables")
     assigns = [v.assign(nv) for v, nv in zip(variables, new_values)]
     if tf.executing_eagerly():
         return None

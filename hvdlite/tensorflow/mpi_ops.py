@@ -297,7 +297,7 @@ def _allgather_cross(tensors, names):
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
 
-def _broadcast_cross(tensors, root_rank, names):
+def _broadcast_cross(tensors, root_rank, names, label="HvdliteBroadcast"):
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
@@ -306,8 +306,7 @@ def _broadcast_cross(tensors, root_rank, names):
                    for i, (a, o) in enumerate(zip(arrays, outs))]
         wait_all(handles)
         return outs
-    return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],
-                 "HvdliteBroadcast")
+    return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors], label)
 
 
 # ------------------------------------------------------------------------- allreduce

@@ -32,20 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hvdlite.torch as hvd
-
-
-class DigitsCNN(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = nn.Linear(32 * 2 * 2, 64)
-        self.fc2 = nn.Linear(64, 10)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+from pytorch_digits import Net as DigitsCNN  # the example's model, as the issue asks
 
 
 def make_mlp(width):

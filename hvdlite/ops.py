@@ -183,3 +183,18 @@ def wait(handle: int) -> Result:
         with _refs_lock:
             _inflight_refs.pop(handle, None)
     return Result(output, bool(is_bf16), splits, last_rank)
+
+
+def wait_all(handles: Sequence[int]) -> List[Result]:
+    """Wait for every handle (so none is left pending), then raise the first error, if any."""
+    results, error = [], None
+    for h in handles:
+        try:
+            results.append(wait(h))
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the rest are freed
+            results.append(None)
+            if error is None:
+                error = e
+    if error is not None:
+        raise error
+    return results

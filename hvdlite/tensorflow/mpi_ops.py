@@ -180,19 +180,7 @@ def _result_array(res):
     return out
 
 
-def wait_all(handles):
-    """Wait for every handle (so none is left pending), then raise the first error."""
-    results, error = [], None
-    for h in handles:
-        try:
-            results.append(_ops.wait(h))
-        except Exception as e:  # noqa: BLE001 - re-raised below
-            results.append(None)
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
-    return results
+wait_all = _ops.wait_all
 
 
 def cross(fn, inputs, touts, shapes, label):

@@ -117,17 +117,7 @@ def synchronize(handle):
     core_handles, finish = _lookup(handle, "synchronize")
     with _handle_lock:
         _handles.pop(handle, None)
-    results, error = [], None
-    for h in core_handles:          # wait for all, so every core handle is freed
-        try:
-            results.append(_ops.wait(h))
-        except BaseException as e:  # noqa: B036 - re-raised below
-            results.append(None)
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
-    return finish(results)
+    return finish(_ops.wait_all(core_handles))
 
 
 # ---------------------------------------------------------------------------------------

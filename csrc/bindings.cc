@@ -120,26 +120,34 @@ bool is_ml_dtypes_bfloat16(nb::handle obj) {
 // Any DLPack / buffer-protocol array -> a view the core can use. numpy arrays of
 // ml_dtypes.bfloat16 (which neither protocol can describe) are read as their uint16 bits.
 template <typename Array>
-Array to_array(nb::handle obj, const std::string& name, const char* role, Request& req) {
-  bool bf16 = is_ml_dtypes_bfloat16(obj);
-  nb::object source = bf16 ? obj.attr("view")("uint16") : nb::borrow(obj);
-  Array a;
-  bool ok = false;
+bool try_import(nb::handle obj, Array& out) {
   try {
-    ok = nb::try_cast<Array>(source, a);
+    if (nb::try_cast<Array>(obj, out)) return true;
   } catch (const std::exception&) {
-    ok = false;  // nanobind cannot describe some numpy dtypes (e.g. strings) and throws
+    // nanobind cannot describe some numpy dtypes (e.g. strings) and throws
   }
-  if (!ok) {
-    PyErr_Clear();  // a failed import may leave a Python error behind
-    std::string type = nb::str(obj.type().attr("__name__")).c_str();
-    std::string dtype = "?";
-    if (nb::hasattr(obj, "dtype")) dtype = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
-    throw Error(Status::InvalidArgument,
-                "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
-                (std::string(role) == "output" ? " as a writable array" : "") +
-                "; pass a numpy array or a tensor supporting DLPack with one of the dtypes uint8, "
-                "int8, int32, int64, float16, bfloat16, float32, float64, bool");
+  PyErr_Clear();  // a failed import may leave a Python error behind
+  return false;
+}
+
+// Any DLPack / buffer-protocol array -> a view the core can use. numpy arrays of
+// ml_dtypes.bfloat16 (which neither protocol can describe) are read as their uint16 bits.
+template <typename Array>
+Array to_array(nb::handle obj, const std::string& name, const char* role, Request& req) {
+  Array a;
+  bool bf16 = false;
+  if (!try_import(obj, a)) {  // the common case costs one import; bfloat16 is checked after
+    bf16 = is_ml_dtypes_bfloat16(obj);
+    if (!bf16 || !try_import(obj.attr("view")("uint16"), a)) {
+      std::string type = nb::str(obj.type().attr("__name__")).c_str();
+      std::string dtype = "?";
+      if (nb::hasattr(obj, "dtype")) dtype = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
+      throw Error(Status::InvalidArgument,
+                  "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
+                  (std::string(role) == "output" ? " as a writable array" : "") +
+                  "; pass a numpy array or a tensor supporting DLPack with one of the dtypes uint8, "
+                  "int8, int32, int64, float16, bfloat16, float32, float64, bool");
+    }
   }
   describe(a, name, role, req, bf16);
   return a;

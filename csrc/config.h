@@ -11,7 +11,7 @@ struct Config {
   size_t fusion_threshold = size_t(64) << 20;  // HVDLITE_FUSION_THRESHOLD (bytes, 0 disables)
   double cycle_time_ms = 0.25;      // HVDLITE_CYCLE_TIME: longest sleep while waiting for peers
   size_t cache_capacity = 1024;     // HVDLITE_CACHE_CAPACITY (responses cached; 0 disables)
-  size_t ring_piece_bytes = size_t(1) << 20;  // HVDLITE_RING_PIECE_BYTES
+  size_t ring_piece_bytes = size_t(256) << 10;  // HVDLITE_RING_PIECE_BYTES
   double stall_warning_s = 60.0;    // HVDLITE_STALL_CHECK_TIME_SECONDS (0 disables)
   bool debug = false;               // HVDLITE_LOG_LEVEL=debug
 

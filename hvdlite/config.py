@@ -12,7 +12,7 @@ HVDLITE_CYCLE_TIME                  0.25      Milliseconds: the longest the back
                                               (it blocks) or when peers answer within 100 us.
 HVDLITE_CACHE_CAPACITY              1024      Responses remembered so repeated tensors skip the
                                               coordinator (one bit each per round). 0 disables.
-HVDLITE_RING_PIECE_BYTES            1048576   Size of the pieces a ring step is cut into, so
+HVDLITE_RING_PIECE_BYTES            262144    Size of the pieces a ring step is cut into, so
                                               reducing one overlaps receiving the next.
 HVDLITE_STALL_CHECK_TIME_SECONDS    60        Warn when a request waits this long for other
                                               ranks. 0 disables.
@@ -28,7 +28,7 @@ SETTINGS = {
     "HVDLITE_FUSION_THRESHOLD": "64 MiB",
     "HVDLITE_CYCLE_TIME": "0.25",
     "HVDLITE_CACHE_CAPACITY": "1024",
-    "HVDLITE_RING_PIECE_BYTES": "1 MiB",
+    "HVDLITE_RING_PIECE_BYTES": "256 KiB",
     "HVDLITE_STALL_CHECK_TIME_SECONDS": "60",
     "HVDLITE_LOG_LEVEL": "",
     "HVDLITE_ABORT_ON_ERROR": "1",

@@ -351,7 +351,6 @@ NB_MODULE(_core, m) {
     d["nccl"] = nccl_built();
     return d;
   });
-  m.def("reducescatter_rows", &reducescatter_rows);
 
   m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),

@@ -64,6 +64,8 @@ def _result_array(result: ops.Result):
 
 def synchronize(handle):
     """Wait for an async op and return its result (the output array, or a tuple for alltoall)."""
+    if handle == _EMPTY_GROUP:
+        return []
     with _finishers_lock:
         finisher = _finishers.pop(handle, None)
     result = ops.wait(handle)
@@ -105,8 +107,8 @@ def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, comp
     return handles
 
 
-class _GroupHandle(int):
-    """grouped_*_async returns one handle standing for the whole group (as Horovod does)."""
+# The handle of an empty group: nothing was enqueued, synchronize returns [].
+_EMPTY_GROUP = -1
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -128,8 +130,9 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def _track_group(handles, outputs):
     if not handles:
-        return _track(_GroupHandle(-1), lambda _: [])
-    # The group's last handle stands for it; synchronizing it waits for every member.
+        return _EMPTY_GROUP
+    # One handle stands for the group (as in Horovod): its last; synchronizing it waits for
+    # every member.
     rest = handles[:-1]
 
     def finish(_):

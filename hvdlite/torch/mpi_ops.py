@@ -391,20 +391,26 @@ class _GroupedAllreduceFn(torch.autograd.Function):
         return (None, None, None, None, None, *reduced)
 
 
+def _grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                             process_set, compression, inplace, opname):
+    _check_process_set(process_set)
+    op = _resolve_op(op, average)
+    tensors = list(tensors)
+    wire, python_side = _group_wire(compression, tensors, opname)
+    if python_side:
+        raise HvdliteInvalidArgumentError(
+            f"{opname}: only Compression.none/fp16/bf16 are supported by the async forms; "
+            "use grouped_allreduce() for a custom compressor")
+    return _start_grouped_allreduce(tensors, _group_names(name, len(tensors)), op,
+                                    prescale_factor, postscale_factor, wire, inplace, opname)
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set,
                             compression=None):
     """Start all-reducing a list of tensors as one group; ``synchronize`` returns a list."""
-    _check_process_set(process_set)
-    op = _resolve_op(op, average)
-    tensors = list(tensors)
-    wire, python_side = _group_wire(compression, tensors, "grouped_allreduce_async")
-    if python_side:
-        raise HvdliteInvalidArgumentError(
-            "grouped_allreduce_async: only Compression.none/fp16/bf16 are supported here; "
-            "use grouped_allreduce() for a custom compressor")
-    return _start_grouped_allreduce(tensors, _group_names(name, len(tensors)), op,
-                                    prescale_factor, postscale_factor, wire, False,
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, compression, False,
                                     "grouped_allreduce_async")
 
 
@@ -444,16 +450,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set,
                              compression=None):
     """In-place :func:`grouped_allreduce_async` (every tensor must be contiguous)."""
-    _check_process_set(process_set)
-    op = _resolve_op(op, average)
-    tensors = list(tensors)
-    wire, python_side = _group_wire(compression, tensors, "grouped_allreduce_async_")
-    if python_side:
-        raise HvdliteInvalidArgumentError(
-            "grouped_allreduce_async_: only Compression.none/fp16/bf16 are supported for "
-            "in-place all-reduce")
-    return _start_grouped_allreduce(tensors, _group_names(name, len(tensors)), op,
-                                    prescale_factor, postscale_factor, wire, True,
+    return _grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set, compression, True,
                                     "grouped_allreduce_async_")
 
 

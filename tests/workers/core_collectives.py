@@ -141,6 +141,7 @@ def test_grouped_allreduce():
     outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="grp")
     for i, o in enumerate(outs):
         check(o, reference((i + 2,), np.float32, hvd.Sum, seed=i), np.float32, f"group {i}")
+    assert hvd.grouped_allreduce([]) == [] and hvd.synchronize(hvd.grouped_allreduce_async([])) == []
     ys = [x.copy() for x in xs]
     hvd.grouped_allreduce_(ys, op=hvd.Average, name="grp_")
     for i, y in enumerate(ys):

@@ -31,7 +31,8 @@ from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from . import callbacks  # noqa: F401
 from .backend import BACKEND, SUPPORTED_BACKENDS, bridge, check_supported  # noqa: F401
 from .functions import allgather, allreduce, broadcast, broadcast_variables  # noqa: F401
-from .optimizer import DistributedOptimizer, load_model  # noqa: F401
+from .optimizer import (DistributedOptimizer, PartialDistributedOptimizer,  # noqa: F401
+                        load_model)
 
 
 def init(*args, **kwargs):

@@ -29,10 +29,24 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     the first batch, which is what Horovod did for Keras 2.
     """
 
-    def __init__(self, root_rank=0, device=''):
+    def __init__(self, root_rank=0, device='', local_variables=None):
         super().__init__()
         self.root_rank = int(root_rank)
         self.broadcast_done = False
+        self._local_vars = {}
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        for var in local_variables:
+            self.register_local_var(var)
+
+    def register_local_var(self, var):
+        """Leave ``var`` out of the broadcast: each rank keeps its own value."""
+        self._local_vars[id(var)] = var
+
+    def _global(self, variables):
+        return [v for v in variables if id(v) not in self._local_vars]
 
     def _broadcast(self):
         """Broadcast what exists; True when the optimizer's state was included."""
@@ -41,7 +55,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None and not getattr(opt, "built", True) and getattr(model, "built", False) \
                 and model.trainable_variables:
             opt.build(model.trainable_variables)
-        broadcast_variables(model.variables, root_rank=self.root_rank)
+        broadcast_variables(self._global(model.variables), root_rank=self.root_rank)
         if opt is not None and getattr(opt, "built", False):
             broadcast_variables(opt.variables, root_rank=self.root_rank)
             return True

@@ -29,8 +29,12 @@ class _HvdSettings:
 
     def __init__(self, name, compression=None, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                 average_aggregated_gradients=False, process_set=None):
+                 average_aggregated_gradients=False, process_set=None,
+                 scale_local_gradients=True):
         self.name = name
+        self.process_set = process_set
+        self.scale_local_gradients = bool(scale_local_gradients)
+        self.local_variables = {}   # id -> variable whose gradient stays local
         self.what = f"DistributedOptimizer({name})"
         self.sparse_as_dense = bool(sparse_as_dense)
         self.backward_passes_per_step = int(backward_passes_per_step)
@@ -40,10 +44,28 @@ class _HvdSettings:
                              f"{backward_passes_per_step}")
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
-        self.reduce = bridge().gradient_reducer(
+        self.reduce_all = bridge().gradient_reducer(
             name, op, float(gradient_predivide_factor),
             bridge().Compression.none if compression is None else compression,
             self.sparse_as_dense, process_set, self.what)
+
+    def reduce(self, grads, variables, when=None):
+        """All-reduce ``grads`` except those of local variables, which stay local (divided
+        by the number of ranks with ``scale_local_gradients``, as Horovod)."""
+        if not self.local_variables:
+            return self.reduce_all(grads, variables, when=when)
+        grads = list(grads)
+        shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
+        reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
+                                  when=when)
+        size = policy.set_size(self.process_set)
+        for i, v in enumerate(variables):
+            if id(v) in self.local_variables and grads[i] is not None \
+                    and self.scale_local_gradients:
+                grads[i] = grads[i] / size
+        for i, r in zip(shared, reduced):
+            grads[i] = r
+        return grads
 
 
 class _DistributedOptimizer:
@@ -57,6 +79,10 @@ class _DistributedOptimizer:
         if self._hvd is None:  # e.g. made by from_config on the dynamic class
             self._hvd = _HvdSettings("Distributed" + type(self).__name__)
         return self._hvd
+
+    def register_local_var(self, var):
+        """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
+        self._hvd_settings().local_variables[id(var)] = var
 
     def build(self, variables):
         super().build(variables)
@@ -151,7 +177,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          compression=None, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
-                         process_set=None):
+                         num_groups=0, groups=None, process_set=None,
+                         scale_local_gradients=True):
     """Wrap a Keras 3 optimizer so that gradients are all-reduced across ranks before
     they are applied (Horovod's ``hvd.DistributedOptimizer``).
 
@@ -170,13 +197,16 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             on every N-th call (``iterations`` still counts every call, as in Horovod).
         average_aggregated_gradients: divide the accumulated sum by N before applying.
         process_set: reduce over this process set only (default: all ranks).
-        device_dense, device_sparse: accepted for Horovod compatibility, ignored.
+        scale_local_gradients: divide the gradients of variables registered with
+            ``register_local_var`` (which are not all-reduced) by the number of ranks.
+        device_dense, device_sparse, num_groups, groups: accepted for Horovod
+            compatibility (every gradient already goes in one group).
     """
     _check_keras_optimizer(optimizer)
     settings = _HvdSettings(name or "Distributed" + type(optimizer).__name__, compression,
                             sparse_as_dense, op, gradient_predivide_factor,
                             backward_passes_per_step, average_aggregated_gradients,
-                            process_set)
+                            process_set, scale_local_gradients)
     new = _distributed_class(type(optimizer)).from_config(optimizer.get_config())
     new._hvd = settings
     if getattr(optimizer, "built", False):
@@ -185,6 +215,29 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         for dst, src in zip(new.variables, optimizer.variables):
             dst.assign(src)
     return new
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                                compression=None, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=None, local_layers=None,
+                                scale_local_gradients=True):
+    """A ``DistributedOptimizer`` that keeps the gradients of ``local_layers``' trainable
+    weights local (divided by the number of ranks when ``scale_local_gradients``)."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                               sparse_as_dense, gradient_predivide_factor, op,
+                               groups=groups, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,

@@ -35,12 +35,16 @@ def check_predivide(op, predivide, what):
         raise ValueError(f"{what}: gradient_predivide_factor is only supported with op=Average")
 
 
+def set_size(process_set=None):
+    """The number of ranks in ``process_set`` (None: all ranks)."""
+    return process_set.size() if process_set is not None else _hvd.size()
+
+
 def reduction(op, predivide, process_set=None):
     """(op, prescale, postscale) for the core: with a predivide factor f, Average is a Sum
     scaled by 1/f before and f/size after (Horovod's gradient_predivide_factor)."""
     if op == Average and predivide != 1.0:
-        size = process_set.size() if process_set is not None else _hvd.size()
-        return Sum, 1.0 / predivide, predivide / size
+        return Sum, 1.0 / predivide, predivide / set_size(process_set)
     return op, 1.0, 1.0
 
 

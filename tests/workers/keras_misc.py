@@ -162,6 +162,20 @@ with tempfile.TemporaryDirectory() as tmp:
     err = max(rel_err(a, b) for a, b in zip(weights(again), weights(model)))
     check(err < 1e-6, f"training resumes identically after hvd.load_model ({err:.2e})")
 
+# ------------------------------------- local layers: gradients and values stay per rank
+model = make_model()
+head = model.layers[-1]
+model.compile(optimizer=hvd.PartialDistributedOptimizer(keras.optimizers.SGD(0.1),
+                                                        local_layers=head),
+              loss="sparse_categorical_crossentropy")
+model.fit(shard(X, 3), shard(Y, 3), batch_size=LOCAL_B, shuffle=False, verbose=0,
+          callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(
+              0, local_variables=head.weights)])
+body, own = [np_of(w) for w in model.layers[0].weights], [np_of(w) for w in head.weights]
+same_on_all_ranks(body, "shared layer of a PartialDistributedOptimizer")
+gathered = np_of(hvd.allgather(own[0][None]))
+check(N == 1 or not np.array_equal(gathered[0], gathered[1]), "local layer stays per rank")
+
 # ------------------------------------------------------------------------- errors
 expect_error(TypeError, lambda: hvd.DistributedOptimizer(keras.optimizers.SGD),
              ["class SGD"], "optimizer class instead of instance")

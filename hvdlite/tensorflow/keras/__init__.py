@@ -32,8 +32,8 @@ from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
                                 broadcast_object, broadcast_variables)
-from hvdlite.keras import (DistributedOptimizer, allgather, allreduce,  # noqa: F401,E402
-                           broadcast, load_model)
+from hvdlite.keras import (DistributedOptimizer, PartialDistributedOptimizer,  # noqa: F401,E402
+                           allgather, allreduce, broadcast, load_model)
 
 from . import callbacks  # noqa: F401,E402
 

@@ -13,7 +13,8 @@ HVDLITE_CYCLE_TIME                  0.25      Milliseconds: the longest the back
 HVDLITE_CACHE_CAPACITY              1024      Responses remembered so repeated tensors skip the
                                               coordinator (one bit each per round). 0 disables.
 HVDLITE_RING_PIECE_BYTES            262144    Size of the pieces a ring step is cut into, so
-                                              reducing one overlaps receiving the next.
+                                              reducing one overlaps receiving the next
+                                              (at most 1 GiB).
 HVDLITE_STALL_CHECK_TIME_SECONDS    60        Warn when a request waits this long for other
                                               ranks. 0 disables.
 HVDLITE_LOG_LEVEL                   (unset)   ``debug`` prints every collective as it runs.

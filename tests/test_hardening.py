@@ -31,3 +31,10 @@ def test_fork_after_init():
 def test_shutdown_under_a_waiter_and_the_rank_that_left(np_):
     out = run_mpi(np_, "workers/core_shutdown_race.py", timeout=180).stdout
     assert out.count("ALL OK") == np_, out
+
+
+def test_adapters_apply_the_integer_argument_rule():
+    pytest.importorskip("torch")
+    pytest.importorskip("tensorflow")
+    out = run_mpi(2, "workers/adapter_arguments.py", timeout=300).stdout
+    assert out.count("ALL OK") == 2, out

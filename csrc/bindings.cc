@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <climits>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,18 +39,20 @@ std::shared_ptr<Context> g_context;
 std::mutex g_context_mu;     // guards the g_context pointer
 std::mutex g_lifecycle_mu;   // serialises init and shutdown
 std::atomic<pid_t> g_owner_pid{0};  // the process that ran init()
+// Set in a fork()ed child of an initialised process, which inherits the engine's memory but
+// not its thread or its MPI connection.
+std::atomic<bool> g_forked_child{false};
 
-// A fork()ed child inherits the engine's memory but not its thread or its MPI connection.
-bool in_forked_child() {
-  const pid_t owner = g_owner_pid.load();
-  return owner != 0 && owner != getpid();
-}
+bool in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
 
 // Runs in the child right after fork(): the inherited engine must never be destroyed there
 // (its destructor would join a thread that does not exist), so the child keeps a reference
 // it never drops. The child never changes g_context after this, so it reads it unlocked.
 void keep_engine_in_forked_child() {
-  if (g_context) new std::shared_ptr<Context>(g_context);
+  if (g_context) {
+    new std::shared_ptr<Context>(g_context);
+    g_forked_child = true;
+  }
 }
 
 std::shared_ptr<Context> current_context() {

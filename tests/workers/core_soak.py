@@ -165,6 +165,7 @@ t0 = time.time()
 baseline = None
 samples = []
 batches = ops = 0
+minute = 0
 while True:
     # Every rank stops at the same batch: rank 0's clock decides, through a broadcast.
     go = np.array([time.time() - t0 < duration], np.uint8)
@@ -187,6 +188,9 @@ while True:
         baseline = rss_mb()
     elif baseline is not None and batches % 10 == 0:
         samples.append(rss_mb())
+    if duration > 60 and elapsed // 60 > minute:  # long runs show the trend as they go
+        minute = elapsed // 60
+        print(f"rank {R}: minute {minute:.0f}: {ops} collectives, RSS {rss_mb():.1f} MB", flush=True)
 
 final = rss_mb()
 growth = (np.median(samples[-5:]) if samples else final) - (baseline or final)

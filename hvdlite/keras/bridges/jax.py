@@ -21,22 +21,23 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import io_callback
 
-import hvdlite as _hvd
+from hvdlite import _core
 from hvdlite import ops as _ops
 from hvdlite.compression import cast_compressors
 from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError
 
-from ..policy import (process_set_kwargs, reduction, variable_label, wire_format,
-                      with_labels)
+from ..policy import (process_set_kwargs, reduction, set_size, variable_label,
+                      wire_format, with_labels)
 
 Compression, FP16Compressor, BF16Compressor = cast_compressors(
     cast=lambda tensor, dtype: tensor.astype(dtype),
     is_floating=lambda dtype: jnp.issubdtype(dtype, jnp.floating),
     float16=np.dtype("float16"), bfloat16=np.dtype(jnp.bfloat16))
 
-#: dtypes the core moves (JAX has no float64/int64 unless jax_enable_x64 is set).
-SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
-    "uint8", "int8", "int32", "int64", "float16", jnp.bfloat16, "float32", "float64", "bool"))
+#: dtypes the core moves, from its own table (JAX makes float64/int64 only with
+#: jax_enable_x64).
+SUPPORTED_DTYPES = tuple(np.dtype(jnp.bfloat16) if name == "bfloat16" else np.dtype(name)
+                         for name in _core.supported_dtypes())
 _PACKABLE = (np.dtype("float32"), np.dtype("float64"))
 
 
@@ -161,10 +162,6 @@ def allreduce(value, name, op, prescale_factor, postscale_factor, compression, p
                               postscale_factor, compression, process_set)[0]
 
 
-def _set_size(process_set):
-    return process_set.size() if process_set is not None else _hvd.size()
-
-
 def allgather(value, name, process_set):
     """Concatenate every rank's rows. Eagerly the ranks' first dimensions may differ;
     inside jit the output shape must be known at trace time, so they must be equal."""
@@ -176,7 +173,7 @@ def allgather(value, name, process_set):
     if not _traced(x):
         res = _ops.wait(_ops.allgather_async(np.asarray(x), name=rname, **ps))
         return jnp.asarray(res.output.view(jnp.bfloat16) if res.bfloat16 else res.output)
-    shape = (x.shape[0] * _set_size(process_set),) + tuple(x.shape[1:])
+    shape = (x.shape[0] * set_size(process_set),) + tuple(x.shape[1:])
 
     def host(array):
         res = _ops.wait(_ops.allgather_async(np.asarray(array), name=rname, **ps))

@@ -108,6 +108,10 @@ def timed_fit(model, xy, args, verbose=0, callbacks=()):
             self.stamps = []
 
         def on_train_batch_end(self, batch, logs=None):
+            # Wait for the step's result: JAX dispatches steps asynchronously, and a
+            # timestamp taken at dispatch would time the queue, not the step.
+            if logs and "loss" in logs:
+                keras.ops.convert_to_numpy(logs["loss"])
             self.stamps.append(time.perf_counter())
 
     timer = StepTimer()

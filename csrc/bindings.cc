@@ -14,6 +14,7 @@
 #include "collectives.h"
 #include "context.h"
 #include "hvdlite.h"
+#include "timeline.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;
@@ -327,11 +328,16 @@ NB_MODULE(_core, m) {
     Config config = Config::from_env();
     nb::gil_scoped_release release;
     g_context = std::make_unique<Context>(make_mpi_transport(), config);
+    if (!config.timeline.empty()) {
+      start_timeline_on_rank(config.timeline, g_context->topology().rank,
+                             config.timeline_all_ranks, config.timeline_mark_cycles);
+    }
   });
   m.def("shutdown", [] {
     std::lock_guard<std::mutex> lk(g_context_mu);
     nb::gil_scoped_release release;
     g_context.reset();
+    Timeline::get().stop();
   });
   m.def("finalize", [] { finalize_mpi_if_owned(); });
   m.def("is_initialized", [] { return g_context != nullptr; });
@@ -362,5 +368,28 @@ NB_MODULE(_core, m) {
   m.def("enqueue_barrier", [](const std::string& name) { return enqueue_marker(name, OpType::Barrier); });
   m.def("enqueue_join", [](const std::string& name) { return enqueue_marker(name, OpType::Join); });
   m.def("poll", [](int64_t h) { return context().poll(h); });
+
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    Context& ctx = context();
+    start_timeline_on_rank(path, ctx.topology().rank, ctx.config().timeline_all_ranks, mark_cycles);
+  });
+  m.def("stop_timeline", [] {
+    nb::gil_scoped_release release;
+    Timeline::get().stop();
+  });
+  m.def("settings_table", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> rows;
+    for (const SettingInfo& s : settings_table()) rows.emplace_back(s.name, s.alias, s.default_text, s.meaning);
+    return rows;
+  });
+  // Parses every setting (raising on a bad value) and returns the ones Python acts on.
+  m.def("read_settings", [] {
+    Config c = Config::from_env();
+    nb::dict d;
+    d["abort_on_error"] = c.abort_on_error;
+    d["timeline"] = c.timeline;
+    d["autotune"] = c.autotune;
+    return d;
+  });
   m.def("wait", &wait);
 }

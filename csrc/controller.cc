@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "timeline.h"
 #include "validate.h"
 
 namespace hvdlite {
@@ -132,7 +133,9 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   if (transport_.rank() == 0) {
     std::vector<std::vector<Request>> by_rank;
     for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
-    encode_responses(decide_ready(by_rank), decided);
+    std::vector<Response> decisions = decide_ready(by_rank);
+    Timeline::get().note_decisions(by_rank, decisions);
+    encode_responses(decisions, decided);
   }
   transport_.broadcast_control(decided);
   return decode_responses(decided.data(), decided.size());
@@ -147,13 +150,13 @@ void Controller::wait_for_round(const EntryList& pending) {
   while (!transport_.test_control()) {
     auto now = clock::now();
     if (now - start < spin) continue;  // peers usually arrive within microseconds
-    if (config_.stall_warning_s > 0 &&
-        now - last_stall_warning_ > std::chrono::duration<double>(config_.stall_warning_s)) {
+    if (config_.stall_check_s > 0 &&
+        now - last_stall_warning_ > std::chrono::duration<double>(config_.stall_check_s)) {
       last_stall_warning_ = now;
       std::ostringstream names;
       int n = 0;
       for (auto& e : pending) {
-        if (now - e->enqueued > std::chrono::duration<double>(config_.stall_warning_s) && n++ < 10) {
+        if (now - e->enqueued > std::chrono::duration<double>(config_.stall_check_s) && n++ < 10) {
           names << (n > 1 ? ", " : "") << "'" << e->request.name << "'";
         }
       }
@@ -162,7 +165,7 @@ void Controller::wait_for_round(const EntryList& pending) {
                      "[hvdlite rank %d] warning: %d request(s) have waited more than %.0f s for "
                      "other ranks: %s. Some rank has not submitted them (different names, order "
                      "of conditional collectives, or a rank stuck elsewhere).\n",
-                     transport_.rank(), n, config_.stall_warning_s, names.str().c_str());
+                     transport_.rank(), n, config_.stall_check_s, names.str().c_str());
       }
     }
     std::this_thread::sleep_for(std::min(sleep, max_sleep));

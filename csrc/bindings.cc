@@ -382,13 +382,23 @@ NB_MODULE(_core, m) {
     for (const SettingInfo& s : settings_table()) rows.emplace_back(s.name, s.alias, s.default_text, s.meaning);
     return rows;
   });
-  // Parses every setting (raising on a bad value) and returns the ones Python acts on.
+  // Parses every setting (raising on a bad value) and returns the values.
   m.def("read_settings", [] {
     Config c = Config::from_env();
     nb::dict d;
-    d["abort_on_error"] = c.abort_on_error;
+    d["fusion_threshold"] = c.fusion_threshold;
+    d["cycle_time_ms"] = c.cycle_time_ms;
+    d["cache_capacity"] = c.cache_capacity;
+    d["ring_piece_bytes"] = c.ring_piece_bytes;
+    d["stall_check_s"] = c.stall_check_s;
+    d["stall_shutdown_s"] = c.stall_shutdown_s;
     d["timeline"] = c.timeline;
+    d["timeline_mark_cycles"] = c.timeline_mark_cycles;
+    d["timeline_all_ranks"] = c.timeline_all_ranks;
     d["autotune"] = c.autotune;
+    d["autotune_log"] = c.autotune_log;
+    d["debug"] = c.debug;
+    d["abort_on_error"] = c.abort_on_error;
     return d;
   });
   m.def("wait", &wait);

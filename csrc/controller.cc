@@ -25,7 +25,7 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 Controller::Controller(Transport& transport, const Config& config)
     : transport_(transport), config_(config), cache_(config.cache_capacity),
-      last_stall_warning_(std::chrono::steady_clock::now()) {}
+      stall_(transport, config) {}
 
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {
@@ -150,24 +150,7 @@ void Controller::wait_for_round(const EntryList& pending) {
   while (!transport_.test_control()) {
     auto now = clock::now();
     if (now - start < spin) continue;  // peers usually arrive within microseconds
-    if (config_.stall_check_s > 0 &&
-        now - last_stall_warning_ > std::chrono::duration<double>(config_.stall_check_s)) {
-      last_stall_warning_ = now;
-      std::ostringstream names;
-      int n = 0;
-      for (auto& e : pending) {
-        if (now - e->enqueued > std::chrono::duration<double>(config_.stall_check_s) && n++ < 10) {
-          names << (n > 1 ? ", " : "") << "'" << e->request.name << "'";
-        }
-      }
-      if (n > 0) {
-        std::fprintf(stderr,
-                     "[hvdlite rank %d] warning: %d request(s) have waited more than %.0f s for "
-                     "other ranks: %s. Some rank has not submitted them (different names, order "
-                     "of conditional collectives, or a rank stuck elsewhere).\n",
-                     transport_.rank(), n, config_.stall_check_s, names.str().c_str());
-      }
-    }
+    stall_.check(pending);
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;
   }

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "message.h"
 #include "response_cache.h"
+#include "stall_inspector.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
 
@@ -34,6 +35,10 @@ class Controller {
   // Runs one round over this rank's pending entries (updating their negotiation state).
   RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
 
+  // The stall inspector's turn while the engine is idle (it also runs inside every round).
+  void check_stalls(const EntryList& pending) { stall_.check(pending); }
+  std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
+
  private:
   void wait_for_round(const EntryList& pending);
   std::vector<Response> ask_coordinator(EntryList& pending);
@@ -42,7 +47,7 @@ class Controller {
   const Config& config_;
   ResponseCache cache_;
   int64_t round_ = 0;
-  std::chrono::steady_clock::time_point last_stall_warning_;
+  StallInspector stall_;
 };
 
 }  // namespace hvdlite

@@ -24,7 +24,13 @@ void Context::run_loop() {
       }
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; });
+        // Idle: wake now and then so the stall inspector can answer and warn.
+        while (!cv_.wait_for(lk, controller_.stall_poll_interval(),
+                             [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; })) {
+          lk.unlock();
+          controller_.check_stalls(pending_);
+          lk.lock();
+        }
         for (auto& e : queue_) {
           trace_drained(*e);
           pending_.push_back(std::move(e));

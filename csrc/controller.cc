@@ -23,15 +23,16 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 }  // namespace
 
-Controller::Controller(Transport& transport, const Config& config)
+Controller::Controller(Transport& transport, Config& config)
     : transport_(transport), config_(config), cache_(config.cache_capacity),
-      stall_(transport, config) {}
+      stall_(transport, config), autotune_(config, transport.rank()) {}
 
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {
       {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
       {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
+      {"HVDLITE_AUTOTUNE", config_.autotune},
   };
   // AND of each value and of its complement: both survive unchanged only if all ranks agree.
   std::vector<uint64_t> words;
@@ -54,9 +55,10 @@ void Controller::check_settings_agree() {
 RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) {
   const size_t span = cache_.span();
   const size_t nwords = (span + 63) / 64;
-  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  std::vector<uint64_t> words(1 + 2 * nwords + (autotune_.enabled() ? Autotune::kWords : 0), 0);
   uint64_t* ready = words.data() + 1;
   uint64_t* valid = ready + nwords;
+  uint64_t* tuning = valid + nwords;  // rank 0's autotune choice travels here
   for (size_t i = 0; i < nwords; ++i) valid[i] = ~uint64_t(0);
 
   bool need_coordinator = false, joined = false;
@@ -88,8 +90,10 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   if (!need_coordinator) words[0] |= kNoNewRequests;
   if (!shutdown_requested) words[0] |= kNoShutdown;
 
+  if (autotune_.enabled()) autotune_.contribute(tuning);
   transport_.start_control_and(words.data(), words.size());
   wait_for_round(pending);
+  if (autotune_.enabled()) autotune_.apply(tuning);
 
   RoundOutcome out;
   out.shutdown = !(words[0] & kNoShutdown);
@@ -114,6 +118,7 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
     }
     out.responses.insert(out.responses.end(), decided.begin(), decided.end());
   }
+  autotune_.observe(out.responses);
   ++round_;
   return out;
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "autotune.h"
 #include "config.h"
 #include "message.h"
 #include "response_cache.h"
@@ -26,7 +27,8 @@ struct RoundOutcome {
 
 class Controller {
  public:
-  Controller(Transport& transport, const Config& config);
+  // config: the live settings; autotune may change them between rounds.
+  Controller(Transport& transport, Config& config);
 
   // Throws InvalidArgument on every rank unless all ranks use the same settings that
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
@@ -48,6 +50,7 @@ class Controller {
   ResponseCache cache_;
   int64_t round_ = 0;
   StallInspector stall_;
+  Autotune autotune_;
 };
 
 }  // namespace hvdlite

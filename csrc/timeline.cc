@@ -96,7 +96,7 @@ void Timeline::start(const std::string& path, int rank, bool mark_cycles) {
   }
   fd_ = fd;
   rank_ = rank;
-  start_ = Clock::now();
+  start_ns_ = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   tail_ = static_cast<int64_t>(head.size());
   first_event_ = true;
   tids_.clear();
@@ -124,7 +124,8 @@ void Timeline::stop() {
 }
 
 int64_t Timeline::since_start(Clock::time_point t) const {
-  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(t - start_).count());
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  return std::max<int64_t>(0, ns - start_ns_.load(std::memory_order_relaxed));
 }
 
 void Timeline::push(Event e) {

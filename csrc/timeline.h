@@ -76,6 +76,7 @@ class Timeline {
 
   std::atomic<bool> active_{false};
   std::atomic<bool> mark_cycles_{false};
+  std::atomic<int64_t> start_ns_{0};  // steady clock at start(), read by the engine's hooks
   std::mutex start_mu_;          // serialises start/stop
 
   std::mutex mu_;                // guards the queue and the writer's stop flag
@@ -88,7 +89,6 @@ class Timeline {
   // Writer thread only (set before it starts).
   int fd_ = -1;
   int rank_ = 0;
-  Clock::time_point start_;
   int64_t tail_ = 0;             // file offset where the closing "]" is written
   bool first_event_ = true;
   std::unordered_map<std::string, int> tids_;

@@ -2,9 +2,8 @@
 schema, per-track nesting and content for a known loop (tests/workers/timeline_loop.py) are
 checked, that stays valid JSON when the job is killed."""
 import json
-import os
-
-import pytest
+import subprocess
+import sys
 
 from mpi_launch import run_mpi
 
@@ -121,3 +120,13 @@ def test_timeline_is_valid_json_after_kill(tmp_path):
     assert proc.returncode != 0 and "done" not in proc.stdout
     _, by_track = load_checked(path)
     check_known_loop(by_track)
+
+
+def test_every_adapter_has_start_and_stop_timeline():
+    code = ("import hvdlite, hvdlite.torch, hvdlite.tensorflow, hvdlite.tensorflow.keras\n"
+            "for m in (hvdlite, hvdlite.torch, hvdlite.tensorflow, hvdlite.tensorflow.keras):\n"
+            "    assert m.start_timeline is hvdlite.start_timeline, m\n"
+            "    assert m.stop_timeline is hvdlite.stop_timeline, m\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -70,6 +70,7 @@ StallInspector::StallInspector(Transport& transport, const Config& config)
 }
 
 std::chrono::milliseconds StallInspector::poll_interval() const {
+  if (!enabled()) return std::chrono::hours(1);  // nothing to do: the idle engine sleeps on
   // A tenth of the threshold: the warning comes at most 10% late; never busier than 10 ms.
   const auto ms = static_cast<int64_t>(threshold_s_ * 100);
   return std::chrono::milliseconds(std::clamp<int64_t>(ms, 10, 1000));

@@ -7,7 +7,8 @@ import sys
 
 from mpi_launch import run_mpi
 
-TENSORS = ["params", "grad.small.0", "grad.small.1", "grad.big", "grad.compressed", "grad.late"]
+TENSORS = ["params", "grad.small.0", "grad.small.1", "grad.big", "grad.compressed", "grad.late",
+           "grad.other"]
 STEPS = 3
 
 

@@ -24,11 +24,19 @@ for step in range(3):
     hb = hvd.allreduce_async(big, name="grad.big", op=hvd.Sum)
     hc = hvd.allreduce_async(np.ones(1000, np.float32), name="grad.compressed", op=hvd.Sum,
                              compression="fp16")
-    if step == 0 and hvd.rank() == 1:
-        time.sleep(0.2)
-    late = hvd.allreduce(np.ones(8, np.float32), name="grad.late", op=hvd.Sum)
+    # Rank 1 submits grad.other first and grad.late 0.2 s later (at step 0); rank 0 the other
+    # way round. grad.other keeps rank 1's engine negotiating meanwhile, so the coordinator
+    # sees grad.late from rank 0 alone first.
+    if hvd.rank() == 1:
+        ho = hvd.allreduce_async(np.ones(8, np.float32), name="grad.other", op=hvd.Sum)
+        if step == 0:
+            time.sleep(0.2)
+        late = hvd.allreduce(np.ones(8, np.float32), name="grad.late", op=hvd.Sum)
+    else:
+        late = hvd.allreduce(np.ones(8, np.float32), name="grad.late", op=hvd.Sum)
+        ho = hvd.allreduce_async(np.ones(8, np.float32), name="grad.other", op=hvd.Sum)
     assert (late == hvd.size()).all()
-    for h in (hs, hb, hc):
+    for h in (hs, hb, hc, ho):
         hvd.synchronize(h)
 if mode == "kill":
     time.sleep(0.5)  # let the writer thread catch up, then die without any cleanup

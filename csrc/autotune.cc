@@ -73,46 +73,70 @@ void Autotune::apply(const uint64_t* words) {
 }
 
 void Autotune::next_trial() {
-  while (setting_ < kWords && candidate_ >= candidates_[setting_].size()) {
-    // This setting is done. A challenger replaces the incumbent (measured again in this
-    // same sweep, so both saw the same conditions) only when clearly better: noise alone
-    // must not keep the search moving.
-    double incumbent = 0;
-    for (auto& s : scores_) {
-      if (s.first == best_[setting_]) incumbent = s.second;
+  while (true) {
+    if (setting_ == kWords) {
+      ++pass_;
+      if (!changed_in_pass_ || pass_ == kMaxPasses) {
+        proposed_ = best_;
+        converged_ = true;
+        log_row("final", best_, best_score_, 0);
+        return;
+      }
+      changed_in_pass_ = false;
+      setting_ = 0;
     }
-    auto best = std::max_element(scores_.begin(), scores_.end(),
-                                 [](auto& a, auto& b) { return a.second < b.second; });
-    best_score_ = incumbent;
-    if (best != scores_.end() && best->first != best_[setting_] && best->second > incumbent * kImprovement) {
-      best_[setting_] = best->first;
-      best_score_ = best->second;
-      changed_in_pass_ = true;
+    proposed_ = best_;
+    if (candidate_ < candidates_[setting_].size()) {  // sweeping this setting's candidates
+      proposed_[setting_] = candidates_[setting_][candidate_];
+      break;
+    }
+    if (!confirming_) {
+      // Sweep done. The incumbent was measured in this same sweep; a challenger that beats
+      // it clearly is measured once more against it before it may replace it, so one lucky
+      // window cannot move the search.
+      double incumbent = 0;
+      for (auto& s : scores_) {
+        if (s.first == best_[setting_]) incumbent = s.second;
+      }
+      auto best = std::max_element(scores_.begin(), scores_.end(),
+                                   [](auto& a, auto& b) { return a.second < b.second; });
+      if (best->first != best_[setting_] && best->second > incumbent * kImprovement) {
+        confirming_ = true;
+        confirm_ = {{{best_[setting_], incumbent}, {best->first, best->second}}};
+        confirmed_ = 0;
+        proposed_[setting_] = confirm_[0].first;
+        break;
+      }
+      best_score_ = incumbent;
+    } else if (confirmed_ < confirm_.size()) {
+      proposed_[setting_] = confirm_[confirmed_].first;
+      break;
+    } else {
+      // Both measured twice: the challenger wins on the sum, by the same margin.
+      confirming_ = false;
+      const bool challenger_won = confirm_[1].second > confirm_[0].second * kImprovement;
+      if (challenger_won) {
+        best_[setting_] = confirm_[1].first;
+        changed_in_pass_ = true;
+      }
+      best_score_ = confirm_[challenger_won ? 1 : 0].second / 2;
     }
     scores_.clear();
     candidate_ = 0;
     ++setting_;
   }
-  if (setting_ == kWords) {
-    ++pass_;
-    if (!changed_in_pass_ || pass_ == kMaxPasses) {
-      proposed_ = best_;
-      converged_ = true;
-      log_row("final", best_, best_score_, 0);
-      return;
-    }
-    changed_in_pass_ = false;
-    setting_ = 0;
-  }
-  proposed_ = best_;
-  proposed_[setting_] = candidates_[setting_][candidate_];
   ++trial_;
 }
 
 void Autotune::finish_trial(double score) {
-  scores_.emplace_back(proposed_[setting_], score);
-  log_row("trial", proposed_, score, kSamplesPerTrial);
-  ++candidate_;
+  if (confirming_) {
+    confirm_[confirmed_++].second += score;
+    log_row("confirm", proposed_, score, kSamplesPerTrial);
+  } else {
+    scores_.emplace_back(proposed_[setting_], score);
+    log_row("trial", proposed_, score, kSamplesPerTrial);
+    ++candidate_;
+  }
   next_trial();
 }
 

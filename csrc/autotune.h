@@ -4,9 +4,12 @@
 // time the first tensor seen reappears, so windows never cut a step in two).
 //
 // The search is a coordinate search over a small grid: each setting in turn tries its
-// candidates with the others held at their best so far, and keeps the best. A pass that
-// changes nothing means the search has converged; the best values then stay (at most
-// kMaxPasses passes). Every trial and the final choice go to HVDLITE_AUTOTUNE_LOG (CSV).
+// candidates with the others held at their best so far. A challenger that beats the
+// incumbent by 3% is measured once more against it (this machine's noise is larger than
+// most differences) and replaces it only if it still wins on both measurements together.
+// A pass that changes nothing means the search has converged; the best values then stay
+// (at most kMaxPasses passes). Every trial, confirmation and the final choice go to
+// HVDLITE_AUTOTUNE_LOG (CSV).
 //
 // Rank 0 decides. Its current values travel with every negotiation round: it puts them in
 // extra words of the round's bitwise AND and every other rank puts all ones, so the AND
@@ -63,6 +66,9 @@ class Autotune {
   bool changed_in_pass_ = false;
   int trial_ = 0;
   std::vector<std::pair<uint64_t, double>> scores_;  // this setting's candidates so far
+  bool confirming_ = false;         // re-measuring incumbent and challenger
+  std::array<std::pair<uint64_t, double>, 2> confirm_;  // (value, summed score) of both
+  size_t confirmed_ = 0;
 
   // Measurement (rank 0).
   std::string marker_;                // first all-reduce seen: its return ends a step

@@ -3,8 +3,6 @@
 #include <chrono>
 #include <iterator>
 #include <string>
-#include <cstdio>
-#include <sstream>
 #include <thread>
 
 #include "timeline.h"

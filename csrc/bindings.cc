@@ -326,6 +326,7 @@ NB_MODULE(_core, m) {
     std::lock_guard<std::mutex> lk(g_context_mu);
     if (g_context) return;
     Config config = Config::from_env();
+    if (!config.timeline.empty()) check_timeline_path(config.timeline, "HVDLITE_TIMELINE");
     nb::gil_scoped_release release;
     g_context = std::make_unique<Context>(make_mpi_transport(), config);
     if (!config.timeline.empty()) {

@@ -275,6 +275,15 @@ std::vector<int> Timeline::take_late_ranks(const std::string& name) {
   return late;
 }
 
+void check_timeline_path(const std::string& path, const char* setting) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+  if (::access(dir.c_str(), W_OK) != 0) {
+    throw Error(Status::InvalidArgument, std::string(setting) + "='" + path + "': cannot write to '" +
+                dir + "' (" + std::strerror(errno) + ")");
+  }
+}
+
 void start_timeline_on_rank(const std::string& path, int rank, bool all_ranks, bool mark_cycles) {
   if (path.empty()) {
     throw Error(Status::InvalidArgument, "start_timeline() needs a file name");

@@ -102,6 +102,10 @@ class Timeline {
 // every rank when all_ranks is set, each to path's stem + "." + rank + path's extension.
 void start_timeline_on_rank(const std::string& path, int rank, bool all_ranks, bool mark_cycles);
 
+// Throws InvalidArgument naming the setting when path's directory cannot take the file, so
+// that init() fails before the engine starts rather than after.
+void check_timeline_path(const std::string& path, const char* setting);
+
 // The engine's hooks (each a no-op while the timeline is off).
 // The engine moved the entry from the queue to its pending list.
 void trace_drained(TensorEntry& entry);

@@ -74,6 +74,13 @@ def test_hvdlite_name_wins_over_the_alias(monkeypatch):
     assert config.read()["fusion_threshold"] == 4096
 
 
+def test_unwritable_timeline_fails_init(monkeypatch, tmp_path):
+    monkeypatch.setenv("HVDLITE_TIMELINE", str(tmp_path / "missing" / "t.json"))
+    with pytest.raises(hvd.HvdliteInvalidArgumentError, match="HVDLITE_TIMELINE=.*cannot write"):
+        hvd.init()
+    assert not hvd.is_initialized()
+
+
 @pytest.mark.parametrize("var,value", [
     ("HVDLITE_FUSION_THRESHOLD", "64MB"),
     ("HOROVOD_FUSION_THRESHOLD", "-1"),
@@ -83,13 +90,6 @@ def test_hvdlite_name_wins_over_the_alias(monkeypatch):
     ("HOROVOD_LOG_LEVEL", "verbose"),
     ("HVDLITE_ABORT_ON_ERROR", "no thanks"),
 ])
-def test_unwritable_timeline_fails_init(monkeypatch, tmp_path):
-    monkeypatch.setenv("HVDLITE_TIMELINE", str(tmp_path / "missing" / "t.json"))
-    with pytest.raises(hvd.HvdliteInvalidArgumentError, match="HVDLITE_TIMELINE=.*cannot write"):
-        hvd.init()
-    assert not hvd.is_initialized()
-
-
 def test_unparsable_value_fails_init_naming_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     # init() parses the settings before it starts MPI, so this process stays MPI-free.

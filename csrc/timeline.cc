@@ -16,6 +16,10 @@ namespace {
 
 // Events waiting for the writer at most; beyond this the engine drops events, never waits.
 constexpr size_t kQueueCapacity = 1 << 16;
+// The writer wakes this often, or when the queue is a quarter full: waking it per event
+// would cost the engine a context switch per collective.
+constexpr auto kWriteInterval = std::chrono::milliseconds(100);
+constexpr size_t kWakeWriterAt = kQueueCapacity / 4;
 constexpr const char* kClosing = "\n]\n";
 
 std::string json_string(const std::string& s) {
@@ -137,7 +141,7 @@ void Timeline::push(Event e) {
       return;
     }
     queue_.push_back(std::move(e));
-    wake = queue_.size() == 1;
+    wake = queue_.size() == kWakeWriterAt;
   }
   if (wake) cv_.notify_one();
 }
@@ -216,7 +220,7 @@ void Timeline::write_loop() {
     bool stopping;
     {
       std::unique_lock<std::mutex> q(mu_);
-      cv_.wait(q, [&] { return !queue_.empty() || stopping_; });
+      cv_.wait_for(q, kWriteInterval, [&] { return queue_.size() >= kWakeWriterAt || stopping_; });
       batch.swap(queue_);
       dropped = dropped_;
       dropped_ = 0;

@@ -7,7 +7,7 @@
 // negotiation round; a counter track shows the bytes all-reduced per round.
 //
 // The engine only builds small event records and hands them to a bounded queue; a writer
-// thread formats and writes them. A full queue drops events (the file says how many) rather
+// thread formats and writes them every 100 ms. A full queue drops events (the file says how many) rather
 // than ever blocking the engine. After every write the file is a complete JSON array, so it
 // stays valid when the job is killed.
 //

@@ -66,9 +66,9 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) { c.cache_capacity = parse_count(v, t); }},
       {{"HVDLITE_RING_PIECE_BYTES", "", "262144",
         "ring steps are cut into pieces of this many bytes so reduction overlaps transfer "
-        "(at least 64)"},
+        "(64 B to 1 GiB: one MPI count each)"},
        [](Config& c, const std::string& t, const std::string& v) {
-         c.ring_piece_bytes = std::max<size_t>(64, parse_count(v, t));
+         c.ring_piece_bytes = std::clamp<size_t>(parse_count(v, t), 64, size_t(1) << 30);
        }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
@@ -107,6 +107,13 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_ABORT_ON_ERROR", "", "1",
         "an unhandled exception on one rank ends the whole job at once"},
        [](Config& c, const std::string& t, const std::string& v) { c.abort_on_error = parse_bool(v, t); }},
+      {{"HVDLITE_TEST_MAX_TRANSFER_BYTES", "", "2147483647",
+        "tests only: the largest byte count one MPI collective call is given (larger transfers "
+        "go in pieces; 0 or above 2^31-1 means 2^31-1)"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         const size_t n = parse_count(v, t);
+         c.max_transfer_bytes = n < 1 || n > 2147483647 ? 2147483647 : n;
+       }},
   };
   return table;
 }

@@ -24,6 +24,9 @@ struct Config {
   std::string autotune_log;                     // CSV of every autotune trial ("" disables)
   bool debug = false;                           // log level debug/trace: print each collective
   bool abort_on_error = true;                   // read by the Python layer (excepthook)
+  // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
+  // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
+  size_t max_transfer_bytes = 2147483647;
 
   // Throws InvalidArgument naming the variable when a value cannot be parsed.
   static Config from_env();

@@ -288,6 +288,25 @@ void check_timeline_path(const std::string& path, const char* setting) {
   }
 }
 
+namespace {
+
+// The request's span is named by its op (event names are string literals). A switch, so a
+// new op without a name here is a compiler warning.
+const char* op_span_name(OpType op) {
+  switch (op) {
+    case OpType::Allreduce: return "ALLREDUCE";
+    case OpType::Allgather: return "ALLGATHER";
+    case OpType::Broadcast: return "BROADCAST";
+    case OpType::Alltoall: return "ALLTOALL";
+    case OpType::Reducescatter: return "REDUCESCATTER";
+    case OpType::Barrier: return "BARRIER";
+    case OpType::Join: return "JOIN";
+  }
+  return "COLLECTIVE";
+}
+
+}  // namespace
+
 void start_timeline_on_rank(const std::string& path, int rank, bool all_ranks, bool mark_cycles) {
   if (path.empty()) {
     throw Error(Status::InvalidArgument, "start_timeline() needs a file name");
@@ -336,10 +355,7 @@ void trace_completed(TensorEntry& entry, bool ok) {
   std::string args = "\"op\":\"" + std::string(op_name(entry.request.op)) + "\",\"dtype\":\"" +
                      dtype_name(entry.request.dtype) + "\",\"shape\":\"" +
                      shape_string(entry.request.shape) + "\"";
-  // The request's span is named by its op (event names are string literals).
-  static const char* kOpSpans[] = {"ALLREDUCE", "ALLGATHER", "BROADCAST", "ALLTOALL",
-                                   "REDUCESCATTER", "BARRIER", "JOIN"};
-  tl.span(name, kOpSpans[static_cast<int>(entry.request.op)], entry.enqueued, now, std::move(args));
+  tl.span(name, op_span_name(entry.request.op), entry.enqueued, now, std::move(args));
 }
 
 void trace_round() {

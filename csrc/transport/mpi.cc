@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <list>
 #include <string>
 
 #include "../hvdlite.h"
@@ -217,6 +218,35 @@ class MpiTransport : public Transport {
           "MPI_Bcast");
   }
 
+  // Point-to-point on the control communicator, on its own tag: MPI never matches these
+  // with the communicator's collectives.
+  void send_side(const std::vector<uint8_t>& bytes, int peer) override {
+    for (auto it = side_sends_.begin(); it != side_sends_.end();) {  // forget finished sends
+      int done = 0;
+      check(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      it = done ? side_sends_.erase(it) : std::next(it);
+    }
+    side_sends_.emplace_back(bytes, MPI_REQUEST_NULL);
+    auto& sent = side_sends_.back();
+    check(MPI_Isend(sent.first.data(), as_count(sent.first.size(), "side message"), MPI_BYTE, peer,
+                    kSideTag, control_, &sent.second),
+          "MPI_Isend");
+  }
+
+  bool poll_side(std::vector<uint8_t>& bytes, int& from) override {
+    int arrived = 0;
+    MPI_Status status;
+    check(MPI_Iprobe(MPI_ANY_SOURCE, kSideTag, control_, &arrived, &status), "MPI_Iprobe");
+    if (!arrived) return false;
+    int n = 0;
+    MPI_Get_count(&status, MPI_BYTE, &n);
+    bytes.resize(static_cast<size_t>(n));
+    check(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, kSideTag, control_, MPI_STATUS_IGNORE),
+          "MPI_Recv");
+    from = status.MPI_SOURCE;
+    return true;
+  }
+
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
@@ -262,6 +292,8 @@ class MpiTransport : public Transport {
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> requests_;
+  static constexpr int kSideTag = 17;
+  std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight
 };
 
 }  // namespace

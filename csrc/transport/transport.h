@@ -48,6 +48,12 @@ class Transport {
   // Rank 0's bytes reach every rank.
   virtual void broadcast_control(std::vector<uint8_t>& bytes) = 0;
 
+  // Side channel (the stall inspector): small messages any rank may send at any time, never
+  // matched with negotiation or data. send_side does not block; poll_side returns false when
+  // nothing has arrived.
+  virtual void send_side(const std::vector<uint8_t>& bytes, int peer) = 0;
+  virtual bool poll_side(std::vector<uint8_t>& bytes, int& from) = 0;
+
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
 };

@@ -30,7 +30,8 @@ from hvdlite.tensorflow import *  # noqa: F401,F403 - Horovod's hvd.keras re-exp
 from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,  # noqa: F401
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
-                                broadcast_object, broadcast_variables)
+                                broadcast_object, broadcast_variables, start_timeline,
+                                stop_timeline)
 from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
 from hvdlite.tensorflow.mpi_ops import resolve_op
 

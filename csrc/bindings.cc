@@ -343,6 +343,17 @@ NB_MODULE(_core, m) {
   m.def("cross_size", [] { return context().topology().cross_size; });
   m.def("nccl_built", [] { return nccl_built(); });
   m.def("abort", [](int code) { context().abort(code); });
+  // Bytes this rank sent/received since init (or the last reset=True): the measure behind
+  // every "bytes per step" figure.
+  m.def("transport_stats", [](bool reset) {
+    TransportStats& s = context().transport_stats();
+    auto read = [reset](std::atomic<uint64_t>& c) { return reset ? c.exchange(0) : c.load(); };
+    nb::dict d;
+    d["bytes_sent"] = read(s.bytes_sent);
+    d["bytes_received"] = read(s.bytes_received);
+    d["control_bytes_sent"] = read(s.control_bytes_sent);
+    return d;
+  }, nb::arg("reset") = false);
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;

@@ -92,6 +92,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Isend(buf, as_count(bytes, "send"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Isend");
+    stats_.bytes_sent += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -99,6 +100,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Irecv(buf, as_count(bytes, "recv"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Irecv");
+    stats_.bytes_received += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -119,6 +121,11 @@ class MpiTransport : public Transport {
       check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, data_), "MPI_Bcast");
       if (bytes == 0) break;
     }
+    if (topo_.rank == root) {
+      stats_.bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
+    } else {
+      stats_.bytes_received += bytes;
+    }
   }
 
   void allgatherv(const void* send, size_t send_bytes, void* recv,
@@ -128,6 +135,10 @@ class MpiTransport : public Transport {
     check(MPI_Allgatherv(send, as_count(send_bytes, "allgather"), MPI_BYTE, recv, counts.data(),
                          displs.data(), MPI_BYTE, data_),
           "MPI_Allgatherv");
+    size_t total = 0;
+    for (size_t b : bytes_per_rank) total += b;
+    stats_.bytes_sent += send_bytes * static_cast<size_t>(topo_.size - 1);
+    stats_.bytes_received += total - bytes_per_rank[topo_.rank];
   }
 
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
@@ -138,6 +149,11 @@ class MpiTransport : public Transport {
     check(MPI_Alltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
                         rdispls.data(), MPI_BYTE, data_),
           "MPI_Alltoallv");
+    for (int i = 0; i < topo_.size; ++i) {
+      if (i == topo_.rank) continue;
+      stats_.bytes_sent += send_bytes[i];
+      stats_.bytes_received += recv_bytes[i];
+    }
   }
 
   std::vector<int64_t> alltoall_counts(const std::vector<int64_t>& send) override {
@@ -150,6 +166,7 @@ class MpiTransport : public Transport {
   void barrier() override { check(MPI_Barrier(data_), "MPI_Barrier"); }
 
   void start_control_and(uint64_t* words, size_t count) override {
+    stats_.control_bytes_sent += count * sizeof(uint64_t);
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -172,6 +189,7 @@ class MpiTransport : public Transport {
       total += sizes[i];
     }
     std::vector<uint8_t> all(total);
+    if (topo_.rank != 0) stats_.control_bytes_sent += mine.size();
     check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
                       0, control_),
           "MPI_Gatherv");
@@ -186,6 +204,7 @@ class MpiTransport : public Transport {
     int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, control_), "MPI_Bcast");
     bytes.resize(static_cast<size_t>(n));
+    if (topo_.rank == 0) stats_.control_bytes_sent += bytes.size() * (topo_.size - 1);
     check(MPI_Bcast(bytes.data(), as_count(bytes.size(), "control broadcast"), MPI_BYTE, 0, control_),
           "MPI_Bcast");
   }

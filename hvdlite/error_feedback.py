@@ -24,8 +24,15 @@ from . import ops as _ops
 Average, Sum = _ops.Average, _ops.Sum
 
 
+def ring_allreduce_bytes(elements, itemsize, size):
+    """Bytes one rank sends in a ring all-reduce of ``elements`` (reduce-scatter + all-gather,
+    each passing size - 1 of the size segments on)."""
+    return round(2 * (size - 1) * elements * itemsize / size)
+
+
 class GradientReducer:
-    """Base: error buffers by tensor name, a step counter, and state_dict round trips."""
+    """No compression (the reference the others are measured against); the base class keeps
+    error buffers by tensor name, a step counter, and state_dict round trips."""
 
     def __init__(self):
         self.step = 0
@@ -45,6 +52,15 @@ class GradientReducer:
             raise _ops._core_error(1, f"{type(self).__name__}: op must be Average or Sum")
         self._reduce(grads, [str(n) for n in names], op, float(prescale), float(postscale))
         self.step += 1
+
+    def _reduce(self, grads, names, op, prescale, postscale):
+        _ops.wait_all(_ops.grouped_allreduce_async(grads, None, [f"plain.{n}" for n in names],
+                                                   op, prescale, postscale))
+
+    def expected_bytes_sent(self, shapes, itemsize, size):
+        """Bytes one rank sends per step for gradients of ``shapes`` (the promise that the
+        transport counters are checked against)."""
+        return ring_allreduce_bytes(sum(int(np.prod(s)) for s in shapes), itemsize, size)
 
     def _with_error(self, g, name):
         """This step's gradient plus what earlier steps did not send (a new array)."""
@@ -90,9 +106,12 @@ class CastReducer(GradientReducer):
             sent = _round_to(m * prescale, self.wire) / prescale
             self.errors[n] = m - sent
             g[...] = m
-        handles = _ops.grouped_allreduce_async(grads, None, [f"ef.{self.wire}.{n}" for n in names],
-                                               op, prescale, postscale, self.wire)
-        _ops.wait_all(handles)
+        _ops.wait_all(_ops.grouped_allreduce_async(
+            grads, None, [f"ef.{self.wire}.{n}" for n in names], op, prescale, postscale,
+            self.wire))
+
+    def expected_bytes_sent(self, shapes, itemsize, size):
+        return super().expected_bytes_sent(shapes, 2, size)
 
 
 class TopKReducer(GradientReducer):
@@ -112,6 +131,12 @@ class TopKReducer(GradientReducer):
     def k_of(self, numel, size):
         k = max(1, int(np.ceil(self.ratio * numel)))
         return k if k * size < numel else None
+
+    def expected_bytes_sent(self, shapes, itemsize, size):
+        ks = [(int(np.prod(s)), self.k_of(int(np.prod(s)), size)) for s in shapes]
+        dense = sum(n for n, k in ks if k is None)
+        pairs = sum(k for _, k in ks if k is not None)
+        return ring_allreduce_bytes(dense, itemsize, size) + (size - 1) * pairs * 8
 
     def _reduce(self, grads, names, op, prescale, postscale):
         size = _ops._core.size()

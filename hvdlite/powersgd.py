@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from . import ops as _ops
-from .error_feedback import Average, GradientReducer
+from .error_feedback import Average, GradientReducer, ring_allreduce_bytes
 
 
 class PowerSGDReducer(GradientReducer):
@@ -39,6 +39,18 @@ class PowerSGDReducer(GradientReducer):
             return None
         n, m = int(shape[0]), int(np.prod(shape[1:]))
         return (n, m) if self.rank * (n + m) < n * m else None
+
+    def expected_bytes_sent(self, shapes, itemsize, size):
+        """Per step once compressing: dense tensors, then all P's, then all Q's."""
+        dense = p = q = 0
+        for s in shapes:
+            nm = self.matrix_shape(s)
+            if nm is None:
+                dense += int(np.prod(s))
+            else:
+                p += nm[0] * self.rank
+                q += nm[1] * self.rank
+        return sum(ring_allreduce_bytes(e, itemsize, size) for e in (dense, p, q))
 
     def _initial_q(self, name, m, dtype):
         rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])

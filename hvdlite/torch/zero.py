@@ -53,10 +53,15 @@ _STATE_KEY = "hvdlite_zero"
 
 class _Piece:
     """Where a parameter's elements sit in its bucket's flat index space."""
-    __slots__ = ("param", "name", "start", "numel")
+    __slots__ = ("param", "name", "start", "numel", "grad_view")
 
     def __init__(self, param, name, start):
         self.param, self.name, self.start, self.numel = param, name, start, param.numel()
+        self.grad_view = None
+
+    def owns_grad(self):
+        g = self.param.grad
+        return g is not None and g.data_ptr() == self.grad_view.data_ptr()
 
 
 class _Bucket:
@@ -71,7 +76,14 @@ class _Bucket:
         self.begin = rank * self.shard_numel        # this rank's slice of the flat space
         self.end = self.begin + self.shard_numel
         dtype = params[0].dtype
+        # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
+        # (so after synchronize() a parameter's .grad is not a meaningful gradient: use
+        # clip_grad_norm_ of the optimizer, which works on the reduced slices).
         self.flat_grad = torch.zeros(self.shard_numel * size, dtype=dtype)
+        for pc in self.pieces:
+            # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
+            # no second full-size copy of the gradients.
+            pc.grad_view = self.flat_grad[pc.start:pc.start + pc.numel].view_as(pc.param)
         self.shard = torch.zeros(self.shard_numel, dtype=dtype, requires_grad=True)
         self.pending = 0        # members whose gradient is not ready yet this step
         self.handle = None      # the reduce-scatter in flight
@@ -127,8 +139,14 @@ class ShardedOptimizer(SynchronizeProtocol):
         self.state = defaultdict(dict)
         # The hooks live on the parameters: take them off when this optimizer goes away.
         self_ref = weakref.ref(self)
-        self._zero_hooks = [p.register_post_accumulate_grad_hook(_hook(self_ref))
-                            for p in self._zero_bucket_of]
+        self._zero_hooks = []
+        self._zero_grad_accs = {}
+        for p in self._zero_bucket_of:
+            with torch.enable_grad():   # p's AccumulateGrad node, kept so it stays p's
+                self._zero_grad_accs[p] = p.view_as(p).grad_fn.next_functions[0][0]
+            self._zero_hooks.append(p.register_hook(_pre_hook(self_ref, p)))
+            self._zero_hooks.append(p.register_post_accumulate_grad_hook(_hook(self_ref)))
+        self._zero_attach_grads(zero=False)
         weakref.finalize(self, _remove_hooks, self._zero_hooks)
         self._zero_countdown = {}
         self._zero_reset()
@@ -138,20 +156,45 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     # -- gradients ------------------------------------------------------------------------
 
+    def _zero_attach_grads(self, zero):
+        """Point every parameter's .grad at its place in its bucket (zeroed, or keeping the
+        gradient it has)."""
+        with torch.no_grad():
+            for b in self._zero_buckets:
+                if zero:
+                    b.flat_grad.zero_()
+                for pc in b.pieces:
+                    if not zero and pc.param.grad is not None and not pc.owns_grad():
+                        pc.grad_view.copy_(pc.param.grad)
+                    pc.param.grad = pc.grad_view
+
     def _zero_reset(self):
         n = self.backward_passes_per_step
         self._zero_countdown = {p: n for p in self._zero_bucket_of}
         for b in self._zero_buckets:
             b.pending, b.handle = len(b.pieces), None
 
+    def _zero_too_many_passes(self, p):
+        from .optimizer import GradientAccumulationError
+        n = self.backward_passes_per_step
+        name = self._zero_bucket_of[p].pieces[0].name
+        for pc in self._zero_bucket_of[p].pieces:
+            if pc.param is p:
+                name = pc.name
+        raise GradientAccumulationError(
+            f"Gradient of parameter '{name}' was computed more than "
+            f"backward_passes_per_step={n} times before optimizer.step(); call step() (or "
+            f"synchronize()) after every {n} backward passes")
+
+    def _zero_before_accumulate(self, p):
+        # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
+        from .optimizer import _will_accumulate
+        if self._zero_countdown[p] <= 0 and _will_accumulate(self._zero_grad_accs[p]):
+            self._zero_too_many_passes(p)
+
     def _zero_grad_ready(self, p):
         if self._zero_countdown[p] <= 0:
-            from .optimizer import GradientAccumulationError
-            n = self.backward_passes_per_step
-            raise GradientAccumulationError(
-                f"Gradient of a parameter of shape {list(p.shape)} was computed more than "
-                f"backward_passes_per_step={n} times before optimizer.step(); call step() "
-                f"(or synchronize()) after every {n} backward passes")
+            self._zero_too_many_passes(p)
         self._zero_countdown[p] -= 1
         if self._zero_countdown[p] == 0:
             b = self._zero_bucket_of[p]
@@ -163,11 +206,12 @@ class ShardedOptimizer(SynchronizeProtocol):
         """Reduce-scatter the bucket's flat gradient (zeros for parameters without one)."""
         with torch.no_grad():
             for pc in b.pieces:
-                dst = b.flat_grad[pc.start:pc.start + pc.numel]
+                if pc.owns_grad():
+                    continue            # autograd accumulated into the bucket itself
                 if pc.param.grad is None:
-                    dst.zero_()
-                else:
-                    dst.copy_(pc.param.grad.reshape(-1))
+                    pc.grad_view.zero_()
+                else:       # .grad was replaced (e.g. model.zero_grad(set_to_none=True))
+                    pc.grad_view.copy_(pc.param.grad)
         b.handle = _ops.reducescatter_async(b.flat_grad, f"{self._zero_prefix}.grad.{b.index}",
                                             self._zero_op, self._zero_prescale,
                                             self._zero_postscale)
@@ -176,12 +220,19 @@ class ShardedOptimizer(SynchronizeProtocol):
         for b in self._zero_buckets:
             if b.handle is None:
                 self._zero_start(b)
+        handles, i = [b.handle for b in self._zero_buckets], -1
         try:
-            results = _ops.wait_all([b.handle for b in self._zero_buckets])
+            for i, b in enumerate(self._zero_buckets):
+                r = _ops.wait(handles[i])
+                # This rank's reduced slice goes where its local gradient was (no longer
+                # needed): the shard's gradient costs no memory of its own.
+                own = b.flat_grad[b.begin:b.end]
+                own.copy_(_from_core(r.output, r.bfloat16))
+                b.shard.grad = own
+                del r
         finally:
+            _ops.wait_all(handles[i + 1:])   # after an error: leave nothing in flight
             self._zero_reset()
-        for b, r in zip(self._zero_buckets, results):
-            b.shard.grad = _from_core(r.output, r.bfloat16)
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
         """``torch.nn.utils.clip_grad_norm_`` over every rank's shard: the global norm.
@@ -229,28 +280,43 @@ class ShardedOptimizer(SynchronizeProtocol):
                 for pc, off, at, n in b.overlaps(b.begin, b.end):
                     b.shard[at:at + n].copy_(flat_view(pc.param)[off:off + n])
         result = self._base_step()
-        handles = [_ops.allgather_async(b.shard.detach(),
-                                        f"{self._zero_prefix}.param.{b.index}")
-                   for b in self._zero_buckets]
-        results = _ops.wait_all(handles)
-        with torch.no_grad():
-            for b, r in zip(self._zero_buckets, results):
-                flat = _from_core(r.output, r.bfloat16)
-                for pc in b.pieces:
-                    flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
+        self._zero_gather_params()
         return result
 
+    def _zero_gather_params(self):
+        """All-gather the updated shards into the parameters, two buckets in flight: one
+        transfers while the other is copied out, and only two full buckets exist at once."""
+        buckets, handles = self._zero_buckets, {}
+
+        def start(i):
+            if i < len(buckets):
+                handles[i] = _ops.allgather_async(buckets[i].shard.detach(),
+                                                  f"{self._zero_prefix}.param.{i}")
+        start(0)
+        try:
+            for i, b in enumerate(buckets):
+                start(i + 1)
+                r = _ops.wait(handles.pop(i))
+                flat = _from_core(r.output, r.bfloat16)
+                with torch.no_grad():
+                    for pc in b.pieces:
+                        flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
+                del flat, r
+        finally:
+            _ops.wait_all(list(handles.values()))   # after an error: leave nothing in flight
+
     def zero_grad(self, set_to_none=True):
+        """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
+        says: the bucket is their memory, so setting them to None would free nothing."""
+        del set_to_none
         if any(b.handle is not None for b in self._zero_buckets) or any(
                 c != self.backward_passes_per_step for c in self._zero_countdown.values()):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
-        for p in self._zero_bucket_of:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad.detach_().zero_()
+        # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
+        # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
+        self._zero_attach_grads(zero=True)
         for b in self._zero_buckets:
             b.shard.grad = None
 
@@ -415,6 +481,14 @@ def _hook(opt_ref):
         if opt is not None:
             opt._zero_grad_ready(p)
     return hook
+
+
+def _pre_hook(opt_ref, p):
+    def pre_hook(_grad):
+        opt = opt_ref()
+        if opt is not None:
+            opt._zero_before_accumulate(p)
+    return pre_hook
 
 
 def _remove_hooks(handles):

@@ -19,7 +19,7 @@ from mpi_launch import run_mpi  # noqa: E402
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [2])
 def test_local_sgd(np_):
     out = run_mpi(np_, "workers/torch_local_sgd.py", timeout=180).stdout
     assert f"torch_local_sgd OK at {np_} ranks" in out, out
@@ -27,7 +27,7 @@ def test_local_sgd(np_):
     assert "(4.00x fewer)" in out, out
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [2])
 def test_stateful_compression(np_):
     out = run_mpi(np_, "workers/torch_compression.py", timeout=180).stdout
     assert f"torch_compression OK at {np_} ranks" in out, out
@@ -39,3 +39,19 @@ def test_stateful_compression(np_):
 def test_transport_counters_measure_the_ring():
     out = run_mpi(3, "workers/transport_stats.py", timeout=120).stdout
     assert "transport_stats OK at 3 ranks" in out, out
+
+
+def test_beyond_bench_bytes_match_promises():
+    """The bench's byte figures come from the counters and match each method's promise
+    (accuracy needs the full 20 epochs: run the bench by hand, see the README)."""
+    pytest.importorskip("sklearn")
+    import json
+    out = run_mpi(2, os.path.join(os.path.dirname(TESTS), "examples", "beyond_bench.py"),
+                  "digits", "--epochs", "4", "--json", timeout=240).stdout
+    rows = {r["option"]: r for r in (json.loads(line[line.index("{"):])
+                                     for line in out.splitlines() if '"option"' in line)}
+    assert set(rows) == {"sync", "sharded", "powersgd r=2", "topk 5%",
+                         "fp16 + error feedback", "local SGD H=4"}, out
+    for name, r in rows.items():
+        assert abs(r["measured_factor"] / r["promised_factor"] - 1) < 0.01, (name, r)
+    assert rows["powersgd r=2"]["measured_factor"] > 10, rows

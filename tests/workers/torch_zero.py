@@ -187,6 +187,33 @@ def same_clipping(kind):
 
 
 def behaviours():
+    # Gradients replaced behind the optimizer's back (model.zero_grad() sets them to None,
+    # autograd then allocates new ones) are still reduced.
+    ref_model, ref = make("adam", False)
+    model, opt = make("adam", True)
+    for m, o in ((ref_model, ref), (model, opt)):
+        for step in range(2):
+            m.zero_grad(set_to_none=True)
+            for passno in range(PASSES):
+                x, y = batch(step, passno)
+                ((m(x) - y) ** 2).mean().backward()
+            o.step()
+    same(model, ref_model, "model.zero_grad()")
+
+    # One backward pass too many is refused before it adds into a bucket in flight.
+    from hvdlite.torch import GradientAccumulationError
+    try:
+        for passno in range(PASSES + 1):
+            x, y = batch(9, passno)
+            ((model(x) - y) ** 2).mean().backward()
+    except GradientAccumulationError as e:
+        assert "backward_passes_per_step=2" in str(e) and "fc" in str(e), e
+    else:
+        raise AssertionError("a third backward pass was accepted")
+    opt.synchronize()           # the job goes on
+    with opt.skip_synchronize():
+        opt.step()
+
     # broadcast_optimizer_state reshards root's state.
     model, opt = make("adam", True)
     run(model, opt, 1)

@@ -9,7 +9,7 @@
 call to :func:`make`; the plain all-reduce path never sees these options.
 """
 
-from hvdlite.compression import is_stateful
+from hvdlite.compression import NoneCompressor, is_stateful
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from ._wrap import parameter_names
@@ -32,8 +32,7 @@ def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
          local_steps, bucket_bytes=None, local_sgd_warmup_steps=0,
          average_optimizer_state=False):
     stateful = is_stateful(compression)
-    plain_compression = compression is not None and not stateful and getattr(
-        compression, "__name__", "") != "NoneCompressor"
+    plain_compression = compression not in (None, NoneCompressor) and not stateful
     names = parameter_names(optimizer, named_parameters, "allreduce")
     if op == Average and gradient_predivide_factor != 1.0:
         f = float(gradient_predivide_factor)

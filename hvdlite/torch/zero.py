@@ -1,4 +1,4 @@
-"""Sharded optimizer state (ZeRO stage 1): ``DistributedOptimizer(..., shard_optimizer_state=True)``.
+"""Sharded optimizer state (ZeRO stage 1): ``DistributedOptimizer(shard_optimizer_state=True)``.
 
 Layout. The trainable parameters of each parameter group are packed, per dtype and in
 reverse order (the order backward produces their gradients), into buckets of about
@@ -39,7 +39,7 @@ import hvdlite as _hvd
 from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ._wrap import SynchronizeProtocol, flat_view, require_contiguous
+from ._wrap import SynchronizeProtocol, flat_view, require_contiguous, wrap
 from .mpi_ops import Average, Sum, _from_core
 
 SUPPORTED = tuple(getattr(torch.optim, n) for n in (
@@ -455,17 +455,11 @@ class ShardedOptimizer(SynchronizeProtocol):
                     v = param_state[have[0].param][k]
                     shard_state[k] = v.clone() if torch.is_tensor(v) else v
             state[b.index] = shard_state
-        shard_groups = []
-        for g, mine in zip(groups, self.param_groups):
-            ids = [self._zero_buckets_index(s) for s in mine["params"]]
-            shard_groups.append(dict(_group_options(g), params=ids))
+        # torch numbers the shards by their position in param_groups: bucket order.
+        index_of = {id(b.shard): b.index for b in self._zero_buckets}
+        shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
+                        for g, mine in zip(groups, self.param_groups)]
         return {"state": state, "param_groups": shard_groups}
-
-    def _zero_buckets_index(self, shard):
-        for b in self._zero_buckets:
-            if b.shard is shard:
-                return b.index
-        raise KeyError("shard")
 
     def _broadcast_state(self, root_rank):
         """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded."""
@@ -535,7 +529,6 @@ def _allreduce_scalar(value, op, name):
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,
                  bucket_bytes=DEFAULT_BUCKET_BYTES):
     """The sharded form of ``optimizer`` (called by ``DistributedOptimizer``)."""
-    from ._wrap import wrap
     if not isinstance(optimizer, SUPPORTED):
         raise HvdliteInvalidArgumentError(
             f"DistributedOptimizer(shard_optimizer_state=True) does not support "

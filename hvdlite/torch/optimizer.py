@@ -487,7 +487,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                               **extended_options)
     if extended_options:
         raise TypeError(f"DistributedOptimizer() got unexpected keyword arguments "
-                        f"{sorted(extended_options)}")
+                        f"{sorted(extended_options)} (bucket_bytes goes with "
+                        f"shard_optimizer_state=True; local_sgd_warmup_steps and "
+                        f"average_optimizer_state with local_steps=H)")
 
     base = type(optimizer)
     cls = _class_cache.get(base)

@@ -97,6 +97,37 @@ assert sd["hvdlite_local_sgd"]["steps_taken"] == 12
 model2, opt2 = make(torch.float32, 0.9, local_steps=4)
 opt2.load_state_dict(sd)
 assert opt2.steps_taken == 12
+# Settings that do not combine, or make no sense, are refused with a clear error.
+from hvdlite.exceptions import HvdliteInvalidArgumentError  # noqa: E402
+model = nn.Linear(3, 2)
+for kw, error, words in (
+        ({"local_steps": 0}, ValueError, "local_steps must be >= 1"),
+        ({"local_steps": 2, "local_sgd_warmup_steps": -1}, ValueError, "warmup"),
+        ({"local_steps": 2, "compression": hvd.Compression.topk(0.1)},
+         HvdliteInvalidArgumentError, "cannot be combined with compression"),
+        ({"local_steps": 2, "shard_optimizer_state": True}, HvdliteInvalidArgumentError,
+         "cannot be combined with local_steps"),
+        ({"local_steps": 2, "op": hvd.Sum}, HvdliteInvalidArgumentError, "op must be Average"),
+        ({"bucket_bytes": 10}, TypeError, "bucket_bytes goes with shard_optimizer_state"),
+        ({"local_steps": 2, "bucket_bytes": 10}, HvdliteInvalidArgumentError,
+         "bucket_bytes applies to"),
+        ({"local_step": 2}, TypeError, "local_step"),
+        ({"compression": hvd.Compression.powersgd(rank=1), "groups": 2},
+         HvdliteInvalidArgumentError, "cannot be combined with groups")):
+    try:
+        hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kw)
+    except error as e:
+        assert words in str(e), (kw, e)
+    else:
+        raise AssertionError(f"{kw} was accepted")
+for bad in (lambda: hvd.Compression.topk(1.5), lambda: hvd.Compression.powersgd(rank=0)):
+    try:
+        bad()
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("a bad compression setting was accepted")
+
 if R == 0:
     print(f"torch_local_sgd OK at {N} ranks", flush=True)
 hvd.shutdown()

@@ -12,8 +12,13 @@ call to :func:`make`; the plain all-reduce path never sees these options.
 from hvdlite.compression import NoneCompressor, is_stateful
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ._wrap import parameter_names
+from ._wrap import SynchronizeProtocol, parameter_names
 from .mpi_ops import Average, Sum
+
+
+def is_wrapped(optimizer):
+    """Whether ``optimizer`` already is one of these options' DistributedOptimizers."""
+    return isinstance(optimizer, SynchronizeProtocol)
 
 
 def wants_extension(compression, shard_optimizer_state, local_steps):

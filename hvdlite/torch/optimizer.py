@@ -460,7 +460,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``fp16(error_feedback=True)``.
     """
     _check_process_set(process_set)
-    if isinstance(optimizer, _DistributedOptimizer):
+    if isinstance(optimizer, _DistributedOptimizer) or _extended.is_wrapped(optimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "

@@ -120,6 +120,14 @@ for kw, error, words in (
         assert words in str(e), (kw, e)
     else:
         raise AssertionError(f"{kw} was accepted")
+wrapped = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), local_steps=2)
+for kw in ({}, {"local_steps": 2}, {"shard_optimizer_state": True}):
+    try:
+        hvd.DistributedOptimizer(wrapped, **kw)
+    except ValueError as e:
+        assert "already a DistributedOptimizer" in str(e), e
+    else:
+        raise AssertionError("wrapping twice was accepted")
 for bad in (lambda: hvd.Compression.topk(1.5), lambda: hvd.Compression.powersgd(rank=0)):
     try:
         bad()

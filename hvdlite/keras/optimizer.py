@@ -80,6 +80,11 @@ class _DistributedOptimizer:
             self._hvd = _HvdSettings("Distributed" + type(self).__name__)
         return self._hvd
 
+    @property
+    def hvdlite_reducer(self):
+        """The stateful compression's reducer (None for plain all-reduce)."""
+        return getattr(self._hvd_settings().reduce_all, "reducer", None)
+
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
         self._hvd_settings().local_variables[id(var)] = var

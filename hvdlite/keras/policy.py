@@ -4,7 +4,7 @@ and error messages that say which variable a request name stands for."""
 import inspect
 
 import hvdlite as _hvd
-from hvdlite.compression import NoneCompressor
+from hvdlite.compression import NoneCompressor, is_stateful
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum
 
@@ -91,3 +91,13 @@ def process_set_kwargs(fn, process_set):
         raise NotImplementedError(f"{fn.__module__}.{fn.__qualname__} does not take "
                                   f"process_set in this build of hvdlite")
     return {"process_set": process_set}
+
+
+def refuse_stateful(compression, what):
+    """Stateful compression (PowerSGD, top-k, error feedback) runs on the TensorFlow
+    backend only, through hvdlite.tensorflow's reducer crossing."""
+    if is_stateful(compression):
+        raise NotImplementedError(
+            f"{what}: compression={compression!r} keeps state between steps, which "
+            f"hvdlite.keras supports on the TensorFlow backend only so far (torch.optim "
+            f"optimizers: hvdlite.torch.DistributedOptimizer supports it)")

@@ -27,11 +27,13 @@ if keras.backend.backend() != "tensorflow":
         f"which serves every backend")
 
 import hvdlite.tensorflow as _hvd_tf  # noqa: E402
-from hvdlite.tensorflow import *  # noqa: F401,F403,E402 - Horovod's hvd.keras re-exports the basics
+# Horovod's hvd.keras re-exports the basics.
+from hvdlite.tensorflow import *  # noqa: F401,F403,E402
 from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,  # noqa: F401,E402
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
-                                broadcast_object, broadcast_variables)
+                                broadcast_object, broadcast_variables, start_timeline,
+                                stop_timeline)
 from hvdlite.keras import (DistributedOptimizer, PartialDistributedOptimizer,  # noqa: F401,E402
                            allgather, allreduce, broadcast, load_model)
 

@@ -480,7 +480,8 @@ def test_hydra_and_open_mpi_4_tags():
     router = OutputRouter(tag=dialect.Hydra("5.0.2").tag)
     assert _pump(router, b"[3]<hvdl>: hello\n[12]<hvdl>:  indented\n") == "[3]: hello\n[12]:  indented\n"
     router = OutputRouter(tag=dialect.OpenMPI("4.1.4").tag)
-    assert _pump(router, b"[1,0]<stdout>:no space in 4.x\n") == "[0]: no space in 4.x\n"
+    assert _pump(router, b"[1,0]<stdout>:no space in 4.x\n[1,0]<stderr>:  File\n") == \
+        "[0]: no space in 4.x\n[0]:   File\n"
 
 
 def test_exit_lines_are_consumed_and_order_the_blame():

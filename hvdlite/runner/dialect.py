@@ -94,8 +94,14 @@ def _ssh_words(port: Optional[int], identity: Optional[str]) -> List[str]:
 
 class OpenMPI(Dialect):
     name = "Open MPI"
-    # 4.x: "[1,0]<stdout>:text"; 5.x: "[1,0]<stdout>: text" (the space belongs to the tag).
-    tag = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ?")
+    # 5.x: "[1,0]<stdout>: text" (the space belongs to the tag); 4.x: "[1,0]<stdout>:text".
+    tag = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ")
+    tag4 = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:")
+
+    def __init__(self, version: str):
+        super().__init__(version)
+        if self.major < 5:
+            self.tag = self.tag4
 
     @property
     def major(self) -> int:

@@ -48,6 +48,8 @@ PROG = "hvdlite-run"
 # Variables forwarded to every rank (when set) besides HVDLITE_*.
 FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED")
 
+FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end the job itself
+
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 USAGE = (f"{PROG} -np N [-H host:slots,... | --hostfile FILE] [options] "
@@ -402,6 +404,25 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
         return 127
 
     received = []
+    failed = []
+
+    def end_job():
+        if proc.poll() is None and not received:
+            failed.append(True)
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    def rank_ended(rank, how):
+        # Open MPI ends the job itself when a rank fails; Hydra waits for the others unless
+        # the rank called MPI_Abort. Either way the job ends within FAIL_FAST_SECONDS.
+        if how.code or how.signal:
+            timer = threading.Timer(FAIL_FAST_SECONDS, end_job)
+            timer.daemon = True
+            timer.start()
+
+    router.on_exit = rank_ended
 
     def forward(signum, frame):
         received.append(signum)
@@ -448,6 +469,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
 
     if rc < 0:
         rc = 128 - rc
+    if failed and rc == 0:
+        rc = 1
     if received:
         # Interrupted by the user (or a scheduler): report that, and a rank's error only if
         # one came before the signal.

@@ -33,6 +33,7 @@ _EXIT = re.compile(re.escape(EXIT_MARKER).encode() +
 _TRACEBACK = b"Traceback (most recent call last):"
 _EXCEPTION = re.compile(rb"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)\b.*|"
                         rb"[A-Za-z_][\w.]*: .*)$")
+_ERROR_LINE = re.compile(rb"^[A-Za-z_][\w.]*(?:Error|Exception)\b: ")
 # Errors a rank gets because another rank left or failed: never the root cause.
 _CONSEQUENCES = (b"HvdliteShutdownError", b"hvdlite has been shut down", b"hvdlite stopped",
                  b"MPI_ERR_PROC_FAILED", b"ProcessFailed")
@@ -62,6 +63,7 @@ class OutputRouter:
         self.prefix = prefix
         self.verbose = verbose
         self.size = size   # number of ranks, when known
+        self.on_exit = None   # called with (rank, Exit) when a rank's program has ended
         self._tail_keep = tail_keep
         self._lock = threading.Lock()
         self._seq = itertools.count()
@@ -98,7 +100,12 @@ class OutputRouter:
                     pieces.append((rank, text[:k]))
                     pieces.append((None, text[k:]))
                     continue
-            pieces.append((rank, text))
+            if pieces and pieces[-1][0] == rank:
+                # Hydra tags every chunk a rank writes, also a line's continuation
+                # ("[1]<hvdl>: text[1]<hvdl>: \n" for a print in unbuffered Python).
+                pieces[-1] = (rank, pieces[-1][1] + text)
+            else:
+                pieces.append((rank, text))
         return pieces
 
     def _record(self, rank: Optional[int], stream: str, text: bytes) -> None:
@@ -162,6 +169,8 @@ class OutputRouter:
                 return held
             if _HYDRA_ABORT.match(text):
                 return []   # the summary says which rank aborted
+            if _ERROR_LINE.match(text):   # an error outside a (whole) traceback
+                self._note_error(rank, text)
         return self._box_step(rank, stream, text)
 
     def _box_step(self, rank, stream, text) -> List[bytes]:
@@ -204,10 +213,8 @@ class OutputRouter:
         lines = self._traceback.pop(rank)
         if exception is None:
             return [self.format_piece(rank, t) for t in lines]
-        consequence = any(c in exception for c in _CONSEQUENCES)
+        consequence = self._note_error(rank, exception)
         with self._lock:
-            # Ordered as shown: the first error printed in full is the one blamed.
-            self.errors.setdefault(rank, Error(next(self._seq), exception, consequence))
             first = self._shown_errors.setdefault(exception, rank)
         if first != rank:
             return [self.format_piece(rank, exception + b"  (the same error as rank %d; "
@@ -215,6 +222,13 @@ class OutputRouter:
         if consequence:
             return [self.format_piece(rank, exception + b"  (--verbose shows the traceback)")]
         return [self.format_piece(rank, t) for t in lines]
+
+    def _note_error(self, rank: int, line: bytes) -> bool:
+        """Remember the rank's first error (ordered as shown); True if it is a consequence."""
+        consequence = any(c in line for c in _CONSEQUENCES)
+        with self._lock:
+            self.errors.setdefault(rank, Error(next(self._seq), line, consequence))
+        return consequence
 
     def _flush_held(self, stream: str) -> List[bytes]:
         out = []
@@ -229,8 +243,10 @@ class OutputRouter:
         m = _EXIT.match(text)
         if m:
             with self._lock:
-                self.exits.setdefault(rank, Exit(next(self._seq), int(m.group(2)),
-                                                 int(m.group(3)), float(m.group(4))))
+                x = self.exits.setdefault(rank, Exit(next(self._seq), int(m.group(2)),
+                                                     int(m.group(3)), float(m.group(4))))
+            if self.on_exit is not None:
+                self.on_exit(rank, x)
 
     # -- failure analysis ------------------------------------------------------------------
     def root_cause(self) -> Tuple[Optional[int], str]:

@@ -520,6 +520,14 @@ def test_repeated_tracebacks_become_one_line():
                      "error as rank 0; --verbose shows its traceback)"], shown
 
 
+def test_traceback_cut_off_by_the_job_ending_is_one_line():
+    shown = _pump(OutputRouter(), b"[1,1]<stderr>: Traceback (most recent call last):\n"
+                                  b"[1,1]<stderr>:   File \"x.py\", line 3, in <module>\n")
+    assert shown.splitlines() == ["[1]: (a traceback, cut off when the job ended; --verbose shows it)"]
+    verbose = _pump(OutputRouter(verbose=True), b"[1,1]<stderr>: Traceback (most recent call last):\n")
+    assert verbose == "[1]: Traceback (most recent call last):\n"
+
+
 def test_sigkill_of_the_launcher_leaves_no_rank():
     """Issue: ranks survived their job for 10-26 s after hvdlite-run was SIGKILLed."""
     token = f"hvdlite-orphan-check-{os.getpid()}-{time.monotonic_ns()}"
@@ -640,7 +648,8 @@ def test_mismatch_shows_the_root_cause_once():
     full = [l for l in lines if "Traceback (most recent call last)" in l]
     assert len(full) <= 2, show(proc)   # once live, once in the summary
     assert len(lines) <= 35, show(proc)
-    assert "HvdliteMismatchError" in [l for l in lines if l.startswith("hvdlite-run: rank")][0], show(proc)
+    header = [l for l in lines if l.startswith("hvdlite-run: rank")]
+    assert header and "HvdliteMismatchError" in header[0], show(proc)
     verbose, _ = run_launcher("-np", 3, "--verbose", sys.executable, worker("launcher_hvd_mismatch.py"))
     assert "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
 

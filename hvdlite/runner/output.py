@@ -236,7 +236,10 @@ class OutputRouter:
             out += [self.format_piece(r, t) for r, t in self._box.pop(key)]
         if stream == "stderr":
             for rank in list(self._traceback):
-                out += self._release(rank, None)
+                del self._traceback[rank]
+                # The rank was ended while printing it (MPI killed it after another failed).
+                out.append(self.format_piece(rank, b"(a traceback, cut off when the job "
+                                             b"ended; --verbose shows it)"))
         return out
 
     def _note_exit(self, rank: int, text: bytes) -> None:

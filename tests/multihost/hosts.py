@@ -108,16 +108,17 @@ class Cluster:
         self.identity_file = os.path.join(workdir, "ssh", "hvdl_key")
         self.hostfile_lines = [f"{n} slots=2" for n in names]
 
-    def command(self, host: str, argv: Sequence[str]) -> List[str]:
-        """argv that runs ``argv`` inside ``host``'s network, UTS and mount namespaces."""
-        return ["nsenter", "-t", str(self.pids[host]), "--net", "--uts", "--mount", "--",
-                *map(str, argv)]
+    def command(self, host: str, argv: Sequence[str], cwd: Optional[str] = None) -> List[str]:
+        """argv that runs ``argv`` inside ``host``'s network, UTS and mount namespaces, in
+        ``cwd`` (default: this process's; entering a mount namespace would otherwise go to /)."""
+        return ["nsenter", "-t", str(self.pids[host]), "--net", "--uts", "--mount",
+                f"--wd={cwd or os.getcwd()}", "--", *map(str, argv)]
 
     def run(self, host: str, argv: Sequence[str], timeout: float = 300,
             env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None,
             check: bool = False) -> subprocess.CompletedProcess:
         """Run ``argv`` on ``host`` with a hard timeout (rc 124/137 when it ran out)."""
-        cmd = ["timeout", "--kill-after=10", str(int(timeout)), *self.command(host, argv)]
+        cmd = ["timeout", "--kill-after=10", str(int(timeout)), *self.command(host, argv, cwd)]
         proc = subprocess.run(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
         if check and proc.returncode != 0:

@@ -65,12 +65,12 @@ def check_two_by_two(cluster, proc):
         assert (t["size"], t["local_size"], t["cross_size"]) == (4, 2, 2), t
         assert t["local_rank"] == t["rank"] % 2 and t["cross_rank"] == t["rank"] // 2, t
         assert t["allreduce_ok"] and t["hosts"] == [a, a, b, b], t
-        assert t["env"] == {"HVDLITE_TEST_SETTING": "reaches-every-host"}, t
+        assert t["env"] == {"HVDLITE_TEST_SETTING": "reaches-every-host"}, (t, show(proc))
 
 
 def test_host_list_over_ssh(cluster):
     a, b = cluster.names
-    proc = hvdlite_run(cluster, "-np", 4, "-H", f"{a}:2,{b}:2", sys.executable, WORKER,
+    proc = hvdlite_run(cluster, "-np", 4, "-H", f"{a}:2,{b}:2", "-v", sys.executable, WORKER,
                        env=job_env(HVDLITE_TEST_SETTING="reaches-every-host"))
     check_two_by_two(cluster, proc)
 

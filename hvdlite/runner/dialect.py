@@ -7,7 +7,7 @@ Three dialects:
 =================  ==========================  ============================================
 rank-tagged output ``--tag-output`` (4) /      ``-prepend-pattern '[%r]<hvdl>: '``
                    ``--output tag`` (5)         (Intel MPI: ``-prepend-rank``)
-environment        ``-x NAME`` per variable     ``-genvlist A,B,...``
+environment        ``-x NAME`` per variable     ``-genv NAME VALUE`` per variable
 oversubscription   ``--oversubscribe``          always allowed (nothing to say)
 binding            ``--bind-to none``           ``-bind-to none``
 run as root        OMPI_ALLOW_RUN_AS_ROOT(...)  nothing needed
@@ -55,7 +55,8 @@ class Dialect:
     def tag_output(self) -> List[str]:
         raise NotImplementedError
 
-    def forward_env(self, names: Sequence[str]) -> List[str]:
+    def forward_env(self, names: Sequence[str], env: Dict[str, str]) -> List[str]:
+        """Arguments that give every rank, on every host, these variables of ``env``."""
         raise NotImplementedError
 
     def oversubscribe(self) -> List[str]:
@@ -110,7 +111,7 @@ class OpenMPI(Dialect):
     def tag_output(self):
         return ["--output", "tag"] if self.major >= 5 else ["--tag-output"]
 
-    def forward_env(self, names):
+    def forward_env(self, names, env):
         return [word for name in names for word in ("-x", name)]
 
     def oversubscribe(self):
@@ -158,8 +159,10 @@ class Hydra(Dialect):
     def tag_output(self):
         return ["-prepend-pattern", "[%r]<hvdl>: "]
 
-    def forward_env(self, names):
-        return ["-genvlist", ",".join(names)] if names else []
+    def forward_env(self, names, env):
+        # Values, not -genvlist names: with -genvlist, MPICH 5.0's remote proxies were seen
+        # to drop the variables under some PATHs (tests/multihost), -genv never.
+        return [word for name in names for word in ("-genv", name, env[name])]
 
     def oversubscribe(self):
         return []   # Hydra places ranks round-robin over the slots and wraps around

@@ -365,7 +365,7 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     if args.network_interface:
         cmd += dialect.network_interface(args.network_interface)
     cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)
-    cmd += dialect.forward_env(forwarded)
+    cmd += dialect.forward_env(forwarded, env)
     return cmd + extra + program, env
 
 

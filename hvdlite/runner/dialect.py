@@ -42,6 +42,7 @@ class Dialect:
     """How one MPI family spells what hvdlite-run asks of it."""
 
     name = "?"
+    chunked_tags = False   # True where the tag marks each chunk a rank writes, not each line
     # The prefix the launcher's output carries for each rank's line; group "rank".
     tag: Pattern[bytes]
 
@@ -150,6 +151,7 @@ class Hydra(Dialect):
     """MPICH's process manager, also Intel MPI's (and MVAPICH's)."""
 
     name = "MPICH (Hydra)"
+    chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
 
     def __init__(self, version: str, name: str = "MPICH (Hydra)"):

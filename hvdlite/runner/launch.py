@@ -538,7 +538,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write("".join(f"{PROG}: {n}\n" for n in notes)
                              + f"{PROG}: running: {' '.join(shlex.quote(c) for c in cmd)}\n")
         router = OutputRouter(tag=dialect.tag if dialect else None, prefix=not args.no_prefix,
-                              verbose=args.verbose, size=args.np)
+                              verbose=args.verbose, size=args.np,
+                              chunked_tags=bool(dialect and dialect.chunked_tags))
         return run_job(cmd, env, router)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

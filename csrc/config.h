@@ -14,6 +14,11 @@ struct Config {
   size_t ring_piece_bytes = size_t(256) << 10;  // HVDLITE_RING_PIECE_BYTES
   double stall_warning_s = 60.0;    // HVDLITE_STALL_CHECK_TIME_SECONDS (0 disables)
   bool debug = false;               // HVDLITE_LOG_LEVEL=debug
+  // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
+  // broadcasts go in pieces. MPI's int count limit by default. Lowering it is for tests only
+  // (HVDLITE_TEST_MAX_TRANSFER_BYTES), so that the piecewise paths run on small tensors.
+  size_t max_transfer_bytes = 2147483647;
+
 
   static Config from_env();
 };

@@ -32,9 +32,14 @@ void Context::run_loop() {
       RoundOutcome round = controller_.negotiate(pending_, shutdown_requested);
       execute(round.responses);
       if (round.shutdown) {
+        std::string who = round.shutdown_ranks.size() > 1 ? "ranks " : "rank ";
+        for (size_t i = 0; i < round.shutdown_ranks.size(); ++i) {
+          who += (i ? ", " : "") + std::to_string(round.shutdown_ranks[i]);
+        }
         stop(Status::ShutDown,
-             "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
-             "request was pending; every rank must submit the same collectives before shutting down");
+             "hvdlite has been shut down: " + who + " called hvdlite.shutdown() or exited while "
+             "this request was pending; every rank must submit the same collectives before "
+             "shutting down");
         return;
       }
     }

@@ -13,15 +13,22 @@ HVDLITE_CYCLE_TIME                  0.25      Milliseconds: the longest the back
 HVDLITE_CACHE_CAPACITY              1024      Responses remembered so repeated tensors skip the
                                               coordinator (one bit each per round). 0 disables.
 HVDLITE_RING_PIECE_BYTES            262144    Size of the pieces a ring step is cut into, so
-                                              reducing one overlaps receiving the next.
+                                              reducing one overlaps receiving the next
+                                              (at most 1 GiB).
 HVDLITE_STALL_CHECK_TIME_SECONDS    60        Warn when a request waits this long for other
                                               ranks. 0 disables.
 HVDLITE_LOG_LEVEL                   (unset)   ``debug`` prints every collective as it runs.
 HVDLITE_ABORT_ON_ERROR              1         An unhandled Python exception on one rank aborts
                                               the whole job (after printing the traceback).
+HVDLITE_TEST_MAX_TRANSFER_BYTES     2^31-1    For tests only: the largest byte count given to
+                                              one MPI collective call (MPI's int limit).
+                                              Larger allgathers, alltoalls and broadcasts go
+                                              in pieces; lowering it runs that path on small
+                                              tensors. Never needed in real jobs.
 ==================================  ========  ==============================================
 
-All ranks must use the same values for HVDLITE_FUSION_THRESHOLD and HVDLITE_CACHE_CAPACITY.
+All ranks must use the same values for HVDLITE_FUSION_THRESHOLD, HVDLITE_CACHE_CAPACITY,
+HVDLITE_RING_PIECE_BYTES and HVDLITE_TEST_MAX_TRANSFER_BYTES (init() checks).
 """
 
 SETTINGS = {
@@ -32,4 +39,5 @@ SETTINGS = {
     "HVDLITE_STALL_CHECK_TIME_SECONDS": "60",
     "HVDLITE_LOG_LEVEL": "",
     "HVDLITE_ABORT_ON_ERROR": "1",
+    "HVDLITE_TEST_MAX_TRANSFER_BYTES": "2147483647",
 }

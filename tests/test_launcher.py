@@ -519,7 +519,9 @@ def test_repeated_tracebacks_become_one_line():
     tb = (b"[1,%d]<stderr>: Traceback (most recent call last):\n"
           b"[1,%d]<stderr>:   File \"x.py\", line 3, in <module>\n"
           b"[1,%d]<stderr>: hvdlite.exceptions.HvdliteMismatchError: shapes differ\n")
-    shown = _pump(OutputRouter(), tb % (0, 0, 0) + tb % (2, 2, 2)).splitlines()
+    # Open MPI 4 breaks long lines where its chunks end: "^^" may come at the margin.
+    broken = tb.replace(b"in <module>\n", b"in <module>\n[1,%d]<stderr>: ^^\n", 1)
+    shown = _pump(OutputRouter(), tb % (0, 0, 0) + broken % (2, 2, 2, 2)).splitlines()
     assert shown == ["[0]: Traceback (most recent call last):", '[0]:   File "x.py", line 3, in <module>',
                      "[0]: hvdlite.exceptions.HvdliteMismatchError: shapes differ",
                      "[2]: hvdlite.exceptions.HvdliteMismatchError: shapes differ  (the same "

@@ -217,8 +217,10 @@ class OutputRouter:
             self._traceback[rank] = [text]
             return []
         lines.append(text)
-        if not text or text[:1].isspace() or text.startswith((b"During handling",
-                                                              b"The above exception")):
+        # Open MPI 4 may break a long line where a chunk ended: a bare "^^^" marker line
+        # still belongs to the traceback.
+        if not text.strip(b" ^~") or text[:1].isspace() or text.startswith(
+                (b"During handling", b"The above exception")):
             return [] if len(lines) < 400 else self._release(rank, None)
         if text.strip() == _TRACEBACK:
             return []

@@ -342,6 +342,15 @@ NB_MODULE(_core, m) {
   m.def("cross_rank", [] { return context().topology().cross_rank; });
   m.def("cross_size", [] { return context().topology().cross_size; });
   m.def("nccl_built", [] { return nccl_built(); });
+  // The dtype table the Python adapters check against: every DataType the core moves.
+  m.def("supported_dtypes", [] {
+    std::vector<std::string> names;
+    for (int i = 0; i < 256; ++i) {
+      const std::string n = dtype_name(static_cast<DataType>(i));
+      if (n != "?") names.push_back(n);
+    }
+    return names;
+  });
   m.def("abort", [](int code) { context().abort(code); });
   m.def("build_info", [] {
     nb::dict d;

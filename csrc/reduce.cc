@@ -47,8 +47,9 @@ void reduce_half(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
 template <typename T>
 void scale_typed(T* d, const T* s, size_t n, double f) {
   if constexpr (std::is_floating_point_v<T>) {
-    const T tf = static_cast<T>(f);
-    for (size_t i = 0; i < n; ++i) d[i] = s[i] * tf;
+    // In double, then rounded once (as Horovod's ScaleBuffer): float(x * (1/3)) computed in
+    // float would round twice and can differ by one ulp from Horovod's Average.
+    for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(f * static_cast<double>(s[i]));
   } else {
     for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * f);
   }

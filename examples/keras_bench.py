@@ -165,10 +165,8 @@ def run_hvdlite(args):
         return hvd_tf.grouped_allreduce(list(g), name="bench.graph")
 
     def numpy_allreduce():
-        hs = hvdlite.ops.grouped_allreduce_async(arrays, outs, [f"bench.np.{i}" for i in
-                                                                range(len(arrays))])
-        for h in hs:
-            hvdlite.ops.wait(h)
+        hvdlite.ops.grouped_allreduce_async(arrays, outs, [f"bench.np.{i}" for i in
+                                                           range(len(arrays))]).wait()
 
     def eager_allreduce():
         hvd_tf.grouped_allreduce(grads, name="bench.eager")

@@ -213,7 +213,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """
     from .basics import rank
     name = auto_name("broadcast_object", name)
-    is_root = _rank_in(process_set, rank) == int(root_rank)
+    is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
     payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8) if is_root else None
     length = np.array([0 if payload is None else payload.size], dtype=np.int64)
     ops.broadcast_async(length, root_rank, None, f"{name}.sz", process_set).wait()
@@ -234,9 +234,3 @@ def allgather_object(obj, name=None, process_set=None):
         start += n
     return out
 
-
-def _rank_in(process_set, rank):
-    """This rank's rank within ``process_set`` (the world rank for the global set)."""
-    if process_set is None or not hasattr(process_set, "rank"):
-        return rank()
-    return process_set.rank()

@@ -436,7 +436,7 @@ class _BroadcastFn(torch.autograd.Function):
     def backward(ctx, grad_output):
         rule = GRADIENTS["broadcast"]
         grad = allreduce(grad_output.contiguous(), op=rule.op(Sum), process_set=ctx.process_set)
-        if (ctx.process_set or global_process_set).rank() != ctx.root_rank:
+        if _hvd.rank() != ctx.root_rank:     # roots are global ranks
             grad = torch.zeros_like(grad)
         return grad, None, None, None
 

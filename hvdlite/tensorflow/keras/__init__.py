@@ -31,8 +31,9 @@ from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
                                 broadcast_object, broadcast_variables)
-from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
-from hvdlite.tensorflow.mpi_ops import resolve_op
+from hvdlite.tensorflow.distributed import (_var_key, make_allreduce_grads_fn,
+                                            reduce_except_local)
+from hvdlite.tensorflow.mpi_ops import _resolve_op, _set, global_process_set
 
 from . import callbacks  # noqa: F401
 
@@ -42,16 +43,26 @@ class _HvdState:
 
     def __init__(self, name, compression=Compression.none, sparse_as_dense=False,
                  op=Average, gradient_predivide_factor=1.0, backward_passes_per_step=1,
-                 average_aggregated_gradients=False):
+                 average_aggregated_gradients=False, process_set=global_process_set,
+                 scale_local_gradients=True):
         self.name = name
+        self.process_set = process_set
+        self.scale_local_gradients = scale_local_gradients
+        self.local_keys = set()    # variables whose gradients stay local
         self.sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
         self.allreduce_grads = make_allreduce_grads_fn(
             name, compression, sparse_as_dense, op, gradient_predivide_factor,
-            what=f"DistributedOptimizer({name})")
+            what=f"DistributedOptimizer({name})", process_set=process_set)
         self.accumulators = None   # var key -> tf.Variable (backward_passes_per_step > 1)
         self.counter = None
+
+    def reduce(self, grads, variables):
+        """All-reduce ``grads`` except those of local variables."""
+        return reduce_except_local(self.allreduce_grads, list(grads), list(variables),
+                                   self.local_keys, self.scale_local_gradients,
+                                   _set(self.process_set).size())
 
 
 class _DistributedOptimizer:
@@ -63,6 +74,10 @@ class _DistributedOptimizer:
         if self._hvd is None:  # e.g. made by from_config on the dynamic class
             self._hvd = _HvdState("Distributed" + type(self).__name__)
         return self._hvd
+
+    def register_local_var(self, var):
+        """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
+        self._hvd_state().local_keys.add(_var_key(var))
 
     def build(self, variables):
         super().build(variables)
@@ -97,7 +112,7 @@ class _DistributedOptimizer:
                 self.built = True
         state = self._hvd_state()
         if state.backward_passes_per_step == 1:
-            reduced = state.allreduce_grads(grads, variables)
+            reduced = state.reduce(grads, variables)
             return super().apply(reduced, trainable_variables)
         return self._hvd_aggregate(state, grads, variables, trainable_variables)
 
@@ -128,7 +143,7 @@ class _DistributedOptimizer:
 
         def apply_step():
             summed = [None if a is None else a.read_value() for a in accs]
-            reduced = state.allreduce_grads(summed, variables)
+            reduced = state.reduce(summed, variables)
             if state.average_aggregated_gradients:
                 reduced = [None if r is None else r / tf.cast(n, r.dtype) for r in reduced]
             base_apply(reduced, trainable_variables)
@@ -170,7 +185,9 @@ def _distributed_class(base):
 def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
                          compression=Compression.none, sparse_as_dense=False,
                          gradient_predivide_factor=1.0, op=Average,
-                         backward_passes_per_step=1, average_aggregated_gradients=False):
+                         backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=global_process_set,
+                         scale_local_gradients=True):
     """Wrap a Keras 3 optimizer so that gradients are all-reduced across ranks before
     they are applied (Horovod's ``hvd.DistributedOptimizer``).
 
@@ -187,17 +204,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         backward_passes_per_step: accumulate this many calls locally; all-reduce and apply
             on every N-th call (``iterations`` still counts every call, as in Horovod).
         average_aggregated_gradients: divide the accumulated sum by N before applying.
-        device_dense, device_sparse: accepted for Horovod compatibility, ignored.
+        process_set: reduce over the ranks of this process set.
+        device_dense, device_sparse, num_groups, groups: accepted for Horovod compatibility
+            (every gradient already goes in one group).
     """
     _check_keras_optimizer(optimizer)
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
-    resolve_op(op, None, "DistributedOptimizer")
+    _resolve_op(op, None, "DistributedOptimizer")
     cls = _distributed_class(type(optimizer))
     new = cls.from_config(optimizer.get_config())
     new._hvd = _HvdState(name or "Distributed" + type(optimizer).__name__, compression,
                          sparse_as_dense, op, gradient_predivide_factor,
-                         backward_passes_per_step, average_aggregated_gradients)
+                         backward_passes_per_step, average_aggregated_gradients, process_set,
+                         scale_local_gradients)
     if getattr(optimizer, "built", False):
         # Carry over the state (slots, iterations) of an optimizer that already stepped.
         new.build(list(optimizer._trainable_variables))
@@ -206,33 +226,56 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     return new
 
 
+def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """A ``DistributedOptimizer`` that keeps the gradients of ``local_layers``' trainable
+    weights local (divided by size when ``scale_local_gradients``, as Horovod)."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                               sparse_as_dense, gradient_predivide_factor, op,
+                               groups=groups, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
+
+
 # ----------------------------------------------- Horovod's hvd.keras value-level helpers
 
+def _tensor(value):
+    return value if tf.is_tensor(value) else tf.constant(value)
+
+
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
-              op=None, compression=Compression.none):
+              op=None, compression=Compression.none, process_set=global_process_set):
     """All-reduce a value (number, numpy array or tensor); returns a tensor."""
-    return _hvd_tf.allreduce(tf.constant(value) if not tf.is_tensor(value) else value,
-                             average=average, prescale_factor=prescale_factor,
+    return _hvd_tf.allreduce(_tensor(value), average=average, prescale_factor=prescale_factor,
                              postscale_factor=postscale_factor, op=op,
-                             compression=compression, name=name)
+                             compression=compression, name=name, process_set=process_set)
 
 
-def allgather(value, name=None):
+def allgather(value, name=None, process_set=global_process_set):
     """All-gather a value along its first dimension; returns a tensor."""
-    return _hvd_tf.allgather(tf.constant(value) if not tf.is_tensor(value) else value,
-                             name=name)
+    return _hvd_tf.allgather(_tensor(value), name=name, process_set=process_set)
 
 
-def broadcast(value, root_rank, name=None):
+def broadcast(value, root_rank, name=None, process_set=global_process_set):
     """Broadcast a value from ``root_rank``; returns a tensor."""
-    return _hvd_tf.broadcast(tf.constant(value) if not tf.is_tensor(value) else value,
-                             root_rank, name=name)
+    return _hvd_tf.broadcast(_tensor(value), root_rank, name=name, process_set=process_set)
 
 
-def reducescatter(value, name=None, op=Average):
+def reducescatter(value, name=None, op=Average, process_set=global_process_set):
     """Reduce-scatter a value along its first dimension; returns a tensor."""
-    return _hvd_tf.reducescatter(tf.constant(value) if not tf.is_tensor(value) else value,
-                                 op=op, name=name)
+    return _hvd_tf.reducescatter(_tensor(value), op=op, name=name, process_set=process_set)
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None,

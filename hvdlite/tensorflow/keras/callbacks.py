@@ -8,8 +8,8 @@ import numpy as np
 import keras
 
 import hvdlite as _hvd
-from hvdlite import ops as _ops
-
+from hvdlite import numpy_api as _np_api
+from hvdlite.tensorflow.distributed import _var_key
 from hvdlite.tensorflow.functions import broadcast_variables
 
 
@@ -25,10 +25,24 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     the first batch, which is what Horovod did for Keras 2.
     """
 
-    def __init__(self, root_rank=0, device=''):
+    def __init__(self, root_rank=0, device='', local_variables=None):
         super().__init__()
         self.root_rank = int(root_rank)
         self.broadcast_done = False
+        self._local_vars = set()
+        if local_variables is None:
+            local_variables = []
+        elif not isinstance(local_variables, (list, tuple, set)):
+            local_variables = [local_variables]
+        for var in local_variables:
+            self.register_local_var(var)
+
+    def register_local_var(self, var):
+        """Leave ``var`` out of the broadcast: each rank keeps its own value."""
+        self._local_vars.add(_var_key(var))
+
+    def _global(self, variables):
+        return [v for v in variables if _var_key(v) not in self._local_vars]
 
     def _broadcast(self):
         """Broadcast what exists; True when the optimizer's state was included."""
@@ -37,7 +51,7 @@ class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
         if opt is not None and not getattr(opt, "built", True) and getattr(model, "built", False) \
                 and model.trainable_variables:
             opt.build(model.trainable_variables)
-        broadcast_variables(model.variables, root_rank=self.root_rank)
+        broadcast_variables(self._global(model.variables), root_rank=self.root_rank)
         if opt is not None and getattr(opt, "built", False):
             broadcast_variables(opt.variables, root_rank=self.root_rank)
             return True
@@ -70,11 +84,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
             return
         keys = sorted(k for k, v in logs.items() if _is_number(v))
         values = np.array([float(np.asarray(logs[k])) for k in keys], dtype=np.float64)
-        out = np.empty_like(values)
-        h = _ops.allreduce_async(values, output=out,
-                                 name="MetricAverageCallback",
-                                 op=_ops.Average)
-        _ops.wait(h)
+        out = _np_api.allreduce(values, name="MetricAverageCallback")
         for k, v in zip(keys, out.tolist()):
             logs[k] = v
 

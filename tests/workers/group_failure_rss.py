@@ -2,7 +2,7 @@
 
     python group_failure_rss.py {numpy,torch,tensorflow} FAILURES
 
-Each iteration all-reduces a fresh group of 4 x 512 KiB float32 tensors in which member 2
+Each iteration all-reduces a fresh group of 4 x 512 KiB float32 tensors in which the last member
 has another shape on the last rank, catches the mismatch error (raised on every rank), and
 goes on. Leaking the group would keep ~4 MiB per failure (inputs and outputs); the RSS
 after the failures must stay within 64 MiB of the RSS after a warm-up.
@@ -65,7 +65,7 @@ R, N = hvd.rank(), hvd.size()
 def fail_once(i, fn):
     sizes = [ELEMS] * 4
     if R == N - 1:
-        sizes[2] += 1
+        sizes[-1] += 1
     try:
         fn([make(n) for n in sizes], f"leaky.{i % 2}")
     except hvd.HvdliteMismatchError as e:

@@ -7,6 +7,11 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -14,6 +19,7 @@
 #include "collectives.h"
 #include "context.h"
 #include "hvdlite.h"
+#include "timeline.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;
@@ -27,51 +33,109 @@ namespace {
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
 
-// The process's engine. Python's init()/shutdown() create and destroy it.
-std::unique_ptr<Context> g_context;
-std::mutex g_context_mu;
+// The process's engine. Python's init()/shutdown() create and stop it. Every call holds its
+// own reference while it uses the engine, so a shutdown on another thread (which stops the
+// engine and drops the global reference) never destroys it under a waiter.
+std::shared_ptr<Context> g_context;
+std::mutex g_context_mu;     // guards the g_context pointer
+std::mutex g_lifecycle_mu;   // serialises init and shutdown
+std::atomic<pid_t> g_owner_pid{0};  // the process that ran init()
+// Set in a fork()ed child of an initialised process, which inherits the engine's memory but
+// not its thread or its MPI connection.
+std::atomic<bool> g_forked_child{false};
 
-Context& context() {
-  if (!g_context) {
+bool in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+
+// Runs in the child right after fork(): the inherited engine must never be destroyed there
+// (its destructor would join a thread that does not exist), so the child keeps a reference
+// it never drops. The child never changes g_context after this, so it reads it unlocked.
+void keep_engine_in_forked_child() {
+  if (g_context) {
+    new std::shared_ptr<Context>(g_context);
+    g_forked_child = true;
+  }
+}
+
+std::shared_ptr<Context> current_context() {
+  if (in_forked_child()) return g_context;
+  std::lock_guard<std::mutex> lk(g_context_mu);
+  return g_context;
+}
+
+// The engine, for collectives. A forked child gets a clear error instead of a hang.
+std::shared_ptr<Context> context_ref() {
+  std::shared_ptr<Context> ctx = current_context();
+  if (!ctx) {
     throw Error(Status::NotInitialized,
                 "hvdlite has not been initialized; call hvdlite.init() first");
   }
-  return *g_context;
+  if (in_forked_child()) {
+    throw Error(Status::NotInitialized,
+                "hvdlite was initialized in process " + std::to_string(g_owner_pid.load()) +
+                " and this is a forked child of it (pid " + std::to_string(getpid()) +
+                "): collectives only work in the process that called hvdlite.init() (e.g. not "
+                "in DataLoader workers or multiprocessing children)");
+  }
+  return ctx;
+}
+
+// The job's topology, which a forked child may still read.
+Topology topology() {
+  std::shared_ptr<Context> ctx = current_context();
+  if (!ctx) {
+    throw Error(Status::NotInitialized,
+                "hvdlite has not been initialized; call hvdlite.init() first");
+  }
+  return ctx->topology();
+}
+
+// Every dtype the core supports: its DLPack description and its name. Written once; the
+// conversions, the error messages and _core.supported_dtypes() read it.
+struct DtypeInfo {
+  DataType dtype;
+  nb::dlpack::dtype_code code;
+  uint8_t bits;
+  const char* name;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {DataType::UInt8, nb::dlpack::dtype_code::UInt, 8, "uint8"},
+    {DataType::Int8, nb::dlpack::dtype_code::Int, 8, "int8"},
+    {DataType::UInt16, nb::dlpack::dtype_code::UInt, 16, "uint16"},
+    {DataType::Int16, nb::dlpack::dtype_code::Int, 16, "int16"},
+    {DataType::Int32, nb::dlpack::dtype_code::Int, 32, "int32"},
+    {DataType::Int64, nb::dlpack::dtype_code::Int, 64, "int64"},
+    {DataType::Float16, nb::dlpack::dtype_code::Float, 16, "float16"},
+    {DataType::BFloat16, nb::dlpack::dtype_code::Bfloat, 16, "bfloat16"},
+    {DataType::Float32, nb::dlpack::dtype_code::Float, 32, "float32"},
+    {DataType::Float64, nb::dlpack::dtype_code::Float, 64, "float64"},
+    {DataType::Bool, nb::dlpack::dtype_code::Bool, 8, "bool"},
+};
+
+std::string supported_dtype_list() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kDtypes); ++i) {
+    s += (i == 0 ? "" : i + 1 == std::size(kDtypes) ? " and " : ", ");
+    s += kDtypes[i].name;
+  }
+  return s;
 }
 
 DataType to_dtype(const nb::dlpack::dtype& dt, const std::string& name) {
-  using nb::dlpack::dtype_code;
-  const auto code = static_cast<dtype_code>(dt.code);
-  if (dt.lanes == 1) {
-    if (code == dtype_code::UInt && dt.bits == 8) return DataType::UInt8;
-    if (code == dtype_code::Int && dt.bits == 8) return DataType::Int8;
-    if (code == dtype_code::Int && dt.bits == 32) return DataType::Int32;
-    if (code == dtype_code::Int && dt.bits == 64) return DataType::Int64;
-    if (code == dtype_code::Float && dt.bits == 16) return DataType::Float16;
-    if (code == dtype_code::Bfloat && dt.bits == 16) return DataType::BFloat16;
-    if (code == dtype_code::Float && dt.bits == 32) return DataType::Float32;
-    if (code == dtype_code::Float && dt.bits == 64) return DataType::Float64;
-    if (code == dtype_code::Bool && dt.bits == 8) return DataType::Bool;
+  for (const DtypeInfo& d : kDtypes) {
+    if (dt.lanes == 1 && dt.code == static_cast<uint8_t>(d.code) && dt.bits == d.bits) return d.dtype;
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   std::string kind = dt.code < 7 ? codes[dt.code] : "code" + std::to_string(dt.code);
   throw Error(Status::InvalidArgument,
               "tensor '" + name + "' has unsupported dtype " + kind + std::to_string(dt.bits) +
-              "; hvdlite supports uint8, int8, int32, int64, float16, bfloat16, float32, "
-              "float64 and bool");
+              "; hvdlite supports " + supported_dtype_list());
 }
 
 nb::dlpack::dtype to_dlpack(DataType dt) {
-  switch (dt) {
-    case DataType::UInt8: return nb::dtype<uint8_t>();
-    case DataType::Int8: return nb::dtype<int8_t>();
-    case DataType::Int32: return nb::dtype<int32_t>();
-    case DataType::Int64: return nb::dtype<int64_t>();
-    case DataType::Float16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case DataType::BFloat16: return nb::dtype<uint16_t>();  // numpy has no bfloat16: bits as uint16
-    case DataType::Float32: return nb::dtype<float>();
-    case DataType::Float64: return nb::dtype<double>();
-    case DataType::Bool: return nb::dtype<bool>();
+  // numpy has no bfloat16: its outputs travel as the uint16 bits (wait() says so).
+  if (dt == DataType::BFloat16) return nb::dtype<uint16_t>();
+  for (const DtypeInfo& d : kDtypes) {
+    if (d.dtype == dt) return {static_cast<uint8_t>(d.code), d.bits, 1};
   }
   return nb::dtype<uint8_t>();
 }
@@ -139,14 +203,21 @@ Array to_array(nb::handle obj, const std::string& name, const char* role, Reques
   if (!try_import(obj, a)) {  // the common case costs one import; bfloat16 is checked after
     bf16 = is_ml_dtypes_bfloat16(obj);
     if (!bf16 || !try_import(obj.attr("view")("uint16"), a)) {
+      InArray readable;
+      if (std::is_same_v<Array, OutArray> && try_import(obj, readable)) {
+        throw Error(Status::InvalidArgument,
+                    "tensor '" + name + "' (" + role + ") is read-only (e.g. a numpy array with "
+                    "flags.writeable False, or a view of one); the output must be writable: pass "
+                    "a writable array, e.g. a copy");
+      }
       std::string type = nb::str(obj.type().attr("__name__")).c_str();
       std::string dtype = "?";
       if (nb::hasattr(obj, "dtype")) dtype = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
       throw Error(Status::InvalidArgument,
                   "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
                   (std::string(role) == "output" ? " as a writable array" : "") +
-                  "; pass a numpy array or a tensor supporting DLPack with one of the dtypes uint8, "
-                  "int8, int32, int64, float16, bfloat16, float32, float64, bool");
+                  "; pass a numpy array or a tensor supporting DLPack with one of the dtypes " +
+                  supported_dtype_list());
     }
   }
   describe(a, name, role, req, bf16);
@@ -190,7 +261,7 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                                        const std::vector<nb::object>& inputs,
                                        const std::vector<nb::object>& outputs, int op,
                                        double prescale, double postscale, int compression) {
-  Context& ctx = context();
+  std::shared_ptr<Context> ctx = context_ref();
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
@@ -206,34 +277,52 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
     e->request.compression = static_cast<Compression>(compression);
     entries.push_back(std::move(e));
   }
-  return ctx.enqueue(std::move(entries));
+  return ctx->enqueue(std::move(entries));
 }
 
 int64_t enqueue_one(std::unique_ptr<TensorEntry> e) {
+  std::shared_ptr<Context> ctx = context_ref();
   EntryList list;
   list.push_back(std::move(e));
-  return context().enqueue(std::move(list))[0];
+  return ctx->enqueue(std::move(list))[0];
+}
+
+void check_group(const std::vector<std::string>& names, size_t inputs, const char* op) {
+  if (names.size() != inputs) {
+    throw Error(Status::InvalidArgument, "grouped " + std::string(op) + " got " +
+                std::to_string(inputs) + " tensors but " + std::to_string(names.size()) + " names");
+  }
 }
 
 int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root) {
-  Context& ctx = context();
+  const int size = context_ref()->topology().size;
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
-  if (root < 0 || root >= ctx.topology().size) {
+  if (root < 0 || root >= size) {
     throw Error(Status::InvalidArgument, "broadcast of tensor '" + name + "': root rank " +
-                std::to_string(root) + " is out of range for " + std::to_string(ctx.topology().size) + " ranks");
+                std::to_string(root) + " is out of range for " + std::to_string(size) + " ranks");
   }
   e->request.root = root;
   return enqueue_one(std::move(e));
 }
 
+// Grouped forms enqueue their members together, so the group negotiates in one round.
+std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
+                                               const std::vector<nb::object>& inputs) {
+  std::shared_ptr<Context> ctx = context_ref();
+  check_group(names, inputs.size(), "allgather");
+  EntryList entries;
+  for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
+  return ctx->enqueue(std::move(entries));
+}
+
 int64_t enqueue_allgather(const std::string& name, nb::handle input) {
-  context();
+  context_ref();
   return enqueue_one(make_entry(name, OpType::Allgather, input));
 }
 
 int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits) {
-  const int size = context().topology().size;
+  const int size = context_ref()->topology().size;
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "' needs at least one dimension");
@@ -247,23 +336,25 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
     }
     splits.assign(size, rows / size);
   }
+  // Overflow-safe: a sum that wraps around 64 bits must not pass for dimension 0.
   int64_t total = 0;
+  bool overflow = false;
   for (int64_t s : splits) {
     if (s < 0) throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': negative split");
-    total += s;
+    overflow = overflow || __builtin_add_overflow(total, s, &total);
   }
-  if (static_cast<int>(splits.size()) != size || total != rows) {
+  if (static_cast<int>(splits.size()) != size || overflow || total != rows) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': splits must have one "
                 "entry per rank (" + std::to_string(size) + ") summing to dimension 0 (" +
-                std::to_string(rows) + "), got " + shape_string(splits));
+                std::to_string(rows) + "), got " + shape_string(splits) +
+                (overflow ? " (their sum overflows 64 bits)" : ""));
   }
   e->splits = std::move(splits);
   return enqueue_one(std::move(e));
 }
 
-int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale) {
-  context();
+std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::handle input, int op,
+                                                double prescale, double postscale) {
   auto e = make_entry(name, OpType::Reducescatter, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "reducescatter of tensor '" + name + "' needs at least one dimension");
@@ -272,11 +363,29 @@ int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
   e->request.reduce_op = static_cast<ReduceOp>(op);
   e->request.prescale = prescale;
   e->request.postscale = postscale;
-  return enqueue_one(std::move(e));
+  return e;
+}
+
+int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
+                              double prescale, double postscale) {
+  context_ref();
+  return enqueue_one(make_reducescatter(name, input, op, prescale, postscale));
+}
+
+std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string>& names,
+                                                   const std::vector<nb::object>& inputs, int op,
+                                                   double prescale, double postscale) {
+  std::shared_ptr<Context> ctx = context_ref();
+  check_group(names, inputs.size(), "reducescatter");
+  EntryList entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
+  }
+  return ctx->enqueue(std::move(entries));
 }
 
 int64_t enqueue_marker(const std::string& name, OpType op) {
-  context();
+  context_ref();
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
@@ -287,11 +396,12 @@ int64_t enqueue_marker(const std::string& name, OpType op) {
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
 nb::tuple wait(int64_t handle) {
-  Context& ctx = context();
+  std::shared_ptr<Context> ctx = context_ref();
   Outcome o;
   {
     nb::gil_scoped_release release;
-    o = ctx.wait(handle);
+    o = ctx->wait(handle);
+    ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (o.status != Status::Success) throw Error(o.status, o.error);
   nb::object output = nb::none();
@@ -321,37 +431,78 @@ NB_MODULE(_core, m) {
     }
   });
 
+  pthread_atfork(nullptr, nullptr, keep_engine_in_forked_child);
+
   m.def("init", [] {
-    std::lock_guard<std::mutex> lk(g_context_mu);
-    if (g_context) return;
+    if (in_forked_child()) return;  // the parent's engine is not this process's to restart
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    if (current_context()) return;
     Config config = Config::from_env();
-    nb::gil_scoped_release release;
-    g_context = std::make_unique<Context>(make_mpi_transport(), config);
-  });
-  m.def("shutdown", [] {
+    if (!config.timeline.empty()) check_timeline_path(config.timeline, "HVDLITE_TIMELINE");
+    std::shared_ptr<Context> ctx;
+    {
+      nb::gil_scoped_release release;
+      ctx = std::make_shared<Context>(make_mpi_transport(config.max_transfer_bytes), config);
+    }
+    g_owner_pid = getpid();
+    if (!config.timeline.empty()) {
+      start_timeline_on_rank(config.timeline, ctx->topology().rank, config.timeline_all_ranks,
+                             config.timeline_mark_cycles);
+    }
     std::lock_guard<std::mutex> lk(g_context_mu);
-    nb::gil_scoped_release release;
-    g_context.reset();
+    g_context = std::move(ctx);
   });
-  m.def("finalize", [] { finalize_mpi_if_owned(); });
-  m.def("is_initialized", [] { return g_context != nullptr; });
-  m.def("rank", [] { return context().topology().rank; });
-  m.def("size", [] { return context().topology().size; });
-  m.def("local_rank", [] { return context().topology().local_rank; });
-  m.def("local_size", [] { return context().topology().local_size; });
-  m.def("cross_rank", [] { return context().topology().cross_rank; });
-  m.def("cross_size", [] { return context().topology().cross_size; });
-  m.def("nccl_built", [] { return nccl_built(); });
-  // The dtype table the Python adapters check against: every DataType the core moves.
+  // Stops the engine (pending requests fail with HvdliteShutdownError) and drops the global
+  // reference; threads still waiting keep the engine's memory alive until they return.
+  // A no-op in a forked child, where the engine's thread does not exist.
+  m.def("shutdown", [] {
+    if (in_forked_child()) return;
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    std::shared_ptr<Context> ctx;
+    {
+      std::lock_guard<std::mutex> lk(g_context_mu);
+      ctx.swap(g_context);
+    }
+    if (!ctx) return;
+    nb::gil_scoped_release release;
+    ctx->shutdown();
+    ctx.reset();
+    Timeline::get().stop();
+  });
+  m.def("finalize", [] {
+    if (!in_forked_child()) finalize_mpi_if_owned();
+  });
+  m.def("is_initialized", [] { return current_context() != nullptr; });
+  m.def("in_forked_child", &in_forked_child,
+        "True in a fork()ed child of the process that initialized hvdlite (collectives raise there).");
+  m.def("rank", [] { return topology().rank; });
+  m.def("size", [] { return topology().size; });
+  m.def("local_rank", [] { return topology().local_rank; });
+  m.def("local_size", [] { return topology().local_size; });
+  m.def("cross_rank", [] { return topology().cross_rank; });
+  m.def("cross_size", [] { return topology().cross_size; });
   m.def("supported_dtypes", [] {
     std::vector<std::string> names;
-    for (int i = 0; i < 256; ++i) {
-      const std::string n = dtype_name(static_cast<DataType>(i));
-      if (n != "?") names.push_back(n);
-    }
+    for (const DtypeInfo& d : kDtypes) names.push_back(d.name);
     return names;
+  }, "Names of the dtypes the core reduces and moves (numpy spelling).");
+  m.def("nccl_built", [] { return nccl_built(); });
+  // A forked child must not abort its parent's job: there it does nothing.
+  m.def("abort", [](int code) {
+    if (!in_forked_child()) context_ref()->abort(code);
   });
-  m.def("abort", [](int code) { context().abort(code); });
+  // Bytes this rank sent/received since init (or the last reset=True): the measure behind
+  // every "bytes per step" figure.
+  m.def("transport_stats", [](bool reset) {
+    std::shared_ptr<Context> ctx = context_ref();
+    TransportStats& s = ctx->transport_stats();
+    auto read = [reset](std::atomic<uint64_t>& c) { return reset ? c.exchange(0) : c.load(); };
+    nb::dict d;
+    d["bytes_sent"] = read(s.bytes_sent);
+    d["bytes_received"] = read(s.bytes_received);
+    d["control_bytes_sent"] = read(s.control_bytes_sent);
+    return d;
+  }, nb::arg("reset") = false);
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;
@@ -366,10 +517,46 @@ NB_MODULE(_core, m) {
         nb::arg("compression"));
   m.def("enqueue_broadcast", &enqueue_broadcast);
   m.def("enqueue_allgather", &enqueue_allgather);
+  m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"), nb::arg("inputs"));
   m.def("enqueue_alltoall", &enqueue_alltoall);
   m.def("enqueue_reducescatter", &enqueue_reducescatter);
+  m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
+        nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"));
   m.def("enqueue_barrier", [](const std::string& name) { return enqueue_marker(name, OpType::Barrier); });
   m.def("enqueue_join", [](const std::string& name) { return enqueue_marker(name, OpType::Join); });
-  m.def("poll", [](int64_t h) { return context().poll(h); });
+  m.def("poll", [](int64_t h) { return context_ref()->poll(h); });
+
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    std::shared_ptr<Context> ctx = context_ref();
+    start_timeline_on_rank(path, ctx->topology().rank, ctx->config().timeline_all_ranks, mark_cycles);
+  });
+  m.def("stop_timeline", [] {
+    nb::gil_scoped_release release;
+    Timeline::get().stop();
+  });
+  m.def("settings_table", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> rows;
+    for (const SettingInfo& s : settings_table()) rows.emplace_back(s.name, s.alias, s.default_text, s.meaning);
+    return rows;
+  });
+  // Parses every setting (raising on a bad value) and returns the values.
+  m.def("read_settings", [] {
+    Config c = Config::from_env();
+    nb::dict d;
+    d["fusion_threshold"] = c.fusion_threshold;
+    d["cycle_time_ms"] = c.cycle_time_ms;
+    d["cache_capacity"] = c.cache_capacity;
+    d["ring_piece_bytes"] = c.ring_piece_bytes;
+    d["stall_check_s"] = c.stall_check_s;
+    d["stall_shutdown_s"] = c.stall_shutdown_s;
+    d["timeline"] = c.timeline;
+    d["timeline_mark_cycles"] = c.timeline_mark_cycles;
+    d["timeline_all_ranks"] = c.timeline_all_ranks;
+    d["autotune"] = c.autotune;
+    d["autotune_log"] = c.autotune_log;
+    d["debug"] = c.debug;
+    d["abort_on_error"] = c.abort_on_error;
+    return d;
+  });
   m.def("wait", &wait);
 }

@@ -1,5 +1,7 @@
 #include "context.h"
 
+#include "timeline.h"
+
 namespace hvdlite {
 
 Context::Context(std::unique_ptr<Transport> transport, Config config)
@@ -55,6 +57,7 @@ void Context::shutdown() {
 
 void Context::complete(TensorEntry* entry, Outcome outcome) {
   entry->done = true;
+  trace_completed(*entry, outcome.status == Status::Success);
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_.erase(entry->request.name);

@@ -8,6 +8,7 @@
 
 #include "collectives.h"
 #include "context.h"
+#include "timeline.h"
 
 namespace hvdlite {
 
@@ -23,18 +24,33 @@ void Context::run_loop() {
       }
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; });
-        for (auto& e : queue_) pending_.push_back(std::move(e));
+        // Idle: wake now and then so the stall inspector can answer and warn.
+        while (!cv_.wait_for(lk, controller_.stall_poll_interval(),
+                             [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; })) {
+          lk.unlock();
+          controller_.check_stalls(pending_);
+          lk.lock();
+        }
+        for (auto& e : queue_) {
+          trace_drained(*e);
+          pending_.push_back(std::move(e));
+        }
         queue_.clear();
         work_queued_ = shutdown_requested_;
         shutdown_requested = shutdown_requested_;
       }
+      trace_round();
       RoundOutcome round = controller_.negotiate(pending_, shutdown_requested);
       execute(round.responses);
       if (round.shutdown) {
+        std::string who = round.shutdown_ranks.size() > 1 ? "ranks " : "rank ";
+        for (size_t i = 0; i < round.shutdown_ranks.size(); ++i) {
+          who += (i ? ", " : "") + std::to_string(round.shutdown_ranks[i]);
+        }
         stop(Status::ShutDown,
-             "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
-             "request was pending; every rank must submit the same collectives before shutting down");
+             "hvdlite has been shut down: " + who + " called hvdlite.shutdown() or exited while "
+             "this request was pending; every rank must submit the same collectives before "
+             "shutting down");
         return;
       }
     }
@@ -61,6 +77,7 @@ void Context::execute(const std::vector<Response>& responses) {
       auto it = by_name.find(r.name);
       if (it != by_name.end()) e = it->second;
     }
+    if (e) trace_negotiated(*e);
     if (!r.ok()) {
       if (e) complete(e, Outcome{r.error_status, r.error});
       continue;

@@ -13,7 +13,7 @@ from .work import Work
 from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
                      gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
                      mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                     rocm_built, shutdown, size)
+                     rocm_built, shutdown, size, start_timeline, stop_timeline)
 from .numpy_api import (allgather, allgather_async, allgather_object, allreduce, allreduce_,
                         allreduce_async, allreduce_async_, alltoall, alltoall_async, barrier,
                         broadcast, broadcast_, broadcast_async, broadcast_async_,

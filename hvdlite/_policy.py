@@ -12,6 +12,7 @@ The numpy, torch and TensorFlow adapters convert tensors and glue autograd; what
 """
 
 import itertools
+import operator
 import threading
 import warnings
 from typing import Callable, List, NamedTuple, Optional, Tuple
@@ -41,10 +42,17 @@ def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
         op = Average if average else Sum
     if op is None:
         op = Average
+    if isinstance(op, bool):
+        raise HvdliteInvalidArgumentError(f"{what}: op must be an integer, got the bool {op!r}")
+    try:
+        op = operator.index(op)
+    except TypeError:
+        raise HvdliteInvalidArgumentError(f"{what}: op must be an integer, got {op!r} "
+                                          f"({type(op).__name__})") from None
     if op == Adasum:
         raise HvdliteUnsupportedError(f"{what}: op=Adasum is not supported by hvdlite; use "
                                       f"Average or Sum")
-    if isinstance(op, bool) or op not in REDUCE_OP_NAMES:
+    if op not in REDUCE_OP_NAMES:
         raise HvdliteInvalidArgumentError(f"{what}: unknown reduce op {op!r}; use Average, "
                                           f"Sum, Min, Max or Product")
     return int(op)

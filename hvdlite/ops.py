@@ -19,13 +19,48 @@ callers may drop theirs. Policies (op resolution, names, compression) live in
 :mod:`hvdlite._policy`.
 """
 
-from typing import Callable, Optional, Sequence
+import operator
+from typing import Callable, List, Optional, Sequence
 
 from . import _core
 from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name,  # noqa: F401
                       group_names, resolve_op, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
-from .work import Result, Work, wait_all  # noqa: F401
+from .work import Result, Work, wait_all as _wait_all  # noqa: F401
+
+
+def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
+    """The one check for every integer parameter (root_rank, splits, op, ...).
+
+    Python and numpy integers pass (so do integer scalar tensors, through ``__index__``);
+    bools, floats, strings and out-of-range values raise HvdliteInvalidArgumentError, never
+    a truncation or a generic TypeError.
+    """
+    if isinstance(value, bool):
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got the bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got {value!r} "
+                             f"({type(value).__name__})") from None
+    if not low <= v <= high:
+        raise HvdliteInvalidArgumentError(f"{what} {v} is out of range [{low}, {high}]")
+    return v
+
+
+def root_rank_arg(root_rank) -> int:
+    """A broadcast root: an integer rank of this job."""
+    root = integer_arg(root_rank, "root_rank")
+    if not 0 <= root < _core.size():
+        raise HvdliteInvalidArgumentError(f"root rank {root} is out of range for {_core.size()} ranks")
+    return root
+
+
+def splits_arg(splits) -> List[int]:
+    """alltoall splits: a sequence of non-negative integers (numpy arrays and lists alike)."""
+    if isinstance(splits, (str, bytes)) or not hasattr(splits, "__iter__"):
+        raise HvdliteInvalidArgumentError(f"splits must be a sequence of integers, got {splits!r}")
+    return [integer_arg(s, "each split", 0) for s in splits]
 
 
 def _set_id(process_set) -> int:
@@ -75,7 +110,7 @@ def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = N
                     process_set=None, finish=None) -> Work:
     """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
-    h = _core.enqueue_broadcast(auto_name("broadcast", name), tensor, output, int(root_rank),
+    h = _core.enqueue_broadcast(auto_name("broadcast", name), tensor, output, root_rank_arg(root_rank),
                                 **_set_kw(process_set))
     return Work([h], (tensor, output), finish)
 
@@ -86,9 +121,9 @@ def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
     tensors = list(tensors)
     outputs = tensors if outputs is None else list(outputs)
     names = _names(names, len(tensors), "broadcast")
-    kw = _set_kw(process_set)
+    kw, root = _set_kw(process_set), root_rank_arg(root_rank)
     handles = _each((tensors, outputs), [
-        (lambda n=n, t=t, o=o: _core.enqueue_broadcast(n, t, o, int(root_rank), **kw))
+        (lambda n=n, t=t, o=o: _core.enqueue_broadcast(n, t, o, root, **kw))
         for n, t, o in zip(names, tensors, outputs)])
     return Work(handles, (tensors, outputs), finish)
 
@@ -102,16 +137,15 @@ def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish
 def grouped_allgather_async(tensors, names=None, process_set=None, finish=None) -> Work:
     """All-gather many tensors as one group."""
     tensors = list(tensors)
-    kw = _set_kw(process_set)
-    handles = _each(tensors, [(lambda n=n, t=t: _core.enqueue_allgather(n, t, **kw))
-                              for n, t in zip(_names(names, len(tensors), "allgather"), tensors)])
+    handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather"), tensors,
+                                              **_set_kw(process_set))
     return Work(handles, tensors, finish)
 
 
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
                    process_set=None, finish=None) -> Work:
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
-    split_list = [] if splits is None else [int(s) for s in splits]
+    split_list = [] if splits is None else splits_arg(splits)
     h = _core.enqueue_alltoall(auto_name("alltoall", name), tensor, split_list,
                                **_set_kw(process_set))
     return Work([h], tensor, finish)
@@ -136,11 +170,9 @@ def grouped_reducescatter_async(tensors, names=None, op: int = Average,
                                 process_set=None, finish=None) -> Work:
     """Reduce-scatter many tensors as one group."""
     tensors = list(tensors)
-    op, kw = resolve_op(op), _set_kw(process_set)
-    handles = _each(tensors, [
-        (lambda n=n, t=t: _core.enqueue_reducescatter(n, t, op, float(prescale_factor),
-                                                      float(postscale_factor), **kw))
-        for n, t in zip(_names(names, len(tensors), "reducescatter"), tensors)])
+    handles = _core.enqueue_grouped_reducescatter(
+        _names(names, len(tensors), "reducescatter"), tensors, resolve_op(op),
+        float(prescale_factor), float(postscale_factor), **_set_kw(process_set))
     return Work(handles, tensors, finish)
 
 
@@ -157,6 +189,19 @@ def last_joined_rank(results) -> int:
     """join's value: the rank that joined last (-1 if the core did not say)."""
     last = results[0].last_joined_rank
     return -1 if last is None else int(last)
+
+
+def wait(work) -> Result:
+    """The Result of a Work of one request made without a finish step."""
+    return Work.lookup(work, "wait").wait()[0]
+
+
+def wait_all(works) -> list:
+    """Results of a group's Work, or of a list of Works (each without a finish step); every
+    one is waited for before the first error is raised."""
+    if isinstance(works, Work):
+        return works.wait()
+    return [r for results in _wait_all(list(works)) for r in results]
 
 
 def poll(handle) -> bool:

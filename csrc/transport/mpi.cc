@@ -2,7 +2,10 @@
 // and one for tensor data, so neither can mix with the other or with the user's own MPI.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
+#include <list>
 #include <string>
 
 #include "../hvdlite.h"
@@ -23,28 +26,35 @@ void check(int rc, const char* what) {
 
 int as_count(size_t bytes, const char* what) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
-    throw Error(Status::InvalidArgument, std::string(what) + ": a single transfer of " +
+    throw Error(Status::Internal, std::string(what) + ": a single transfer of " +
                 std::to_string(bytes) + " bytes exceeds MPI's 2 GiB count limit");
   }
   return static_cast<int>(bytes);
 }
 
-std::vector<int> counts_and_displs(const std::vector<size_t>& bytes, std::vector<int>& displs,
-                                   const char* what) {
-  std::vector<int> counts(bytes.size());
-  displs.assign(bytes.size(), 0);
-  size_t offset = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    counts[i] = as_count(bytes[i], what);
-    displs[i] = as_count(offset, what);
-    offset += bytes[i];
-  }
-  return counts;
+// Byte offsets of consecutive blocks (size_t: no overflow at any size that fits in memory).
+std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
+  std::vector<size_t> at(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) at[i] = at[i - 1] + bytes[i - 1];
+  return at;
 }
+
+// True when every count and displacement fits one MPI call under `limit`.
+bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
+  size_t offset = 0;
+  for (size_t b : bytes) {
+    if (b > limit || offset > limit) return false;
+    offset += b;
+  }
+  return true;
+}
+
+std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport() {
+  explicit MpiTransport(size_t max_transfer_bytes)
+      : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -92,6 +102,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Isend(buf, as_count(bytes, "send"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Isend");
+    stats_.bytes_sent += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -99,6 +110,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Irecv(buf, as_count(bytes, "recv"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Irecv");
+    stats_.bytes_received += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -112,32 +124,57 @@ class MpiTransport : public Transport {
 
   void broadcast(void* buf, size_t bytes, int root) override {
     // Large broadcasts go in pieces so no single count passes MPI's int limit.
-    const size_t piece = size_t(1) << 30;
     auto* p = static_cast<char*>(buf);
-    for (size_t off = 0; off < bytes || off == 0; off += piece) {
-      size_t n = std::min(piece, bytes - off);
+    size_t off = 0;
+    do {
+      const size_t n = std::min(limit_, bytes - off);
       check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, data_), "MPI_Bcast");
-      if (bytes == 0) break;
+      off += n;
+    } while (off < bytes);
+    if (topo_.rank == root) {
+      stats_.bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
+    } else {
+      stats_.bytes_received += bytes;
     }
   }
 
+  // Every rank knows every block's size, so all take the same path.
   void allgatherv(const void* send, size_t send_bytes, void* recv,
                   const std::vector<size_t>& bytes_per_rank) override {
-    std::vector<int> displs;
-    std::vector<int> counts = counts_and_displs(bytes_per_rank, displs, "allgather");
-    check(MPI_Allgatherv(send, as_count(send_bytes, "allgather"), MPI_BYTE, recv, counts.data(),
-                         displs.data(), MPI_BYTE, data_),
-          "MPI_Allgatherv");
+    count_exchange(std::vector<size_t>(topo_.size, send_bytes), bytes_per_rank);
+    std::vector<size_t> displs = offsets_of(bytes_per_rank);
+    if (fits_one_call(bytes_per_rank, limit_)) {
+      check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
+                           to_ints(bytes_per_rank).data(), to_ints(displs).data(), MPI_BYTE, data_),
+            "MPI_Allgatherv");
+      return;
+    }
+    // Too large for one call: my block to every peer and every peer's block to me, each sent as
+    // pieces under the limit (an MPI-3 library has no large-count collectives).
+    const int me = topo_.rank;
+    std::vector<size_t> send_to(topo_.size, send_bytes), send_at(topo_.size, 0);
+    exchange_in_pieces(send, send_to, send_at, recv, bytes_per_rank, displs);
+    copy_own_block(send, static_cast<char*>(recv) + displs[me], send_bytes);
   }
 
+  // A rank knows only its own send and receive sizes: the ranks agree on the path first.
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes) override {
-    std::vector<int> sdispls, rdispls;
-    std::vector<int> scounts = counts_and_displs(send_bytes, sdispls, "alltoall");
-    std::vector<int> rcounts = counts_and_displs(recv_bytes, rdispls, "alltoall");
-    check(MPI_Alltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
-                        rdispls.data(), MPI_BYTE, data_),
-          "MPI_Alltoallv");
+    count_exchange(send_bytes, recv_bytes);
+    std::vector<size_t> sdispls = offsets_of(send_bytes), rdispls = offsets_of(recv_bytes);
+    int too_large = !(fits_one_call(send_bytes, limit_) && fits_one_call(recv_bytes, limit_));
+    check(MPI_Allreduce(MPI_IN_PLACE, &too_large, 1, MPI_INT, MPI_LOR, data_), "MPI_Allreduce");
+    if (!too_large) {
+      check(MPI_Alltoallv(send, to_ints(send_bytes).data(), to_ints(sdispls).data(), MPI_BYTE,
+                          recv, to_ints(recv_bytes).data(), to_ints(rdispls).data(), MPI_BYTE,
+                          data_),
+            "MPI_Alltoallv");
+      return;
+    }
+    const int me = topo_.rank;
+    exchange_in_pieces(send, send_bytes, sdispls, recv, recv_bytes, rdispls);
+    copy_own_block(static_cast<const char*>(send) + sdispls[me],
+                   static_cast<char*>(recv) + rdispls[me], send_bytes[me]);
   }
 
   std::vector<int64_t> alltoall_counts(const std::vector<int64_t>& send) override {
@@ -150,6 +187,7 @@ class MpiTransport : public Transport {
   void barrier() override { check(MPI_Barrier(data_), "MPI_Barrier"); }
 
   void start_control_and(uint64_t* words, size_t count) override {
+    stats_.control_bytes_sent += count * sizeof(uint64_t);
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -172,6 +210,7 @@ class MpiTransport : public Transport {
       total += sizes[i];
     }
     std::vector<uint8_t> all(total);
+    if (topo_.rank != 0) stats_.control_bytes_sent += mine.size();
     check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
                       0, control_),
           "MPI_Gatherv");
@@ -186,23 +225,103 @@ class MpiTransport : public Transport {
     int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, control_), "MPI_Bcast");
     bytes.resize(static_cast<size_t>(n));
+    if (topo_.rank == 0) stats_.control_bytes_sent += bytes.size() * (topo_.size - 1);
     check(MPI_Bcast(bytes.data(), as_count(bytes.size(), "control broadcast"), MPI_BYTE, 0, control_),
           "MPI_Bcast");
+  }
+
+  // Point-to-point on the control communicator, on its own tag: MPI never matches these
+  // with the communicator's collectives.
+  void send_side(const std::vector<uint8_t>& bytes, int peer) override {
+    for (auto it = side_sends_.begin(); it != side_sends_.end();) {  // forget finished sends
+      int done = 0;
+      check(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      it = done ? side_sends_.erase(it) : std::next(it);
+    }
+    side_sends_.emplace_back(bytes, MPI_REQUEST_NULL);
+    auto& sent = side_sends_.back();
+    check(MPI_Isend(sent.first.data(), as_count(sent.first.size(), "side message"), MPI_BYTE, peer,
+                    kSideTag, control_, &sent.second),
+          "MPI_Isend");
+  }
+
+  bool poll_side(std::vector<uint8_t>& bytes, int& from) override {
+    int arrived = 0;
+    MPI_Status status;
+    check(MPI_Iprobe(MPI_ANY_SOURCE, kSideTag, control_, &arrived, &status), "MPI_Iprobe");
+    if (!arrived) return false;
+    int n = 0;
+    MPI_Get_count(&status, MPI_BYTE, &n);
+    bytes.resize(static_cast<size_t>(n));
+    check(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, kSideTag, control_, MPI_STATUS_IGNORE),
+          "MPI_Recv");
+    from = status.MPI_SOURCE;
+    return true;
   }
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
+  // Sends send_bytes[p] bytes from send + send_at[p] to every peer p and receives recv_bytes[p]
+  // bytes from p into recv + recv_at[p], in pieces of at most limit_ bytes. Pieces between two
+  // ranks on one tag arrive in order (MPI's non-overtaking rule), so they need no numbering.
+  // A collective's payload to and from the other ranks, whichever path carries it.
+  void count_exchange(const std::vector<size_t>& to_peer, const std::vector<size_t>& from_peer) {
+    for (int p = 0; p < topo_.size; ++p) {
+      if (p == topo_.rank) continue;
+      stats_.bytes_sent += to_peer[p];
+      stats_.bytes_received += from_peer[p];
+    }
+  }
+
+  void exchange_in_pieces(const void* send, const std::vector<size_t>& send_bytes,
+                          const std::vector<size_t>& send_at, void* recv,
+                          const std::vector<size_t>& recv_bytes,
+                          const std::vector<size_t>& recv_at) {
+    const int tag = 1;  // the ring uses tag 0 on this communicator
+    std::vector<MPI_Request> reqs;
+    for (int p = 0; p < topo_.size; ++p) {
+      if (p == topo_.rank) continue;
+      auto* in = static_cast<char*>(recv) + recv_at[p];
+      for (size_t off = 0; off < recv_bytes[p]; off += limit_) {
+        reqs.emplace_back();
+        check(MPI_Irecv(in + off, static_cast<int>(std::min(limit_, recv_bytes[p] - off)), MPI_BYTE,
+                        p, tag, data_, &reqs.back()),
+              "MPI_Irecv");
+      }
+    }
+    for (int k = 1; k < topo_.size; ++k) {
+      const int p = (topo_.rank + k) % topo_.size;  // staggered, so peers are not all hit at once
+      auto* out = static_cast<const char*>(send) + send_at[p];
+      for (size_t off = 0; off < send_bytes[p]; off += limit_) {
+        reqs.emplace_back();
+        check(MPI_Isend(out + off, static_cast<int>(std::min(limit_, send_bytes[p] - off)), MPI_BYTE,
+                        p, tag, data_, &reqs.back()),
+              "MPI_Isend");
+      }
+    }
+    check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+
+  static void copy_own_block(const void* from, void* to, size_t bytes) {
+    if (bytes && from != to) std::memcpy(to, from, bytes);
+  }
+
+  size_t limit_;  // largest count given to one MPI collective call
   Topology topo_;
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> requests_;
+  static constexpr int kSideTag = 17;
+  std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport() { return std::make_unique<MpiTransport>(); }
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes) {
+  return std::make_unique<MpiTransport>(max_transfer_bytes);
+}
 
 const char* mpi_library_version() {
   static char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};

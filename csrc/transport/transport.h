@@ -3,6 +3,7 @@
 // negotiation. Buffers are void* + byte counts; element types never reach a transport.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,15 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
+};
+
+// Payload bytes this rank sent to / received from peers, counted by the backend where it
+// hands them to the network (for a collective: what this rank contributes to and takes from
+// the others, however the library routes it). Negotiation traffic is counted apart.
+// Written by the background thread, read from any thread.
+struct TransportStats {
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::atomic<uint64_t> control_bytes_sent{0};
 };
 
 class Transport {
@@ -30,7 +40,7 @@ class Transport {
   virtual void wait(int id) = 0;
   virtual void wait_all() = 0;
 
-  // Data plane, collectives on bytes.
+  // Data plane, collectives on bytes. Any size: a backend splits what its calls cannot take.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void allgatherv(const void* send, size_t send_bytes, void* recv,
                           const std::vector<size_t>& bytes_per_rank) = 0;
@@ -48,12 +58,24 @@ class Transport {
   // Rank 0's bytes reach every rank.
   virtual void broadcast_control(std::vector<uint8_t>& bytes) = 0;
 
+  // Side channel (the stall inspector): small messages any rank may send at any time, never
+  // matched with negotiation or data. send_side does not block; poll_side returns false when
+  // nothing has arrived.
+  virtual void send_side(const std::vector<uint8_t>& bytes, int peer) = 0;
+  virtual bool poll_side(std::vector<uint8_t>& bytes, int& from) = 0;
+
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
+
+  TransportStats& stats() { return stats_; }
+
+ protected:
+  TransportStats stats_;
 };
 
-// Backends. Each lives in its own file (transport/mpi.cc).
-std::unique_ptr<Transport> make_mpi_transport();
+// Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
+// byte count one MPI collective call is given (Config::max_transfer_bytes).
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes);
 const char* mpi_library_version();
 // Finalizes MPI at process exit if hvdlite was the one that initialised it.
 void finalize_mpi_if_owned();

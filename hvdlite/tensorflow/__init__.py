@@ -29,7 +29,8 @@ from hvdlite._policy import Adasum, Average, Max, Min, Product, Sum  # noqa: F40
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
                             ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
-                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size)
+                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
+                            start_timeline, stop_timeline)
 from hvdlite.exceptions import HvdliteError  # noqa: F401
 
 from . import util  # noqa: F401

@@ -92,6 +92,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     is sent as one pickled object, its tensors by in-place broadcasts, and the other ranks
     load the result with ``load_state_dict``. ``model`` identifies sparse embeddings.
     """
+    if getattr(optimizer, "_hvd_sharded", False):
+        return optimizer._broadcast_state(root_rank)   # each rank holds a different shard
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     if not optimizer.state_dict()["state"]:

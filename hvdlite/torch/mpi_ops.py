@@ -475,8 +475,8 @@ def _splits_list(splits, opname):
         if splits.dtype.is_floating_point or splits.dim() > 1:
             raise HvdliteInvalidArgumentError(
                 f"hvdlite.torch.{opname}: splits must be a 1-D integer tensor or a list of ints")
-        return [int(s) for s in splits.tolist()]
-    return [int(s) for s in splits]
+        return _ops.splits_arg(splits.tolist())
+    return _ops.splits_arg(splits)
 
 
 def _start_alltoall(tensor, splits, name, process_set, opname):

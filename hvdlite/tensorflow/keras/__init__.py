@@ -30,7 +30,9 @@ from hvdlite.tensorflow import *  # noqa: F401,F403 - Horovod's hvd.keras re-exp
 from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,  # noqa: F401
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
-                                broadcast_object, broadcast_variables)
+                                broadcast_object, broadcast_variables, start_timeline,
+                                stop_timeline)
+from hvdlite.compression import is_stateful
 from hvdlite.tensorflow.distributed import (_var_key, make_allreduce_grads_fn,
                                             reduce_except_local)
 from hvdlite.tensorflow.mpi_ops import _resolve_op, _set, global_process_set
@@ -52,9 +54,15 @@ class _HvdState:
         self.sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        self.allreduce_grads = make_allreduce_grads_fn(
-            name, compression, sparse_as_dense, op, gradient_predivide_factor,
-            what=f"DistributedOptimizer({name})", process_set=process_set)
+        if is_stateful(compression):   # PowerSGD, top-k, casts with error feedback
+            from hvdlite.tensorflow.stateful_compression import make_stateful_reduce_fn
+            self.allreduce_grads = make_stateful_reduce_fn(
+                name, compression, op, gradient_predivide_factor,
+                what=f"DistributedOptimizer({name})")
+        else:
+            self.allreduce_grads = make_allreduce_grads_fn(
+                name, compression, sparse_as_dense, op, gradient_predivide_factor,
+                what=f"DistributedOptimizer({name})", process_set=process_set)
         self.accumulators = None   # var key -> tf.Variable (backward_passes_per_step > 1)
         self.counter = None
 
@@ -78,6 +86,11 @@ class _DistributedOptimizer:
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
         self._hvd_state().local_keys.add(_var_key(var))
+
+    @property
+    def hvdlite_reducer(self):
+        """The stateful compression's reducer (None for plain all-reduce)."""
+        return getattr(self._hvd_state().allreduce_grads, "reducer", None)
 
     def build(self, variables):
         super().build(variables)

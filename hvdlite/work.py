@@ -119,6 +119,10 @@ class Work:
         finally:
             self._value = self._error = None
 
+    def __call__(self):
+        """Horovod's sparse_allreduce_async hands out a function to call for the result."""
+        return self.synchronize()
+
     def _complete(self):
         results, error = [], None
         for h in self._handles:

@@ -9,10 +9,11 @@
 
 #include <memory>
 #include <mutex>
+#include <algorithm>
 #include <optional>
 
 #include "collectives.h"
-#include "context.h"
+#include "engine.h"
 #include "hvdlite.h"
 
 namespace nb = nanobind;
@@ -27,16 +28,18 @@ namespace {
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
 
-// The process's engine. Python's init()/shutdown() create and destroy it.
-std::unique_ptr<Context> g_context;
-std::mutex g_context_mu;
+// The process's engine. Python's init()/shutdown() create and drop it; callers hold a
+// reference for as long as they use it (a wait() may outlive a concurrent shutdown()).
+std::shared_ptr<Engine> g_engine;
+std::mutex g_engine_mu;
 
-Context& context() {
-  if (!g_context) {
+std::shared_ptr<Engine> engine() {
+  std::lock_guard<std::mutex> lk(g_engine_mu);
+  if (!g_engine) {
     throw Error(Status::NotInitialized,
                 "hvdlite has not been initialized; call hvdlite.init() first");
   }
-  return *g_context;
+  return g_engine;
 }
 
 DataType to_dtype(const nb::dlpack::dtype& dt, const std::string& name) {
@@ -189,8 +192,9 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
 std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                                        const std::vector<nb::object>& inputs,
                                        const std::vector<nb::object>& outputs, int op,
-                                       double prescale, double postscale, int compression) {
-  Context& ctx = context();
+                                       double prescale, double postscale, int compression,
+                                       int process_set) {
+  auto eng = engine();
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
@@ -206,34 +210,41 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
     e->request.compression = static_cast<Compression>(compression);
     entries.push_back(std::move(e));
   }
-  return ctx.enqueue(std::move(entries));
+  return eng->enqueue(process_set, std::move(entries));
 }
 
-int64_t enqueue_one(std::unique_ptr<TensorEntry> e) {
+int64_t enqueue_one(Engine& eng, int process_set, std::unique_ptr<TensorEntry> e) {
   EntryList list;
   list.push_back(std::move(e));
-  return context().enqueue(std::move(list))[0];
+  return eng.enqueue(process_set, std::move(list))[0];
 }
 
-int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root) {
-  Context& ctx = context();
+int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root,
+                          int process_set) {
+  auto eng = engine();
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
-  if (root < 0 || root >= ctx.topology().size) {
+  // Roots are global ranks, also within a process set (as in Horovod).
+  const std::vector<int> members = eng->process_set(process_set).ranks;
+  if (std::find(members.begin(), members.end(), root) == members.end()) {
     throw Error(Status::InvalidArgument, "broadcast of tensor '" + name + "': root rank " +
-                std::to_string(root) + " is out of range for " + std::to_string(ctx.topology().size) + " ranks");
+                std::to_string(root) + (process_set == 0
+                    ? " is out of range for " + std::to_string(eng->topology().size) + " ranks"
+                    : " is not a member of process set " + std::to_string(process_set)));
   }
   e->request.root = root;
-  return enqueue_one(std::move(e));
+  return enqueue_one(*eng, process_set, std::move(e));
 }
 
-int64_t enqueue_allgather(const std::string& name, nb::handle input) {
-  context();
-  return enqueue_one(make_entry(name, OpType::Allgather, input));
+int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set) {
+  auto eng = engine();
+  return enqueue_one(*eng, process_set, make_entry(name, OpType::Allgather, input));
 }
 
-int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits) {
-  const int size = context().topology().size;
+int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits,
+                         int process_set) {
+  auto eng = engine();
+  const int size = static_cast<int>(eng->process_set(process_set).ranks.size());
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "' needs at least one dimension");
@@ -258,12 +269,12 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
                 std::to_string(rows) + "), got " + shape_string(splits));
   }
   e->splits = std::move(splits);
-  return enqueue_one(std::move(e));
+  return enqueue_one(*eng, process_set, std::move(e));
 }
 
 int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale) {
-  context();
+                              double prescale, double postscale, int process_set) {
+  auto eng = engine();
   auto e = make_entry(name, OpType::Reducescatter, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "reducescatter of tensor '" + name + "' needs at least one dimension");
@@ -272,26 +283,26 @@ int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
   e->request.reduce_op = static_cast<ReduceOp>(op);
   e->request.prescale = prescale;
   e->request.postscale = postscale;
-  return enqueue_one(std::move(e));
+  return enqueue_one(*eng, process_set, std::move(e));
 }
 
-int64_t enqueue_marker(const std::string& name, OpType op) {
-  context();
+int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
+  auto eng = engine();
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
   e->request.dtype = DataType::UInt8;
-  return enqueue_one(std::move(e));
+  return enqueue_one(*eng, process_set, std::move(e));
 }
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
 nb::tuple wait(int64_t handle) {
-  Context& ctx = context();
+  auto eng = engine();
   Outcome o;
   {
     nb::gil_scoped_release release;
-    o = ctx.wait(handle);
+    o = eng->wait(handle);
   }
   if (o.status != Status::Success) throw Error(o.status, o.error);
   nb::object output = nb::none();
@@ -322,27 +333,35 @@ NB_MODULE(_core, m) {
   });
 
   m.def("init", [] {
-    std::lock_guard<std::mutex> lk(g_context_mu);
-    if (g_context) return;
+    std::lock_guard<std::mutex> lk(g_engine_mu);
+    if (g_engine) return;
     Config config = Config::from_env();
     nb::gil_scoped_release release;
-    g_context = std::make_unique<Context>(make_mpi_transport(), config);
+    g_engine = std::make_shared<Engine>(make_mpi_transport(), config);
   });
   m.def("shutdown", [] {
-    std::lock_guard<std::mutex> lk(g_context_mu);
+    std::shared_ptr<Engine> eng;
+    {
+      std::lock_guard<std::mutex> lk(g_engine_mu);
+      eng.swap(g_engine);
+    }
+    if (!eng) return;
     nb::gil_scoped_release release;
-    g_context.reset();
+    eng->shutdown();  // its threads end here; the object lives on while a wait() holds it
   });
   m.def("finalize", [] { finalize_mpi_if_owned(); });
-  m.def("is_initialized", [] { return g_context != nullptr; });
-  m.def("rank", [] { return context().topology().rank; });
-  m.def("size", [] { return context().topology().size; });
-  m.def("local_rank", [] { return context().topology().local_rank; });
-  m.def("local_size", [] { return context().topology().local_size; });
-  m.def("cross_rank", [] { return context().topology().cross_rank; });
-  m.def("cross_size", [] { return context().topology().cross_size; });
+  m.def("is_initialized", [] {
+    std::lock_guard<std::mutex> lk(g_engine_mu);
+    return g_engine != nullptr;
+  });
+  m.def("rank", [] { return engine()->topology().rank; });
+  m.def("size", [] { return engine()->topology().size; });
+  m.def("local_rank", [] { return engine()->topology().local_rank; });
+  m.def("local_size", [] { return engine()->topology().local_size; });
+  m.def("cross_rank", [] { return engine()->topology().cross_rank; });
+  m.def("cross_size", [] { return engine()->topology().cross_size; });
   m.def("nccl_built", [] { return nccl_built(); });
-  m.def("abort", [](int code) { context().abort(code); });
+  m.def("abort", [](int code) { engine()->abort(code); });
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;
@@ -352,15 +371,52 @@ NB_MODULE(_core, m) {
     return d;
   });
 
+  // Every enqueue takes process_set=: the id of the set it runs in (0, the default, is the
+  // global set).
   m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::arg("compression"));
-  m.def("enqueue_broadcast", &enqueue_broadcast);
-  m.def("enqueue_allgather", &enqueue_allgather);
-  m.def("enqueue_alltoall", &enqueue_alltoall);
-  m.def("enqueue_reducescatter", &enqueue_reducescatter);
-  m.def("enqueue_barrier", [](const std::string& name) { return enqueue_marker(name, OpType::Barrier); });
-  m.def("enqueue_join", [](const std::string& name) { return enqueue_marker(name, OpType::Join); });
-  m.def("poll", [](int64_t h) { return context().poll(h); });
+        nb::arg("compression"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
+        nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
+        nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
+        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_reducescatter", &enqueue_reducescatter, nb::arg("name"), nb::arg("input"),
+        nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::kw_only(),
+        nb::arg("process_set") = 0);
+  m.def("enqueue_barrier",
+        [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
+        nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_join",
+        [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Join, process_set); },
+        nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("poll", [](int64_t h) { return engine()->poll(h); });
   m.def("wait", &wait);
+
+  // Process sets. Adding and removing are collective over the global set and block until
+  // every rank has applied the change.
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    auto eng = engine();
+    nb::gil_scoped_release release;
+    return eng->add_process_set(ranks);
+  }, nb::arg("ranks"));
+  m.def("remove_process_set", [](int id) {
+    auto eng = engine();
+    nb::gil_scoped_release release;
+    return eng->remove_process_set(id);
+  }, nb::arg("id"));
+  m.def("process_set_ids", [] { return engine()->process_set_ids(); });
+  m.def("process_set_ranks", [](int id) { return engine()->process_set(id).ranks; }, nb::arg("id"));
+  m.def("process_set_rank", [](int id) {
+    Engine::ProcessSetInfo info = engine()->process_set(id);
+    if (info.rank < 0) {
+      throw Error(Status::InvalidArgument, "rank " + std::to_string(engine()->topology().rank) +
+                  " is not a member of process set " + std::to_string(id));
+    }
+    return info.rank;
+  }, nb::arg("id"));
+  m.def("process_set_size", [](int id) { return static_cast<int>(engine()->process_set(id).ranks.size()); },
+        nb::arg("id"));
+  m.def("process_set_included", [](int id) { return engine()->process_set(id).rank >= 0; }, nb::arg("id"));
 }

@@ -22,8 +22,8 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 }  // namespace
 
-Controller::Controller(Transport& transport, const Config& config)
-    : transport_(transport), config_(config), cache_(config.cache_capacity),
+Controller::Controller(Transport& transport, const Config& config, const Membership& members)
+    : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
       last_stall_warning_(std::chrono::steady_clock::now()) {}
 
 void Controller::check_settings_agree() {
@@ -132,7 +132,7 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   if (transport_.rank() == 0) {
     std::vector<std::vector<Request>> by_rank;
     for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
-    encode_responses(decide_ready(by_rank), decided);
+    encode_responses(decide_ready(by_rank, members_), decided);
   }
   transport_.broadcast_control(decided);
   return decode_responses(decided.data(), decided.size());
@@ -159,10 +159,11 @@ void Controller::wait_for_round(const EntryList& pending) {
       }
       if (n > 0) {
         std::fprintf(stderr,
-                     "[hvdlite rank %d] warning: %d request(s) have waited more than %.0f s for "
+                     "[hvdlite rank %d] warning: %d request(s)%s have waited more than %.0f s for "
                      "other ranks: %s. Some rank has not submitted them (different names, order "
                      "of conditional collectives, or a rank stuck elsewhere).\n",
-                     transport_.rank(), n, config_.stall_warning_s, names.str().c_str());
+                     members_.global(transport_.rank()), n, members_.where().c_str(),
+                     config_.stall_warning_s, names.str().c_str());
       }
     }
     std::this_thread::sleep_for(std::min(sleep, max_sleep));

@@ -15,6 +15,7 @@
 #include "response_cache.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
+#include "validate.h"
 
 namespace hvdlite {
 
@@ -25,7 +26,8 @@ struct RoundOutcome {
 
 class Controller {
  public:
-  Controller(Transport& transport, const Config& config);
+  // `members` names the group's ranks in validation errors and warnings.
+  Controller(Transport& transport, const Config& config, const Membership& members);
 
   // Throws InvalidArgument on every rank unless all ranks use the same settings that
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
@@ -40,6 +42,7 @@ class Controller {
 
   Transport& transport_;
   const Config& config_;
+  const Membership& members_;
   ResponseCache cache_;
   int64_t round_ = 0;
   std::chrono::steady_clock::time_point last_stall_warning_;

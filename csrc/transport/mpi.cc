@@ -1,5 +1,6 @@
-// The MPI backend: two private duplicates of MPI_COMM_WORLD, one for negotiation (control)
-// and one for tensor data, so neither can mix with the other or with the user's own MPI.
+// The MPI backend: two private communicators, one for negotiation (control) and one for
+// tensor data, so neither can mix with the other or with the user's own MPI. The world's are
+// duplicates of MPI_COMM_WORLD; split() derives a process set's pair from them.
 #include <mpi.h>
 
 #include <climits>
@@ -44,23 +45,8 @@ std::vector<int> counts_and_displs(const std::vector<size_t>& bytes, std::vector
 
 class MpiTransport : public Transport {
  public:
-  MpiTransport() {
-    int initialized = 0;
-    MPI_Initialized(&initialized);
-    if (!initialized) {
-      int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-      g_we_initialized_mpi = true;
-    }
-    int provided = 0;
-    MPI_Query_thread(&provided);
-    if (provided < MPI_THREAD_SERIALIZED) {
-      throw Error(Status::Internal,
-                  "MPI was initialised without thread support (MPI_THREAD_SERIALIZED or better is "
-                  "needed: hvdlite calls MPI from its background thread)");
-    }
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
+  // Takes ownership of two communicators over the same ranks.
+  MpiTransport(MPI_Comm control, MPI_Comm data) : control_(control), data_(data) {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(data_, &topo_.rank);
@@ -75,6 +61,28 @@ class MpiTransport : public Transport {
     MPI_Comm_size(cross, &topo_.cross_size);
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
+  }
+
+  // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
+  static std::unique_ptr<Transport> world() {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      int provided = 0;
+      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      g_we_initialized_mpi = true;
+    }
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw Error(Status::Internal,
+                  "MPI was initialised without thread support (MPI_THREAD_SERIALIZED or better is "
+                  "needed: hvdlite calls MPI from its background thread)");
+    }
+    MPI_Comm control, data;
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
+    return std::make_unique<MpiTransport>(control, data);
   }
 
   ~MpiTransport() override {
@@ -190,6 +198,24 @@ class MpiTransport : public Transport {
           "MPI_Bcast");
   }
 
+  std::unique_ptr<Transport> split(int color, int key) override {
+    // Each group runs on its own thread, so MPI must allow calls from several at once. The
+    // thread level is the same on every rank, so all of them refuse together.
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw Error(Status::InvalidArgument,
+                  "process sets need an MPI initialised with MPI_THREAD_MULTIPLE (each set's "
+                  "collectives run on their own thread); this MPI provides less");
+    }
+    const int c = color < 0 ? MPI_UNDEFINED : color;
+    MPI_Comm control, data;
+    check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
+    check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
+    if (control == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<MpiTransport>(control, data);
+  }
+
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
@@ -202,7 +228,7 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport() { return std::make_unique<MpiTransport>(); }
+std::unique_ptr<Transport> make_mpi_transport() { return MpiTransport::world(); }
 
 const char* mpi_library_version() {
   static char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};

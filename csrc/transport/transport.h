@@ -48,6 +48,12 @@ class Transport {
   // Rank 0's bytes reach every rank.
   virtual void broadcast_control(std::vector<uint8_t>& bytes) = 0;
 
+  // A transport over the ranks of this one that pass the same color, ordered by key (ties
+  // by rank), with its own data and control channels. Collective over every rank of this
+  // transport; a rank passing a negative color joins none and gets null. Process sets and the
+  // stages of hierarchical all-reduce are built this way.
+  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
 };

@@ -8,6 +8,7 @@ tensors. Names and signatures follow Horovod.
 from .exceptions import (HvdliteError, HvdliteInternalError, HvdliteInvalidArgumentError,
                          HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError)
 from .ops import Adasum, Average, Max, Min, Product, Sum, poll
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
                      mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
 from .numpy_api import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,

@@ -1,7 +1,8 @@
 """Horovod's collective API on numpy arrays (any array with ``__dlpack__`` is accepted too).
 
 Out-of-place ops return new numpy arrays; the trailing-underscore forms work in place. The
-``*_async`` forms return an int handle for ``poll`` / ``synchronize``.
+``*_async`` forms return an int handle for ``poll`` / ``synchronize``. Every collective takes
+``process_set=`` (a :class:`hvdlite.ProcessSet`; default all ranks).
 """
 
 import threading
@@ -73,37 +74,37 @@ def synchronize(handle):
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, compression=None):
+                    postscale_factor=1.0, compression=None, process_set=None):
     tensor = _as_array(tensor)
     output = _empty_like(tensor)
     h = ops.allreduce_async(tensor, output, name, _resolve_op(average, op), prescale_factor,
-                            postscale_factor, compression)
+                            postscale_factor, compression, process_set=process_set)
     return _track(h, lambda _: output)
 
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None):
+              postscale_factor=1.0, compression=None, process_set=None):
     return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, compression))
+                                       postscale_factor, compression, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, compression=None):
+                     postscale_factor=1.0, compression=None, process_set=None):
     h = ops.allreduce_async(tensor, tensor, name, _resolve_op(average, op), prescale_factor,
-                            postscale_factor, compression)
+                            postscale_factor, compression, process_set=process_set)
     return _track(h, lambda _: tensor)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, compression=None):
+               postscale_factor=1.0, compression=None, process_set=None):
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, compression))
+                                        postscale_factor, compression, process_set))
 
 
-def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, compression):
+def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, compression, process_set=None):
     names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
     handles = ops.grouped_allreduce_async(tensors, outputs, names, op, prescale_factor,
-                                          postscale_factor, compression)
+                                          postscale_factor, compression, process_set=process_set)
     return handles
 
 
@@ -112,19 +113,19 @@ _EMPTY_GROUP = -1
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, compression=None):
+                            postscale_factor=1.0, compression=None, process_set=None):
     tensors = [_as_array(t) for t in tensors]
     outputs = [_empty_like(t) for t in tensors]
     handles = _grouped(tensors, outputs, name, _resolve_op(average, op), prescale_factor,
-                       postscale_factor, compression)
+                       postscale_factor, compression, process_set)
     return _track_group(handles, outputs)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, compression=None):
+                             postscale_factor=1.0, compression=None, process_set=None):
     tensors = list(tensors)
     handles = _grouped(tensors, tensors, name, _resolve_op(average, op), prescale_factor,
-                       postscale_factor, compression)
+                       postscale_factor, compression, process_set)
     return _track_group(handles, tensors)
 
 
@@ -143,71 +144,77 @@ def _track_group(handles, outputs):
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, compression=None):
+                      postscale_factor=1.0, compression=None, process_set=None):
     return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, compression))
+                                               postscale_factor, compression, process_set))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, compression=None):
+                       postscale_factor=1.0, compression=None, process_set=None):
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, compression))
+                                                postscale_factor, compression, process_set))
 
 
-def allgather_async(tensor, name=None):
-    return _track(ops.allgather_async(_as_array(tensor), name), _result_array)
+def allgather_async(tensor, name=None, process_set=None):
+    return _track(ops.allgather_async(_as_array(tensor), name, process_set=process_set),
+                  _result_array)
 
 
-def allgather(tensor, name=None):
+def allgather(tensor, name=None, process_set=None):
     """Concatenate every rank's array along dimension 0 (sizes of dimension 0 may differ)."""
-    return synchronize(allgather_async(tensor, name))
+    return synchronize(allgather_async(tensor, name, process_set))
 
 
-def broadcast_async(tensor, root_rank, name=None):
+def broadcast_async(tensor, root_rank, name=None, process_set=None):
     tensor = _as_array(tensor)
     output = _empty_like(tensor)
-    return _track(ops.broadcast_async(tensor, root_rank, output, name), lambda _: output)
+    return _track(ops.broadcast_async(tensor, root_rank, output, name, process_set=process_set),
+                  lambda _: output)
 
 
-def broadcast(tensor, root_rank, name=None):
-    return synchronize(broadcast_async(tensor, root_rank, name))
+def broadcast(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
 
 
-def broadcast_async_(tensor, root_rank, name=None):
-    return _track(ops.broadcast_async(tensor, root_rank, tensor, name), lambda _: tensor)
+def broadcast_async_(tensor, root_rank, name=None, process_set=None):
+    return _track(ops.broadcast_async(tensor, root_rank, tensor, name, process_set=process_set),
+                  lambda _: tensor)
 
 
-def broadcast_(tensor, root_rank, name=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name))
+def broadcast_(tensor, root_rank, name=None, process_set=None):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
-def alltoall_async(tensor, splits=None, name=None):
+def alltoall_async(tensor, splits=None, name=None, process_set=None):
     def finish(result):
         out = _result_array(result)
         return out if splits is None else (out, np.asarray(result.received_splits, dtype=np.int64))
-    return _track(ops.alltoall_async(_as_array(tensor), splits, name), finish)
+    return _track(ops.alltoall_async(_as_array(tensor), splits, name, process_set=process_set),
+                  finish)
 
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, process_set=None):
     """Send ``splits[i]`` rows to rank i (equal parts by default).
 
     Returns the received rows, and with ``splits`` also the rows received from each rank.
     """
-    return synchronize(alltoall_async(tensor, splits, name))
+    return synchronize(alltoall_async(tensor, splits, name, process_set))
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
     return _track(ops.reducescatter_async(_as_array(tensor), name, op, prescale_factor,
-                                          postscale_factor), _result_array)
+                                          postscale_factor, process_set=process_set),
+                  _result_array)
 
 
-def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor))
+def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
+    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                           process_set))
 
 
-def barrier():
-    """Return once every rank has called barrier()."""
-    synchronize(ops.barrier_async())
+def barrier(process_set=None):
+    """Return once every rank (of ``process_set``, default all) has called barrier()."""
+    synchronize(ops.barrier_async(process_set=process_set))
 
 
 def join():

@@ -23,6 +23,7 @@ import threading
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 from . import _core
+from .process_sets import process_set_id as _set_id
 
 # Reduce ops, numbered as in Horovod so existing scripts that compare them keep working.
 Average = 0
@@ -53,12 +54,15 @@ _name_counters = {}
 _counter_lock = threading.Lock()
 
 
-def auto_name(kind: str, name: Optional[str]) -> str:
-    """Horovod-style generated names: ranks that call ops in the same order get the same names."""
+def auto_name(kind: str, name: Optional[str], process_set: int = 0) -> str:
+    """Horovod-style generated names: ranks that call ops in the same order get the same names.
+
+    Counted per process set: members of a set agree on its order only.
+    """
     if name is not None:
         return str(name)
     with _counter_lock:
-        counter = _name_counters.setdefault(kind, itertools.count())
+        counter = _name_counters.setdefault((kind, process_set), itertools.count())
         return f"{kind}.noname.{next(counter)}"
 
 
@@ -96,78 +100,92 @@ def _hold(handles: Sequence[int], refs) -> None:
 
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    compression=None) -> int:
+                    compression=None, process_set=None) -> int:
     """All-reduce ``tensor`` into ``output`` (default: in place)."""
     return grouped_allreduce_async([tensor], None if output is None else [output],
                                    None if name is None else [name], op, prescale_factor,
-                                   postscale_factor, compression)[0]
+                                   postscale_factor, compression, process_set=process_set)[0]
 
 
 def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = None,
                             names: Optional[Sequence[str]] = None, op: int = Average,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            compression=None) -> List[int]:
+                            compression=None, process_set=None) -> List[int]:
     """All-reduce many tensors; they are enqueued together so they negotiate and fuse together."""
+    ps = _set_id(process_set)
     tensors = list(tensors)
     outputs = tensors if outputs is None else list(outputs)
     if len(outputs) != len(tensors):
         raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
     if names is None:
-        names = [auto_name("allreduce", None) for _ in tensors]
+        names = [auto_name("allreduce", None, ps) for _ in tensors]
     names = [str(n) for n in names]
     if len(names) != len(tensors):
         raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(names)} names")
     handles = _core.enqueue_allreduce(names, tensors, outputs, _check_reduce_op(op),
                                       float(prescale_factor), float(postscale_factor),
-                                      _compression_code(compression))
+                                      _compression_code(compression), process_set=ps)
     _hold(handles, (tensors, outputs))
     return handles
 
 
-def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None) -> int:
-    """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
+def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None,
+                    process_set=None) -> int:
+    """Broadcast ``tensor`` from global rank ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
-    h = _core.enqueue_broadcast(auto_name("broadcast", name), tensor, output, int(root_rank))
+    ps = _set_id(process_set)
+    h = _core.enqueue_broadcast(auto_name("broadcast", name, ps), tensor, output, int(root_rank),
+                                process_set=ps)
     _hold([h], (tensor, output))
     return h
 
 
-def allgather_async(tensor, name: Optional[str] = None) -> int:
+def allgather_async(tensor, name: Optional[str] = None, process_set=None) -> int:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
-    h = _core.enqueue_allgather(auto_name("allgather", name), tensor)
+    ps = _set_id(process_set)
+    h = _core.enqueue_allgather(auto_name("allgather", name, ps), tensor, process_set=ps)
     _hold([h], tensor)
     return h
 
 
-def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None) -> int:
-    """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
+def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
+                   process_set=None) -> int:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise.
+
+    In a process set, i counts the set's members.
+    """
+    ps = _set_id(process_set)
     split_list = [] if splits is None else [int(s) for s in splits]
-    h = _core.enqueue_alltoall(auto_name("alltoall", name), tensor, split_list)
+    h = _core.enqueue_alltoall(auto_name("alltoall", name, ps), tensor, split_list, process_set=ps)
     _hold([h], tensor)
     return h
 
 
 def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
-                        prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> int:
+                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                        process_set=None) -> int:
     """Reduce ``tensor`` across ranks and give rank r its share of dimension 0.
 
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
     ``n % size`` ranks one more.
     """
-    h = _core.enqueue_reducescatter(auto_name("reducescatter", name), tensor,
+    ps = _set_id(process_set)
+    h = _core.enqueue_reducescatter(auto_name("reducescatter", name, ps), tensor,
                                     _check_reduce_op(op), float(prescale_factor),
-                                    float(postscale_factor))
+                                    float(postscale_factor), process_set=ps)
     _hold([h], tensor)
     return h
 
 
-def barrier_async(name: Optional[str] = None) -> int:
-    return _core.enqueue_barrier(auto_name("barrier", name))
+def barrier_async(name: Optional[str] = None, process_set=None) -> int:
+    ps = _set_id(process_set)
+    return _core.enqueue_barrier(auto_name("barrier", name, ps), process_set=ps)
 
 
-def join_async(name: Optional[str] = None) -> int:
+def join_async(name: Optional[str] = None, process_set=None) -> int:
     """This rank has no more data: it contributes zeros to others' all-reduces until all join."""
-    return _core.enqueue_join(auto_name("join", name))
+    ps = _set_id(process_set)
+    return _core.enqueue_join(auto_name("join", name, ps), process_set=ps)
 
 
 def poll(handle: int) -> bool:

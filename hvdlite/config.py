@@ -19,6 +19,8 @@ HVDLITE_STALL_CHECK_TIME_SECONDS    60        Warn when a request waits this lon
 HVDLITE_LOG_LEVEL                   (unset)   ``debug`` prints every collective as it runs.
 HVDLITE_ABORT_ON_ERROR              1         An unhandled Python exception on one rank aborts
                                               the whole job (after printing the traceback).
+HVDLITE_DYNAMIC_PROCESS_SETS        0         1 allows add_process_set / remove_process_set
+                                              after init() (alias HOROVOD_DYNAMIC_PROCESS_SETS).
 ==================================  ========  ==============================================
 
 All ranks must use the same values for HVDLITE_FUSION_THRESHOLD and HVDLITE_CACHE_CAPACITY.
@@ -32,4 +34,5 @@ SETTINGS = {
     "HVDLITE_STALL_CHECK_TIME_SECONDS": "60",
     "HVDLITE_LOG_LEVEL": "",
     "HVDLITE_ABORT_ON_ERROR": "1",
+    "HVDLITE_DYNAMIC_PROCESS_SETS": "0",
 }

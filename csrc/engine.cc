@@ -34,10 +34,24 @@ Engine::Engine(std::unique_ptr<Transport> world, Config config)
 Engine::~Engine() { shutdown(); }
 
 void Engine::shutdown() {
-  // Group 0's loop stops the other groups when it ends (stop_process_sets), on every rank.
-  world_->stop("hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while "
-               "this request was pending; every rank must submit the same collectives before "
-               "shutting down");
+  // Every group at once: a member of a set may be waiting there for this rank, and only the
+  // set's own round can tell it. On other ranks, group 0's loop stops their sets when it sees
+  // the shutdown (stop_process_sets).
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : groups_) groups.push_back(kv.second);
+  }
+  for (auto& g : groups) {
+    g->request_stop(g->id() == 0 ? shutdown_reason() : g->members().name() + ": " + shutdown_reason());
+  }
+  for (auto& g : groups) g->join();
+  world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
+}
+
+std::string Engine::shutdown_reason() {
+  return "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
+         "request was pending; every rank must submit the same collectives before shutting down";
 }
 
 std::string Engine::unknown_set(int id) const {
@@ -198,10 +212,8 @@ void Engine::stop_process_sets() {
       if (kv.first != 0) others.push_back(kv.second);
     }
   }
-  // In id order on every rank, so members of several sets stop them in the same order.
-  for (auto& g : others) {
-    g->stop(g->members().name() + ": hvdlite has been shut down while this request was pending");
-  }
+  for (auto& g : others) g->request_stop(g->members().name() + ": " + shutdown_reason());
+  for (auto& g : others) g->join();
 }
 
 }  // namespace hvdlite

@@ -71,7 +71,7 @@ std::vector<int64_t> Group::enqueue(EntryList entries) {
   return handles;
 }
 
-void Group::stop(const std::string& reason) {
+void Group::request_stop(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!stop_requested_) {
@@ -81,12 +81,11 @@ void Group::stop(const std::string& reason) {
     work_queued_ = true;
   }
   cv_.notify_one();
-  if (thread_.joinable()) thread_.join();
 }
 
-bool Group::stopped() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return stopped_;
+void Group::join() {
+  std::lock_guard<std::mutex> lk(join_mu_);
+  if (thread_.joinable()) thread_.join();
 }
 
 void Group::complete(TensorEntry* entry, Outcome outcome) {

@@ -52,9 +52,14 @@ class Group {
   std::vector<int64_t> enqueue(EntryList entries);
 
   // Stops the loop on every member (the first member to ask decides; others' pending
-  // requests fail with ShutDown and `reason`). Returns when this rank's loop has ended.
-  void stop(const std::string& reason);
-  bool stopped();
+  // requests fail with ShutDown and `reason`). request_stop returns at once; join waits for
+  // this rank's loop to end (from any number of threads); stop does both.
+  void request_stop(const std::string& reason);
+  void join();
+  void stop(const std::string& reason) {
+    request_stop(reason);
+    join();
+  }
 
  private:
   // group.cc: the loop and what it runs.
@@ -85,6 +90,7 @@ class Group {
   EntryList pending_;                          // loop thread only
   std::vector<uint8_t> work_, scratch_;        // loop thread only (reducescatter buffers)
   std::thread thread_;
+  std::mutex join_mu_;  // join() may be called by several threads (shutdown, group 0's exit)
 };
 
 }  // namespace hvdlite

@@ -111,6 +111,13 @@ TEST(engine_shutdown_fails_requests_other_ranks_never_submit) {
       eng.shutdown();
       CHECK(eng.wait(h).status == Status::ShutDown);
       CHECK(eng.wait(g).status == Status::ShutDown);
+    } else if (r == 1) {
+      // Blocked in the set while rank 0 shuts down: the set's own round must tell it, since
+      // this rank's global set has nothing pending that could.
+      Outcome o = eng.wait(allreduce(eng, s, "waits", x));
+      CHECK(o.status == Status::ShutDown);
+      CHECK(o.error.find("process set 1 (ranks 0, 1)") != std::string::npos);
+      eng.shutdown();
     } else {
       eng.shutdown();
     }

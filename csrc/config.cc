@@ -35,6 +35,16 @@ Config Config::from_env() {
   c.ring_piece_bytes = static_cast<size_t>(env_number("HVDLITE_RING_PIECE_BYTES", double(c.ring_piece_bytes)));
   if (c.ring_piece_bytes < 64) c.ring_piece_bytes = 64;
   c.stall_warning_s = env_number("HVDLITE_STALL_CHECK_TIME_SECONDS", c.stall_warning_s);
+  const char* hier = env("HVDLITE_HIERARCHICAL_ALLREDUCE");
+  if (!hier) hier = env("HOROVOD_HIERARCHICAL_ALLREDUCE");
+  if (hier) {
+    const std::string h = hier;
+    if (h != "0" && h != "1") {
+      throw Error(Status::InvalidArgument, "HVDLITE_HIERARCHICAL_ALLREDUCE='" + h +
+                  "' must be 0 or 1 (or unset: hierarchical wherever the topology allows it)");
+    }
+    c.hierarchical_allreduce = h == "1" ? 1 : 0;
+  }
   const char* level = env("HVDLITE_LOG_LEVEL");
   c.debug = level && std::string(level) == "debug";
   return c;

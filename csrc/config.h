@@ -14,6 +14,11 @@ struct Config {
   size_t ring_piece_bytes = size_t(256) << 10;  // HVDLITE_RING_PIECE_BYTES
   double stall_warning_s = 60.0;    // HVDLITE_STALL_CHECK_TIME_SECONDS (0 disables)
   bool debug = false;               // HVDLITE_LOG_LEVEL=debug
+  // HVDLITE_HIERARCHICAL_ALLREDUCE: 1 forces hierarchical all-reduce where the topology allows
+  // it (several hosts, the same number of ranks on each, more than one), 0 forbids it; unset
+  // (kHierarchicalAuto), it is used wherever the topology allows it.
+  static constexpr int kHierarchicalAuto = 2;
+  int hierarchical_allreduce = kHierarchicalAuto;
 
   static Config from_env();
 };

@@ -31,6 +31,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
       {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
+      {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
   };
   // AND of each value and of its complement: both survive unchanged only if all ranks agree.
   std::vector<uint64_t> words;

@@ -112,8 +112,13 @@ void AllreduceExecutor::run(Batch& batch) {
   // Scaling after the reduction happens inside the ring (once per element, by its owner);
   // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r, transport_.size());
-  ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                 converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+  if (hierarchy_) {
+    hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
+                           converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+  } else {
+    ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
+                   converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+  }
 
   pack_at = 0;
   for (const Member& m : batch.members) {

@@ -36,6 +36,8 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
       allreduce_(*transport_, config_,
                  [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); }) {
   controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
+  hierarchy_ = make_hierarchy(*transport_, config_);
+  allreduce_.use_hierarchy(hierarchy_.get());
   thread_ = std::thread([this] { run_loop(); });
 }
 

@@ -22,6 +22,7 @@
 #include "config.h"
 #include "controller.h"
 #include "fusion.h"
+#include "hierarchical.h"
 #include "handle.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
@@ -75,6 +76,7 @@ class Group {
   AdminHandler admin_;
   OnExit on_exit_;
   Controller controller_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // intra-/cross-host stages, when used
   AllreduceExecutor allreduce_;
 
   std::mutex mu_;

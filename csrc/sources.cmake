@@ -9,6 +9,7 @@ set(HVDLITE_CORE_SOURCES
   fusion.cc
   group.cc
   handle.cc
+  hierarchical.cc
   message.cc
   names.cc
   reduce.cc

@@ -27,6 +27,7 @@ class LoopbackTransport : public Transport {
     std::map<int, int> per_host;
     for (size_t i = 0; i < members_.size(); ++i) local_rank[i] = per_host[fabric_.host_of(members_[i])]++;
     const int host = fabric_.host_of(members_[index]);
+    topo_.host = host;
     topo_.local_rank = local_rank[index];
     topo_.local_size = per_host[host];
     topo_.cross_rank = topo_.cross_size = 0;

@@ -59,6 +59,9 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(data_, topo_.local_rank, topo_.rank, &cross), "MPI_Comm_split");
     MPI_Comm_rank(cross, &topo_.cross_rank);
     MPI_Comm_size(cross, &topo_.cross_size);
+    // The host's label: the cross rank of its local rank 0 (distinct among local ranks 0).
+    topo_.host = topo_.cross_rank;
+    check(MPI_Bcast(&topo_.host, 1, MPI_INT, 0, local), "MPI_Bcast");
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
   }

@@ -14,6 +14,7 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
+  int host = 0;  // a label of this rank's host, the same for the ranks on one host, unique per host
 };
 
 class Transport {

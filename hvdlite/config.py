@@ -21,6 +21,10 @@ HVDLITE_ABORT_ON_ERROR              1         An unhandled Python exception on o
                                               the whole job (after printing the traceback).
 HVDLITE_DYNAMIC_PROCESS_SETS        0         1 allows add_process_set / remove_process_set
                                               after init() (alias HOROVOD_DYNAMIC_PROCESS_SETS).
+HVDLITE_HIERARCHICAL_ALLREDUCE      (auto)    Hierarchical all-reduce (within hosts, across
+                                              hosts, within hosts) wherever several hosts hold
+                                              the same number (>1) of ranks; 0 forbids it, 1
+                                              asks for it. Must agree on every rank.
 ==================================  ========  ==============================================
 
 All ranks must use the same values for HVDLITE_FUSION_THRESHOLD and HVDLITE_CACHE_CAPACITY.
@@ -35,4 +39,5 @@ SETTINGS = {
     "HVDLITE_LOG_LEVEL": "",
     "HVDLITE_ABORT_ON_ERROR": "1",
     "HVDLITE_DYNAMIC_PROCESS_SETS": "0",
+    "HVDLITE_HIERARCHICAL_ALLREDUCE": "",
 }

@@ -45,6 +45,8 @@ class Engine {
   // fail with ShutDown). Returns when this rank's loops have ended.
   void shutdown();
   void abort(int code) { world_->transport().abort(code); }
+  // Bytes this process sent and received, in every group.
+  TransportStats& transport_stats() { return world_->transport().stats(); }
 
   // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
   // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when

@@ -130,12 +130,15 @@ _name_counters = {}
 _counter_lock = threading.Lock()
 
 
-def auto_name(kind: str, name: Optional[str] = None) -> str:
-    """``name``, or a generated one: ranks that call ops in the same order get equal names."""
+def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0) -> str:
+    """``name``, or a generated one: ranks that call ops in the same order get equal names.
+
+    Counted per process set: the members of a set agree on its order only.
+    """
     if name is not None:
         return str(name)
     with _counter_lock:
-        counter = _name_counters.setdefault(kind, itertools.count())
+        counter = _name_counters.setdefault((kind, process_set), itertools.count())
         return f"{kind}.noname.{next(counter)}"
 
 

@@ -5,17 +5,19 @@ import os
 import sys
 import threading
 
-from . import _core, _policy, config, work
+from . import _core, _policy, config, work, process_sets as _process_sets
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Start hvdlite's background engine on this rank (MPI is initialised if needed).
 
     Safe to call more than once. ``comm`` is accepted for Horovod compatibility; only the
-    world communicator is supported.
+    world communicator is supported. ``process_sets``: ProcessSet objects to register now (every
+    rank passes the same list), or ``"dynamic"`` to allow ``add_process_set`` later (as
+    HVDLITE_DYNAMIC_PROCESS_SETS=1 does).
     """
     global _atexit_registered
     if comm is not None:
@@ -36,6 +38,7 @@ def init(comm=None):
             _install_excepthook(settings["abort_on_error"])
             _atexit_registered = True
     _core.init()
+    _process_sets._init_process_sets(process_sets)
 
 
 def shutdown():

@@ -26,6 +26,7 @@ from . import _core
 from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name,  # noqa: F401
                       group_names, resolve_op, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
+from .process_sets import process_set_id
 from .work import Result, Work, wait_all as _wait_all  # noqa: F401
 
 
@@ -63,16 +64,12 @@ def splits_arg(splits) -> List[int]:
     return [integer_arg(s, "each split", 0) for s in splits]
 
 
-def _set_id(process_set) -> int:
-    """The core's id of ``process_set`` (a ProcessSet, an id, or None for the world)."""
-    if process_set is None:
-        return 0
-    return int(getattr(process_set, "process_set_id", process_set))
+_set_id = process_set_id  # a ProcessSet, an id, or None (the world) -> the core's id
 
 
-def _names(names, n, kind):
+def _names(names, n, kind, process_set=None):
     if names is None:
-        return [auto_name(kind) for _ in range(n)]
+        return [auto_name(kind, None, _set_id(process_set)) for _ in range(n)]
     names = [str(x) for x in names]
     if len(names) != n:
         raise HvdliteInvalidArgumentError(f"grouped {kind} got {n} tensors but {len(names)} names")
@@ -90,7 +87,7 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
     if len(outputs) != len(tensors):
         raise HvdliteInvalidArgumentError(
             f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
-    handles = _core.enqueue_allreduce(_names(names, len(tensors), "allreduce"), tensors, outputs,
+    handles = _core.enqueue_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
                                       resolve_op(op), float(prescale_factor),
                                       float(postscale_factor), wire_code(compression),
                                       **_set_kw(process_set))
@@ -110,7 +107,7 @@ def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = N
                     process_set=None, finish=None) -> Work:
     """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
-    h = _core.enqueue_broadcast(auto_name("broadcast", name), tensor, output, root_rank_arg(root_rank),
+    h = _core.enqueue_broadcast(auto_name("broadcast", name, _set_id(process_set)), tensor, output, root_rank_arg(root_rank),
                                 **_set_kw(process_set))
     return Work([h], (tensor, output), finish)
 
@@ -120,7 +117,7 @@ def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
     """Broadcast many tensors from ``root_rank`` (one Work)."""
     tensors = list(tensors)
     outputs = tensors if outputs is None else list(outputs)
-    names = _names(names, len(tensors), "broadcast")
+    names = _names(names, len(tensors), "broadcast", process_set)
     kw, root = _set_kw(process_set), root_rank_arg(root_rank)
     handles = _each((tensors, outputs), [
         (lambda n=n, t=t, o=o: _core.enqueue_broadcast(n, t, o, root, **kw))
@@ -130,14 +127,14 @@ def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
 
 def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish=None) -> Work:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
-    h = _core.enqueue_allgather(auto_name("allgather", name), tensor, **_set_kw(process_set))
+    h = _core.enqueue_allgather(auto_name("allgather", name, _set_id(process_set)), tensor, **_set_kw(process_set))
     return Work([h], tensor, finish)
 
 
 def grouped_allgather_async(tensors, names=None, process_set=None, finish=None) -> Work:
     """All-gather many tensors as one group."""
     tensors = list(tensors)
-    handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather"), tensors,
+    handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather", process_set), tensors,
                                               **_set_kw(process_set))
     return Work(handles, tensors, finish)
 
@@ -146,7 +143,7 @@ def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optiona
                    process_set=None, finish=None) -> Work:
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
     split_list = [] if splits is None else splits_arg(splits)
-    h = _core.enqueue_alltoall(auto_name("alltoall", name), tensor, split_list,
+    h = _core.enqueue_alltoall(auto_name("alltoall", name, _set_id(process_set)), tensor, split_list,
                                **_set_kw(process_set))
     return Work([h], tensor, finish)
 
@@ -159,7 +156,7 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
     ``n % size`` ranks one more.
     """
-    h = _core.enqueue_reducescatter(auto_name("reducescatter", name), tensor, resolve_op(op),
+    h = _core.enqueue_reducescatter(auto_name("reducescatter", name, _set_id(process_set)), tensor, resolve_op(op),
                                     float(prescale_factor), float(postscale_factor),
                                     **_set_kw(process_set))
     return Work([h], tensor, finish)
@@ -171,13 +168,13 @@ def grouped_reducescatter_async(tensors, names=None, op: int = Average,
     """Reduce-scatter many tensors as one group."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_reducescatter(
-        _names(names, len(tensors), "reducescatter"), tensors, resolve_op(op),
+        _names(names, len(tensors), "reducescatter", process_set), tensors, resolve_op(op),
         float(prescale_factor), float(postscale_factor), **_set_kw(process_set))
     return Work(handles, tensors, finish)
 
 
 def barrier_async(name: Optional[str] = None, process_set=None) -> Work:
-    return Work([_core.enqueue_barrier(auto_name("barrier", name), **_set_kw(process_set))])
+    return Work([_core.enqueue_barrier(auto_name("barrier", name, _set_id(process_set)), **_set_kw(process_set))])
 
 
 def join_async(name: Optional[str] = None, finish=None) -> Work:

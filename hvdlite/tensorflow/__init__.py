@@ -42,9 +42,10 @@ from .errors import (HvdliteInternalError, HvdliteInvalidArgumentError,  # noqa:
                      HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError,
                      HvdliteUnsupportedError)
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
-from .mpi_ops import (allgather, allreduce, alltoall, barrier, broadcast,  # noqa: F401
-                      broadcast_, global_process_set, grouped_allgather, grouped_allreduce,
+from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa: F401
+                      alltoall, barrier, broadcast, broadcast_, global_process_set, grouped_allgather, grouped_allreduce,
                       grouped_reducescatter, join, local_rank_op, local_size_op,
-                      process_set_included_op, rank_op, reducescatter, size_op)
+                      process_set_included_op, rank_op, reducescatter, remove_process_set,
+                      size_op)
 from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .util import _executing_eagerly  # noqa: F401

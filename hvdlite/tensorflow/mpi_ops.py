@@ -37,10 +37,12 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from hvdlite import _policy, ops as _ops
+from hvdlite import _core, _policy, ops as _ops
 from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                              resolve_op, wire_format)
 from hvdlite.exceptions import HvdliteError
+from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
+                                  global_process_set, remove_process_set)
 
 from . import errors as _errors
 from .compression import Compression
@@ -55,25 +57,6 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
            "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier",
            "join", "rank_op", "size_op", "local_rank_op", "local_size_op",
            "process_set_included_op", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
-
-
-class _WorldSet:
-    """The set of all ranks (other process sets arrive with the core's process-set support)."""
-    process_set_id = 0
-
-    def included(self):
-        return True
-
-    def rank(self):
-        from hvdlite import rank
-        return rank()
-
-    def size(self):
-        from hvdlite import size
-        return size()
-
-
-global_process_set = _WorldSet()
 
 
 def _set(process_set):
@@ -664,13 +647,5 @@ def local_size_op(name=None):
 
 def process_set_included_op(process_set_id=0, name=None):
     """1 if this rank belongs to process set ``process_set_id`` else 0 (int32 tensor)."""
-    return _scalar_op(lambda: int(_process_set(process_set_id).included()),
+    return _scalar_op(lambda: int(_core.process_set_included(int(process_set_id))),
                       name or "HvdliteProcessSetIncluded")
-
-
-def _process_set(process_set_id):
-    if int(process_set_id) == 0:
-        return global_process_set
-    raise _errors.HvdliteInvalidArgumentError(
-        f"process set {process_set_id} does not exist (this build knows only the global "
-        f"process set, id 0)")

@@ -35,11 +35,12 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, allgather,
                       allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
                       alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
-                      broadcast_async_, global_process_set, grouped_allgather,
+                      broadcast_async_, add_process_set, global_process_set, grouped_allgather,
                       grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
                       grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
                       grouped_reducescatter_async, join, poll, reducescatter,
-                      reducescatter_async, sparse_allreduce_async, synchronize)
+                      reducescatter_async, remove_process_set, sparse_allreduce_async,
+                      synchronize)
 from .optimizer import DistributedOptimizer, GradientAccumulationError
 from .sync_batch_norm import SyncBatchNorm
 
@@ -63,7 +64,7 @@ __all__ = [
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
     "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "barrier", "join", "poll", "synchronize",
-    "ProcessSet", "global_process_set",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "DistributedOptimizer", "SyncBatchNorm",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
 ]

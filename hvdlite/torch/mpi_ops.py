@@ -26,29 +26,11 @@ from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,
                              group_names, resolve_op, wire_format)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import poll, synchronize  # noqa: F401
+from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
+                                  global_process_set, remove_process_set)
 
 from .compression import Compression
 
-
-class ProcessSet:
-    """The set of all ranks (process sets other than the global one arrive with the core's
-    process-set support)."""
-    process_set_id = 0
-
-    def included(self):
-        return True
-
-    def rank(self):
-        return _hvd.rank()
-
-    def size(self):
-        return _hvd.size()
-
-    def __repr__(self):
-        return "ProcessSet(global)"
-
-
-global_process_set = ProcessSet()
 
 # ---------------------------------------------------------------------------------------
 # tensors in and out of the core

@@ -148,10 +148,11 @@ def reset_name_counters() -> None:
         _name_counters.clear()
 
 
-def group_names(base: Optional[str], n: int, kind: str = "allreduce") -> List[str]:
-    """Names of the members of a grouped call: ``base.i``, or generated names."""
+def group_names(base: Optional[str], n: int, kind: str = "allreduce",
+                process_set: int = 0) -> List[str]:
+    """Names of the members of a grouped call: ``base.i``, or names generated in the set."""
     if base is None:
-        return [auto_name(kind) for _ in range(n)]
+        return [auto_name(kind, None, process_set) for _ in range(n)]
     return [f"{base}.{i}" for i in range(n)]
 
 

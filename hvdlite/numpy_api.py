@@ -122,7 +122,7 @@ def allgather(tensor, name=None, process_set=None):
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     tensors = [_as_array(t) for t in tensors]
-    return ops.grouped_allgather_async(tensors, group_names(name, len(tensors), "allgather"),
+    return ops.grouped_allgather_async(tensors, group_names(name, len(tensors)),
                                        process_set, _arrays)
 
 
@@ -181,7 +181,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
                                 postscale_factor=1.0, process_set=None):
     tensors = [_as_array(t) for t in tensors]
     return ops.grouped_reducescatter_async(
-        tensors, group_names(name, len(tensors), "reducescatter"), op, prescale_factor,
+        tensors, group_names(name, len(tensors)), op, prescale_factor,
         postscale_factor, process_set, _arrays)
 
 

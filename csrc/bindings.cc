@@ -491,6 +491,18 @@ NB_MODULE(_core, m) {
   m.def("abort", [](int code) {
     if (!in_forked_child()) context_ref()->abort(code);
   });
+  // Bytes this rank sent/received since init (or the last reset=True): the measure behind
+  // every "bytes per step" figure.
+  m.def("transport_stats", [](bool reset) {
+    std::shared_ptr<Context> ctx = context_ref();
+    TransportStats& s = ctx->transport_stats();
+    auto read = [reset](std::atomic<uint64_t>& c) { return reset ? c.exchange(0) : c.load(); };
+    nb::dict d;
+    d["bytes_sent"] = read(s.bytes_sent);
+    d["bytes_received"] = read(s.bytes_received);
+    d["control_bytes_sent"] = read(s.control_bytes_sent);
+    return d;
+  }, nb::arg("reset") = false);
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;

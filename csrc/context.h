@@ -41,6 +41,7 @@ class Context {
   // fail with ShutDown). Returns when this rank's background thread has ended.
   void shutdown();
   void abort(int code) { transport_->abort(code); }
+  TransportStats& transport_stats() { return transport_->stats(); }
 
  private:
   // engine.cc: the background loop.

@@ -102,6 +102,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Isend(buf, as_count(bytes, "send"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Isend");
+    stats_.bytes_sent += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -109,6 +110,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Irecv(buf, as_count(bytes, "recv"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Irecv");
+    stats_.bytes_received += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -129,11 +131,17 @@ class MpiTransport : public Transport {
       check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, data_), "MPI_Bcast");
       off += n;
     } while (off < bytes);
+    if (topo_.rank == root) {
+      stats_.bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
+    } else {
+      stats_.bytes_received += bytes;
+    }
   }
 
   // Every rank knows every block's size, so all take the same path.
   void allgatherv(const void* send, size_t send_bytes, void* recv,
                   const std::vector<size_t>& bytes_per_rank) override {
+    count_exchange(std::vector<size_t>(topo_.size, send_bytes), bytes_per_rank);
     std::vector<size_t> displs = offsets_of(bytes_per_rank);
     if (fits_one_call(bytes_per_rank, limit_)) {
       check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
@@ -152,6 +160,7 @@ class MpiTransport : public Transport {
   // A rank knows only its own send and receive sizes: the ranks agree on the path first.
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes) override {
+    count_exchange(send_bytes, recv_bytes);
     std::vector<size_t> sdispls = offsets_of(send_bytes), rdispls = offsets_of(recv_bytes);
     int too_large = !(fits_one_call(send_bytes, limit_) && fits_one_call(recv_bytes, limit_));
     check(MPI_Allreduce(MPI_IN_PLACE, &too_large, 1, MPI_INT, MPI_LOR, data_), "MPI_Allreduce");
@@ -178,6 +187,7 @@ class MpiTransport : public Transport {
   void barrier() override { check(MPI_Barrier(data_), "MPI_Barrier"); }
 
   void start_control_and(uint64_t* words, size_t count) override {
+    stats_.control_bytes_sent += count * sizeof(uint64_t);
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -200,6 +210,7 @@ class MpiTransport : public Transport {
       total += sizes[i];
     }
     std::vector<uint8_t> all(total);
+    if (topo_.rank != 0) stats_.control_bytes_sent += mine.size();
     check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
                       0, control_),
           "MPI_Gatherv");
@@ -214,6 +225,7 @@ class MpiTransport : public Transport {
     int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, control_), "MPI_Bcast");
     bytes.resize(static_cast<size_t>(n));
+    if (topo_.rank == 0) stats_.control_bytes_sent += bytes.size() * (topo_.size - 1);
     check(MPI_Bcast(bytes.data(), as_count(bytes.size(), "control broadcast"), MPI_BYTE, 0, control_),
           "MPI_Bcast");
   }
@@ -253,6 +265,15 @@ class MpiTransport : public Transport {
   // Sends send_bytes[p] bytes from send + send_at[p] to every peer p and receives recv_bytes[p]
   // bytes from p into recv + recv_at[p], in pieces of at most limit_ bytes. Pieces between two
   // ranks on one tag arrive in order (MPI's non-overtaking rule), so they need no numbering.
+  // A collective's payload to and from the other ranks, whichever path carries it.
+  void count_exchange(const std::vector<size_t>& to_peer, const std::vector<size_t>& from_peer) {
+    for (int p = 0; p < topo_.size; ++p) {
+      if (p == topo_.rank) continue;
+      stats_.bytes_sent += to_peer[p];
+      stats_.bytes_received += from_peer[p];
+    }
+  }
+
   void exchange_in_pieces(const void* send, const std::vector<size_t>& send_bytes,
                           const std::vector<size_t>& send_at, void* recv,
                           const std::vector<size_t>& recv_bytes,

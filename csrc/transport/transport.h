@@ -3,6 +3,7 @@
 // negotiation. Buffers are void* + byte counts; element types never reach a transport.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -14,6 +15,15 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
+};
+
+// Payload bytes this rank sent to / received from peers, counted by the backend where it
+// hands them to the network (for a collective: what this rank contributes to and takes from
+// the others, however the library routes it). Negotiation traffic is counted apart.
+// Written by the background thread, read from any thread.
+struct TransportStats {
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::atomic<uint64_t> control_bytes_sent{0};
 };
 
 class Transport {
@@ -56,6 +66,11 @@ class Transport {
 
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
+
+  TransportStats& stats() { return stats_; }
+
+ protected:
+  TransportStats stats_;
 };
 
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest

@@ -614,7 +614,7 @@ def run(args):
             row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
             row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
             row["other_load"] = stats["other_load"]
-            if copy_GBps and n == 2:
+            if copy_GBps and n == 2 and nbytes >= copy_bytes:   # smaller ones fit in caches
                 bound = memory_bound_s(nbytes, copy_GBps)
                 row["memory_bound_s"] = bound
                 for lib in ("hvdlite", "mpi"):

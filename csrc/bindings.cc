@@ -11,13 +11,14 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <iterator>
+#include <climits>
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <optional>
 
 #include "collectives.h"
-#include "context.h"
+#include "engine.h"
 #include "hvdlite.h"
 #include "timeline.h"
 
@@ -36,35 +37,33 @@ using OutArray = nb::ndarray<>;
 // The process's engine. Python's init()/shutdown() create and stop it. Every call holds its
 // own reference while it uses the engine, so a shutdown on another thread (which stops the
 // engine and drops the global reference) never destroys it under a waiter.
-std::shared_ptr<Context> g_context;
+std::shared_ptr<Engine> g_context;
 std::mutex g_context_mu;     // guards the g_context pointer
 std::mutex g_lifecycle_mu;   // serialises init and shutdown
 std::atomic<pid_t> g_owner_pid{0};  // the process that ran init()
-// Set in a fork()ed child of an initialised process, which inherits the engine's memory but
-// not its thread or its MPI connection.
-std::atomic<bool> g_forked_child{false};
 
-bool in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+// A fork()ed child inherits the engine's memory but not its thread or its MPI connection.
+bool in_forked_child() {
+  const pid_t owner = g_owner_pid.load();
+  return owner != 0 && owner != getpid();
+}
 
 // Runs in the child right after fork(): the inherited engine must never be destroyed there
 // (its destructor would join a thread that does not exist), so the child keeps a reference
 // it never drops. The child never changes g_context after this, so it reads it unlocked.
 void keep_engine_in_forked_child() {
-  if (g_context) {
-    new std::shared_ptr<Context>(g_context);
-    g_forked_child = true;
-  }
+  if (g_context) new std::shared_ptr<Engine>(g_context);
 }
 
-std::shared_ptr<Context> current_context() {
+std::shared_ptr<Engine> current_context() {
   if (in_forked_child()) return g_context;
   std::lock_guard<std::mutex> lk(g_context_mu);
   return g_context;
 }
 
 // The engine, for collectives. A forked child gets a clear error instead of a hang.
-std::shared_ptr<Context> context_ref() {
-  std::shared_ptr<Context> ctx = current_context();
+std::shared_ptr<Engine> context_ref() {
+  std::shared_ptr<Engine> ctx = current_context();
   if (!ctx) {
     throw Error(Status::NotInitialized,
                 "hvdlite has not been initialized; call hvdlite.init() first");
@@ -81,7 +80,7 @@ std::shared_ptr<Context> context_ref() {
 
 // The job's topology, which a forked child may still read.
 Topology topology() {
-  std::shared_ptr<Context> ctx = current_context();
+  std::shared_ptr<Engine> ctx = current_context();
   if (!ctx) {
     throw Error(Status::NotInitialized,
                 "hvdlite has not been initialized; call hvdlite.init() first");
@@ -260,8 +259,9 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
 std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                                        const std::vector<nb::object>& inputs,
                                        const std::vector<nb::object>& outputs, int op,
-                                       double prescale, double postscale, int compression) {
-  std::shared_ptr<Context> ctx = context_ref();
+                                       double prescale, double postscale, int compression,
+                                       int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
@@ -277,14 +277,14 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
     e->request.compression = static_cast<Compression>(compression);
     entries.push_back(std::move(e));
   }
-  return ctx->enqueue(std::move(entries));
+  return eng->enqueue(process_set, std::move(entries));
 }
 
-int64_t enqueue_one(std::unique_ptr<TensorEntry> e) {
-  std::shared_ptr<Context> ctx = context_ref();
+int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
+  std::shared_ptr<Engine> eng = context_ref();
   EntryList list;
   list.push_back(std::move(e));
-  return ctx->enqueue(std::move(list))[0];
+  return eng->enqueue(process_set, std::move(list))[0];
 }
 
 void check_group(const std::vector<std::string>& names, size_t inputs, const char* op) {
@@ -294,35 +294,42 @@ void check_group(const std::vector<std::string>& names, size_t inputs, const cha
   }
 }
 
-int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root) {
-  const int size = context_ref()->topology().size;
+int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root,
+                          int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
-  if (root < 0 || root >= size) {
+  // Roots are global ranks, also within a process set (as in Horovod).
+  const std::vector<int> members = eng->process_set(process_set).ranks;
+  if (std::find(members.begin(), members.end(), root) == members.end()) {
     throw Error(Status::InvalidArgument, "broadcast of tensor '" + name + "': root rank " +
-                std::to_string(root) + " is out of range for " + std::to_string(size) + " ranks");
+                std::to_string(root) + (process_set == 0
+                    ? " is out of range for " + std::to_string(eng->topology().size) + " ranks"
+                    : " is not a member of process set " + std::to_string(process_set)));
   }
   e->request.root = root;
-  return enqueue_one(std::move(e));
+  return enqueue_one(process_set, std::move(e));
 }
 
 // Grouped forms enqueue their members together, so the group negotiates in one round.
 std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
-                                               const std::vector<nb::object>& inputs) {
-  std::shared_ptr<Context> ctx = context_ref();
+                                               const std::vector<nb::object>& inputs,
+                                               int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "allgather");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
-  return ctx->enqueue(std::move(entries));
+  return eng->enqueue(process_set, std::move(entries));
 }
 
-int64_t enqueue_allgather(const std::string& name, nb::handle input) {
+int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set) {
   context_ref();
-  return enqueue_one(make_entry(name, OpType::Allgather, input));
+  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input));
 }
 
-int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits) {
-  const int size = context_ref()->topology().size;
+int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits,
+                         int process_set) {
+  const int size = static_cast<int>(context_ref()->process_set(process_set).ranks.size());
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "' needs at least one dimension");
@@ -350,7 +357,7 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
                 (overflow ? " (their sum overflows 64 bits)" : ""));
   }
   e->splits = std::move(splits);
-  return enqueue_one(std::move(e));
+  return enqueue_one(process_set, std::move(e));
 }
 
 std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::handle input, int op,
@@ -367,36 +374,37 @@ std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::han
 }
 
 int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale) {
+                              double prescale, double postscale, int process_set) {
   context_ref();
-  return enqueue_one(make_reducescatter(name, input, op, prescale, postscale));
+  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale));
 }
 
 std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string>& names,
                                                    const std::vector<nb::object>& inputs, int op,
-                                                   double prescale, double postscale) {
-  std::shared_ptr<Context> ctx = context_ref();
+                                                   double prescale, double postscale,
+                                                   int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "reducescatter");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
   }
-  return ctx->enqueue(std::move(entries));
+  return eng->enqueue(process_set, std::move(entries));
 }
 
-int64_t enqueue_marker(const std::string& name, OpType op) {
+int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
   context_ref();
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
   e->request.dtype = DataType::UInt8;
-  return enqueue_one(std::move(e));
+  return enqueue_one(process_set, std::move(e));
 }
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
 nb::tuple wait(int64_t handle) {
-  std::shared_ptr<Context> ctx = context_ref();
+  std::shared_ptr<Engine> ctx = context_ref();
   Outcome o;
   {
     nb::gil_scoped_release release;
@@ -439,10 +447,10 @@ NB_MODULE(_core, m) {
     if (current_context()) return;
     Config config = Config::from_env();
     if (!config.timeline.empty()) check_timeline_path(config.timeline, "HVDLITE_TIMELINE");
-    std::shared_ptr<Context> ctx;
+    std::shared_ptr<Engine> ctx;
     {
       nb::gil_scoped_release release;
-      ctx = std::make_shared<Context>(make_mpi_transport(config.max_transfer_bytes), config);
+      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes), config);
     }
     g_owner_pid = getpid();
     if (!config.timeline.empty()) {
@@ -458,7 +466,7 @@ NB_MODULE(_core, m) {
   m.def("shutdown", [] {
     if (in_forked_child()) return;
     std::lock_guard<std::mutex> life(g_lifecycle_mu);
-    std::shared_ptr<Context> ctx;
+    std::shared_ptr<Engine> ctx;
     {
       std::lock_guard<std::mutex> lk(g_context_mu);
       ctx.swap(g_context);
@@ -494,7 +502,7 @@ NB_MODULE(_core, m) {
   // Bytes this rank sent/received since init (or the last reset=True): the measure behind
   // every "bytes per step" figure.
   m.def("transport_stats", [](bool reset) {
-    std::shared_ptr<Context> ctx = context_ref();
+    std::shared_ptr<Engine> ctx = context_ref();
     TransportStats& s = ctx->transport_stats();
     auto read = [reset](std::atomic<uint64_t>& c) { return reset ? c.exchange(0) : c.load(); };
     nb::dict d;
@@ -512,22 +520,35 @@ NB_MODULE(_core, m) {
     return d;
   });
 
+  // Every enqueue takes process_set=: the id of the set it runs in (0, the default, is the
+  // global set).
   m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::arg("compression"));
-  m.def("enqueue_broadcast", &enqueue_broadcast);
-  m.def("enqueue_allgather", &enqueue_allgather);
-  m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"), nb::arg("inputs"));
-  m.def("enqueue_alltoall", &enqueue_alltoall);
-  m.def("enqueue_reducescatter", &enqueue_reducescatter);
+        nb::arg("compression"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
+        nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
+        nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"),
+        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
+        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_reducescatter", &enqueue_reducescatter, nb::arg("name"), nb::arg("input"),
+        nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::kw_only(),
+        nb::arg("process_set") = 0);
   m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
-        nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"));
-  m.def("enqueue_barrier", [](const std::string& name) { return enqueue_marker(name, OpType::Barrier); });
-  m.def("enqueue_join", [](const std::string& name) { return enqueue_marker(name, OpType::Join); });
+        nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
+        nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_barrier",
+        [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
+        nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_join",
+        [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Join, process_set); },
+        nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("poll", [](int64_t h) { return context_ref()->poll(h); });
 
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
-    std::shared_ptr<Context> ctx = context_ref();
+    std::shared_ptr<Engine> ctx = context_ref();
     start_timeline_on_rank(path, ctx->topology().rank, ctx->config().timeline_all_ranks, mark_cycles);
   });
   m.def("stop_timeline", [] {
@@ -556,7 +577,37 @@ NB_MODULE(_core, m) {
     d["autotune_log"] = c.autotune_log;
     d["debug"] = c.debug;
     d["abort_on_error"] = c.abort_on_error;
+    d["dynamic_process_sets"] = c.dynamic_process_sets;
+    d["hierarchical_allreduce"] = c.hierarchical_allreduce;
     return d;
   });
   m.def("wait", &wait);
+
+  // Process sets. Adding and removing are collective over the global set and block until
+  // every rank has applied the change.
+  m.def("add_process_set", [](const std::vector<int>& ranks) {
+    std::shared_ptr<Engine> eng = context_ref();
+    nb::gil_scoped_release release;
+    return eng->add_process_set(ranks);
+  }, nb::arg("ranks"));
+  m.def("remove_process_set", [](int id) {
+    std::shared_ptr<Engine> eng = context_ref();
+    nb::gil_scoped_release release;
+    return eng->remove_process_set(id);
+  }, nb::arg("id"));
+  m.def("process_set_ids", [] { return context_ref()->process_set_ids(); });
+  m.def("process_set_ranks", [](int id) { return context_ref()->process_set(id).ranks; }, nb::arg("id"));
+  m.def("process_set_rank", [](int id) {
+    std::shared_ptr<Engine> eng = context_ref();
+    Engine::ProcessSetInfo info = eng->process_set(id);
+    if (info.rank < 0) {
+      throw Error(Status::InvalidArgument, "rank " + std::to_string(eng->topology().rank) +
+                  " is not a member of process set " + std::to_string(id));
+    }
+    return info.rank;
+  }, nb::arg("id"));
+  m.def("process_set_size", [](int id) { return static_cast<int>(context_ref()->process_set(id).ranks.size()); },
+        nb::arg("id"));
+  m.def("process_set_included", [](int id) { return context_ref()->process_set(id).rank >= 0; },
+        nb::arg("id"));
 }

@@ -107,6 +107,15 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_ABORT_ON_ERROR", "", "1",
         "an unhandled exception on one rank ends the whole job at once"},
        [](Config& c, const std::string& t, const std::string& v) { c.abort_on_error = parse_bool(v, t); }},
+      {{"HVDLITE_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
+        "1 allows add_process_set / remove_process_set after init() (sets given to "
+        "init(process_sets=...) need no setting)"},
+       [](Config& c, const std::string& t, const std::string& v) { c.dynamic_process_sets = parse_bool(v, t); }},
+      {{"HVDLITE_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "",
+        "all-reduce within each host, then across hosts, then within each host again; unset: "
+        "wherever several hosts hold the same number (more than one) of a set's ranks; 0 never; "
+        "1 asks for it"},
+       [](Config& c, const std::string& t, const std::string& v) { c.hierarchical_allreduce = parse_bool(v, t) ? 1 : 0; }},
       {{"HVDLITE_TEST_MAX_TRANSFER_BYTES", "", "2147483647",
         "tests only: the largest byte count one MPI collective call is given (larger transfers "
         "go in pieces; 0 or above 2^31-1 means 2^31-1)"},

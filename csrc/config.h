@@ -24,6 +24,12 @@ struct Config {
   std::string autotune_log;                     // CSV of every autotune trial ("" disables)
   bool debug = false;                           // log level debug/trace: print each collective
   bool abort_on_error = true;                   // read by the Python layer (excepthook)
+  bool dynamic_process_sets = false;            // read by the Python layer (add_process_set)
+  // Hierarchical all-reduce: 1 asks for it where the topology allows it (several hosts, the
+  // same number of ranks on each, more than one), 0 forbids it; unset (kHierarchicalAuto),
+  // it is used wherever the topology allows it.
+  static constexpr int kHierarchicalAuto = 2;
+  int hierarchical_allreduce = kHierarchicalAuto;
   // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
   // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
   size_t max_transfer_bytes = 2147483647;

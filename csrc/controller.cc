@@ -21,8 +21,8 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 }  // namespace
 
-Controller::Controller(Transport& transport, Config& config)
-    : transport_(transport), config_(config), cache_(config.cache_capacity),
+Controller::Controller(Transport& transport, Config& config, const Membership& members)
+    : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
       stall_(transport, config), autotune_(config, transport.rank()) {}
 
 void Controller::check_settings_agree() {
@@ -30,6 +30,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
       {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
+      {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
       {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
       {"HVDLITE_AUTOTUNE", config_.autotune},
   };
@@ -143,7 +144,7 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   if (transport_.rank() == 0) {
     std::vector<std::vector<Request>> by_rank;
     for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
-    std::vector<Response> decisions = decide_ready(by_rank);
+    std::vector<Response> decisions = decide_ready(by_rank, members_);
     Timeline::get().note_decisions(by_rank, decisions);
     encode_responses(decisions, decided);
   }

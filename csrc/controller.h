@@ -19,6 +19,7 @@
 #include "stall_inspector.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
+#include "validate.h"
 
 namespace hvdlite {
 
@@ -30,8 +31,9 @@ struct RoundOutcome {
 
 class Controller {
  public:
-  // config: the live settings; autotune may change them between rounds.
-  Controller(Transport& transport, Config& config);
+  // config: the group's live settings; autotune may change them between rounds. `members`
+  // names the group's ranks in validation errors.
+  Controller(Transport& transport, Config& config, const Membership& members);
 
   // Throws InvalidArgument on every rank unless all ranks use the same settings that
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
@@ -50,6 +52,7 @@ class Controller {
 
   Transport& transport_;
   const Config& config_;
+  const Membership& members_;
   ResponseCache cache_;
   int64_t round_ = 0;
   StallInspector stall_;

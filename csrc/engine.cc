@@ -1,143 +1,212 @@
-// The background loop: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
-// It never sleeps on a fixed cycle: with no work it blocks on a condition variable, and with
-// work it is always inside a negotiation round (see Controller::wait_for_round).
-#include <chrono>
-#include <cstdio>
-#include <thread>
-#include <unordered_map>
+#include "engine.h"
 
-#include "collectives.h"
-#include "context.h"
-#include "timeline.h"
+#include <algorithm>
 
 namespace hvdlite {
+namespace {
 
-void Context::run_loop() {
-  try {
-    while (true) {
-      bool shutdown_requested;
-      if (pending_.empty()) {
-        // Work tends to follow work (the next gradient of a backward pass, the next step of
-        // a loop): look for it briefly before sleeping on the condition variable.
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-        while (!work_queued_ && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      }
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        // Idle: wake now and then so the stall inspector can answer and warn.
-        while (!cv_.wait_for(lk, controller_.stall_poll_interval(),
-                             [&] { return !queue_.empty() || !pending_.empty() || shutdown_requested_; })) {
-          lk.unlock();
-          controller_.check_stalls(pending_);
-          lk.lock();
-        }
-        for (auto& e : queue_) {
-          trace_drained(*e);
-          pending_.push_back(std::move(e));
-        }
-        queue_.clear();
-        work_queued_ = shutdown_requested_;
-        shutdown_requested = shutdown_requested_;
-      }
-      trace_round();
-      RoundOutcome round = controller_.negotiate(pending_, shutdown_requested);
-      execute(round.responses);
-      if (round.shutdown) {
-        std::string who = round.shutdown_ranks.size() > 1 ? "ranks " : "rank ";
-        for (size_t i = 0; i < round.shutdown_ranks.size(); ++i) {
-          who += (i ? ", " : "") + std::to_string(round.shutdown_ranks[i]);
-        }
-        stop(Status::ShutDown,
-             "hvdlite has been shut down: " + who + " called hvdlite.shutdown() or exited while "
-             "this request was pending; every rank must submit the same collectives before "
-             "shutting down");
-        return;
-      }
-    }
-  } catch (const Error& e) {
-    stop(e.status(), std::string("hvdlite stopped: ") + e.what());
-  } catch (const std::exception& e) {
-    stop(Status::Internal, std::string("hvdlite stopped: ") + e.what());
-  }
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
 }
 
-void Context::execute(const std::vector<Response>& responses) {
-  if (responses.empty()) return;
-  std::unordered_map<std::string, TensorEntry*> by_name;
-  TensorEntry* join_entry = nullptr;
-  for (auto& e : pending_) {
-    if (e->request.op == OpType::Join) join_entry = e.get();
-    else by_name[e->request.name] = e.get();
-  }
-  for (const Response& r : responses) {
-    TensorEntry* e = nullptr;
-    if (r.op == OpType::Join) {
-      e = join_entry;
-    } else {
-      auto it = by_name.find(r.name);
-      if (it != by_name.end()) e = it->second;
-    }
-    if (e) trace_negotiated(*e);
-    if (!r.ok()) {
-      if (e) complete(e, Outcome{r.error_status, r.error});
-      continue;
-    }
-    if (config_.debug) {
-      std::fprintf(stderr, "[hvdlite rank %d] run %s '%s'\n", topology().rank, op_name(r.op), r.name.c_str());
-    }
-    switch (r.op) {
-      case OpType::Allreduce:
-        allreduce_.add(r, e);  // e is null on a joined rank: it contributes zeros
-        break;
-      case OpType::Broadcast:
-        if (e) complete(e, run_broadcast(*transport_, r, *e));
-        break;
-      case OpType::Allgather:
-        if (e) complete(e, run_allgather(*transport_, r, *e));
-        break;
-      case OpType::Alltoall:
-        if (e) complete(e, run_alltoall(*transport_, r, *e));
-        break;
-      case OpType::Reducescatter:
-        if (e) complete(e, run_reducescatter(*transport_, r, *e, work_, scratch_, config_.ring_piece_bytes));
-        break;
-      case OpType::Barrier:
-        // Negotiation already proved every rank reached it.
-        if (e) complete(e, Outcome{});
-        break;
-      case OpType::Join: {
-        Outcome o;
-        o.last_joined_rank = r.last_joined_rank;
-        if (e) complete(e, std::move(o));
-        break;
-      }
-    }
-  }
-  allreduce_.flush();
-  EntryList still;
-  for (auto& e : pending_) {
-    if (!e->done) still.push_back(std::move(e));
-  }
-  pending_.swap(still);
+std::string request_subject(const EntryList& entries) {
+  if (entries.empty()) return "request";
+  const Request& r = entries.front()->request;
+  return std::string(op_name(r.op)) + " of tensor '" + r.name + "'";
 }
 
-void Context::stop(Status status, const std::string& reason) {
-  EntryList orphans;
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Transport> world, Config config)
+    : config_(config), topology_(world->topology()) {
+  std::vector<int> everyone(topology_.size);
+  for (int r = 0; r < topology_.size; ++r) everyone[r] = r;
+  set_ranks_[0] = everyone;
+  world_ = std::make_shared<Group>(
+      Membership{0, {}}, std::move(world), config_, handles_,
+      [this](const Response& r) { return apply_change(r); },
+      [this] { stop_process_sets(); });
+  groups_[0] = world_;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  // Every group at once: a member of a set may be waiting there for this rank, and only the
+  // set's own round can tell it. On other ranks, group 0's loop stops their sets when it sees
+  // the shutdown (stop_process_sets).
+  std::vector<std::shared_ptr<Group>> groups;
   {
-    std::lock_guard<std::mutex> lk(mu_);
-    stopped_ = true;
-    stop_status_ = status;
-    stop_reason_ = reason;
-    for (auto& e : queue_) orphans.push_back(std::move(e));
-    queue_.clear();
-    in_flight_.clear();
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : groups_) groups.push_back(kv.second);
   }
-  for (auto& e : pending_) orphans.push_back(std::move(e));
-  pending_.clear();
-  for (auto& e : orphans) {
-    if (e->done) continue;
-    handles_.complete(e->handle, Outcome{status, reason + " [request '" + e->request.name + "']"});
+  for (auto& g : groups) g->request_stop();
+  for (auto& g : groups) g->join();
+  world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
+}
+
+std::string Engine::unknown_set(int id) const {
+  std::string known;
+  for (const auto& kv : set_ranks_) known += (known.empty() ? "" : ", ") + std::to_string(kv.first);
+  return "process set " + std::to_string(id) + " does not exist (it was never added, or was "
+         "removed); the existing sets are " + known;
+}
+
+std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries) {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto ranks = set_ranks_.find(process_set);
+    if (ranks == set_ranks_.end()) {
+      throw Error(Status::InvalidArgument, request_subject(entries) + ": " + unknown_set(process_set));
+    }
+    auto it = groups_.find(process_set);
+    if (it == groups_.end()) {
+      throw Error(Status::InvalidArgument,
+                  request_subject(entries) + ": rank " + std::to_string(topology_.rank) +
+                  " is not a member of process set " + std::to_string(process_set) + " (ranks " +
+                  rank_list(ranks->second) + "); only its members may call collectives on it");
+    }
+    group = it->second;
   }
+  return group->enqueue(std::move(entries));
+}
+
+Engine::ProcessSetInfo Engine::process_set(int id) const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = set_ranks_.find(id);
+  if (it == set_ranks_.end()) throw Error(Status::InvalidArgument, unknown_set(id));
+  ProcessSetInfo info;
+  info.ranks = it->second;
+  auto pos = std::find(info.ranks.begin(), info.ranks.end(), topology_.rank);
+  if (pos != info.ranks.end()) info.rank = static_cast<int>(pos - info.ranks.begin());
+  return info;
+}
+
+std::vector<int> Engine::process_set_ids() const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  std::vector<int> ids;
+  for (const auto& kv : set_ranks_) ids.push_back(kv.first);
+  return ids;
+}
+
+int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t root) {
+  auto e = std::make_unique<TensorEntry>();
+  // Every rank changes the table in the same order, so the n-th change has the same name.
+  e->request.name = std::string("hvdlite.") + op_name(op) + "." + std::to_string(changes_++);
+  e->request.op = op;
+  e->request.dtype = DataType::UInt8;
+  e->request.shape = std::move(shape);
+  e->request.root = root;
+  EntryList list;
+  list.push_back(std::move(e));
+  return enqueue(0, std::move(list))[0];
+}
+
+int Engine::add_process_set(const std::vector<int>& ranks) {
+  if (ranks.empty()) {
+    throw Error(Status::InvalidArgument, "a process set needs at least one rank");
+  }
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= topology_.size) {
+      throw Error(Status::InvalidArgument, "process set ranks " + rank_list(ranks) + ": rank " +
+                  std::to_string(sorted[i]) + " is out of range for a job of " +
+                  std::to_string(topology_.size) + " ranks");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw Error(Status::InvalidArgument, "process set ranks " + rank_list(ranks) +
+                  " name rank " + std::to_string(sorted[i]) + " more than once");
+    }
+  }
+  Outcome o = handles_.wait(submit_change(OpType::AddProcessSet,
+                                          std::vector<int64_t>(sorted.begin(), sorted.end()), 0));
+  if (o.status != Status::Success) throw Error(o.status, o.error);
+  return o.process_set_id;
+}
+
+bool Engine::remove_process_set(int id) {
+  if (id == 0) return false;  // the global set stays
+  Outcome o = handles_.wait(submit_change(OpType::RemoveProcessSet, {}, id));
+  if (o.status != Status::Success) throw Error(o.status, o.error);
+  return o.process_set_id == id;
+}
+
+Outcome Engine::apply_change(const Response& r) {
+  Outcome out;
+  if (r.op == OpType::RemoveProcessSet) {
+    std::shared_ptr<Group> group;
+    {
+      std::lock_guard<std::mutex> lk(sets_mu_);
+      if (r.root == 0 || !set_ranks_.count(r.root)) return out;  // process_set_id -1: nothing removed
+      set_ranks_.erase(r.root);
+      auto it = groups_.find(r.root);
+      if (it != groups_.end()) {
+        group = it->second;
+        groups_.erase(it);
+      }
+      free_ids_.push_back(r.root);
+    }
+    // Every member's group 0 gets here; their loops stop together.
+    if (group) group->stop(group->members().name() + " was removed while this request was pending");
+    out.process_set_id = r.root;
+    return out;
+  }
+
+  const std::vector<int> ranks(r.shape.begin(), r.shape.end());
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : set_ranks_) {
+      if (kv.second == ranks) {
+        return Outcome{Status::InvalidArgument,
+                       "Attempted to add a duplicate process set: ranks " + rank_list(ranks) +
+                       " already form " + (kv.first == 0 ? std::string("the global process set")
+                                                         : "process set " + std::to_string(kv.first))};
+      }
+    }
+  }
+  const auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
+  const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
+  std::unique_ptr<Transport> sub;
+  try {
+    sub = world_->transport().split(index < 0 ? -1 : 0, index);
+  } catch (const Error& e) {
+    return Outcome{e.status(), e.what()};
+  }
+  int id;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (!free_ids_.empty()) {
+      id = free_ids_.front();
+      free_ids_.pop_front();
+    } else {
+      id = next_id_++;
+    }
+  }
+  std::shared_ptr<Group> group;
+  if (sub) group = std::make_shared<Group>(Membership{id, ranks}, std::move(sub), config_, handles_);
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    set_ranks_[id] = ranks;
+    if (group) groups_[id] = group;
+  }
+  out.process_set_id = id;
+  return out;
+}
+
+void Engine::stop_process_sets() {
+  std::vector<std::shared_ptr<Group>> others;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : groups_) {
+      if (kv.first != 0) others.push_back(kv.second);
+    }
+  }
+  for (auto& g : others) g->request_stop();
+  for (auto& g : others) g->join();
 }
 
 }  // namespace hvdlite

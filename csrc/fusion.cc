@@ -69,7 +69,7 @@ namespace {
 constexpr size_t kInPlaceBytes = 64 * 1024;
 
 double postscale_of(const Response& r, int size) {
-  return r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / size : 1.0);
+  return r.reduce_op == ReduceOp::Average ? r.postscale / size : r.postscale;  // as Horovod
 }
 
 }  // namespace
@@ -119,9 +119,15 @@ void AllreduceExecutor::run(Batch& batch) {
   // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r, transport_.size());
   if (traced) times.packed = Clock::now();
-  ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                 converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
-                 traced ? &times.scattered : nullptr);
+  if (hierarchy_) {
+    hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
+                           converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
+                           traced ? &times.scattered : nullptr);
+  } else {
+    ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
+                   converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
+                   traced ? &times.scattered : nullptr);
+  }
   if (traced) times.reduced = Clock::now();
 
   pack_at = 0;

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "handle.h"
+#include "hierarchical.h"
 #include "message.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
@@ -19,6 +20,9 @@ class AllreduceExecutor {
  public:
   using Complete = std::function<void(TensorEntry*, Outcome)>;
   AllreduceExecutor(Transport& transport, const Config& config, Complete complete);
+
+  // Batches then run hierarchically (before the loop starts; null: the flat ring).
+  void use_hierarchy(Hierarchy* hierarchy) { hierarchy_ = hierarchy; }
 
   // entry is null on a joined rank, which contributes zeros.
   void add(const Response& response, TensorEntry* entry);
@@ -41,6 +45,7 @@ class AllreduceExecutor {
   Transport& transport_;
   const Config& config_;
   Complete complete_;
+  Hierarchy* hierarchy_ = nullptr;
   std::vector<Batch> open_;
   std::vector<uint8_t> fusion_buffer_;  // persistent: grows to the largest batch, then reused
   std::vector<uint8_t> zeros_;          // a joined rank's stand-in for in-place tensors

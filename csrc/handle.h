@@ -33,6 +33,7 @@ struct Outcome {
   DataType output_dtype = DataType::Float32;
   std::vector<int64_t> received_splits;  // alltoall
   int last_joined_rank = -1;             // join
+  int process_set_id = -1;               // add_process_set: the new set's id
 };
 
 class HandleTable {

@@ -35,6 +35,9 @@ enum class DataType : uint8_t {
 
 enum class OpType : uint8_t {
   Allreduce, Allgather, Broadcast, Alltoall, Reducescatter, Barrier, Join,
+  // Changes to the table of process sets: negotiated in the global set like any collective,
+  // so every rank applies them at the same point of its sequence.
+  AddProcessSet, RemoveProcessSet,
 };
 
 // Numbered as in Horovod's Python API (Adasum = 2 is not supported).

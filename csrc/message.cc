@@ -102,7 +102,7 @@ void encode_requests(const std::vector<Request>& requests, std::vector<uint8_t>&
   Writer w(out);
   for (const Request& r : requests) {
     write_spec(w, r);
-    w.pod(r.rank); w.pod(r.join_round);
+    w.pod(r.process_set); w.pod(r.rank); w.pod(r.join_round);
   }
 }
 
@@ -112,7 +112,7 @@ std::vector<Request> decode_requests(const uint8_t* data, size_t size) {
   while (!rd.done()) {
     Request r;
     read_spec(rd, r);
-    r.rank = rd.pod<int32_t>(); r.join_round = rd.pod<int64_t>();
+    r.process_set = rd.pod<int32_t>(); r.rank = rd.pod<int32_t>(); r.join_round = rd.pod<int64_t>();
     out.push_back(std::move(r));
   }
   return out;

@@ -25,7 +25,8 @@ struct TensorSpec {
 };
 
 struct Request : TensorSpec {
-  int32_t rank = 0;
+  int32_t process_set = 0;      // the set it was submitted to (0: every rank)
+  int32_t rank = 0;             // the submitting rank's position in that set
   int64_t join_round = 0;       // Join: negotiation round in which this rank joined
 };
 

@@ -40,6 +40,8 @@ const char* op_name(OpType op) {
     case OpType::Reducescatter: return "reducescatter";
     case OpType::Barrier: return "barrier";
     case OpType::Join: return "join";
+    case OpType::AddProcessSet: return "add_process_set";
+    case OpType::RemoveProcessSet: return "remove_process_set";
   }
   return "?";
 }

@@ -20,6 +20,12 @@ SpanBuffer::SpanBuffer(const std::vector<Span>& spans, size_t elem_size) : elem_
   }
 }
 
+SpanBuffer SpanBuffer::slice(size_t begin, size_t n) const {
+  std::vector<Span> runs;
+  for_each_run(begin, n, [&](char* p, size_t c) { runs.push_back({p, c}); });
+  return SpanBuffer(runs, elem_size_);
+}
+
 size_t Segments::max_count() const {
   size_t m = 0;
   for (size_t c : count) m = std::max(m, c);

@@ -24,6 +24,8 @@ class SpanBuffer {
   SpanBuffer(const std::vector<Span>& spans, size_t elem_size);
   size_t count() const { return count_; }
   size_t elem_size() const { return elem_size_; }
+  // The logical elements [begin, begin + n) as a buffer of their own.
+  SpanBuffer slice(size_t begin, size_t n) const;
   // Calls fn(pointer, elements) for each contiguous run covering logical [begin, begin + n).
   template <typename F>
   void for_each_run(size_t begin, size_t n, F&& fn) const;

@@ -5,17 +5,19 @@ import os
 import sys
 import threading
 
-from . import _core, config, ops
+from . import _core, _policy, config, work, process_sets as _process_sets
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
 
 
-def init(comm=None):
+def init(comm=None, process_sets=None):
     """Start hvdlite's background engine on this rank (MPI is initialised if needed).
 
     Safe to call more than once. ``comm`` is accepted for Horovod compatibility; only the
-    world communicator is supported.
+    world communicator is supported. ``process_sets``: ProcessSet objects to register now (every
+    rank passes the same list), or ``"dynamic"`` to allow ``add_process_set`` later (as
+    HVDLITE_DYNAMIC_PROCESS_SETS=1 does).
     """
     global _atexit_registered
     if comm is not None:
@@ -23,7 +25,8 @@ def init(comm=None):
     if _core.is_initialized():
         return
     settings = config.read()  # a bad HVDLITE_*/HOROVOD_* value fails here, naming it
-    ops.reset_name_counters()
+    _policy.reset_name_counters()
+    work.forget_all()
     # Open MPI busy-polls while it waits; on a machine where ranks share cores with the
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free
     # (measured with examples/torch_bench.py). Read by MPI_Init; the user's setting wins.
@@ -35,11 +38,13 @@ def init(comm=None):
             _install_excepthook(settings["abort_on_error"])
             _atexit_registered = True
     _core.init()
+    _process_sets._init_process_sets(process_sets)
 
 
 def shutdown():
     """Stop the engine on this rank. Pending operations on other ranks fail with a clear error."""
     _core.shutdown()
+    work.forget_all()
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -121,3 +126,45 @@ def mpi_threads_supported() -> bool:
 
 def nccl_built() -> bool:
     return _core.nccl_built()
+
+
+def mpi_enabled() -> bool:
+    """hvdlite always runs over MPI."""
+    return True
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """False: GPU tensors are staged through host memory; no CUDA code is built."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of ranks."""
+    return size() % local_size() == 0 and cross_size() * local_size() == size()
+
+
+#: What the framework adapters re-export as they are.
+BASICS = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+          "cross_rank", "cross_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+          "nccl_built", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built", "ccl_built",
+          "ddl_built", "is_homogeneous")

@@ -48,3 +48,8 @@ def test_loads_the_mpi_it_was_built_against():
 def test_ranks_with_different_settings_fail_init():
     out = run_mpi(2, "workers/core_settings_mismatch.py", timeout=120).stdout
     assert out.count("refused") == 2, out
+
+
+def test_process_sets():
+    out = run_mpi(3, "workers/core_process_sets.py", timeout=240).stdout
+    assert out.count("ALL OK") == 3, out

@@ -1,5 +1,6 @@
-// The MPI backend: two private duplicates of MPI_COMM_WORLD, one for negotiation (control)
-// and one for tensor data, so neither can mix with the other or with the user's own MPI.
+// The MPI backend: two private communicators, one for negotiation (control) and one for
+// tensor data, so neither can mix with the other or with the user's own MPI. The world's are
+// duplicates of MPI_COMM_WORLD; split() derives a process set's pair from them.
 #include <mpi.h>
 
 #include <algorithm>
@@ -53,8 +54,32 @@ std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>
 
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(size_t max_transfer_bytes)
-      : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))) {
+  // Takes ownership of two communicators over the same ranks. max_transfer_bytes: the largest
+  // byte count one MPI collective call is given.
+  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes)
+      : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))),
+        control_(control), data_(data) {
+    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(data_, &topo_.rank);
+    MPI_Comm_size(data_, &topo_.size);
+    MPI_Comm local, cross;
+    check(MPI_Comm_split_type(data_, MPI_COMM_TYPE_SHARED, topo_.rank, MPI_INFO_NULL, &local),
+          "MPI_Comm_split_type");
+    MPI_Comm_rank(local, &topo_.local_rank);
+    MPI_Comm_size(local, &topo_.local_size);
+    check(MPI_Comm_split(data_, topo_.local_rank, topo_.rank, &cross), "MPI_Comm_split");
+    MPI_Comm_rank(cross, &topo_.cross_rank);
+    MPI_Comm_size(cross, &topo_.cross_size);
+    // The host's label: the cross rank of its local rank 0 (distinct among local ranks 0).
+    topo_.host = topo_.cross_rank;
+    check(MPI_Bcast(&topo_.host, 1, MPI_INT, 0, local), "MPI_Bcast");
+    MPI_Comm_free(&local);
+    MPI_Comm_free(&cross);
+  }
+
+  // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
+  static std::unique_ptr<Transport> world(size_t max_transfer_bytes) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -69,22 +94,10 @@ class MpiTransport : public Transport {
                   "MPI was initialised without thread support (MPI_THREAD_SERIALIZED or better is "
                   "needed: hvdlite calls MPI from its background thread)");
     }
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &control_), "MPI_Comm_dup");
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &data_), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(data_, &topo_.rank);
-    MPI_Comm_size(data_, &topo_.size);
-    MPI_Comm local, cross;
-    check(MPI_Comm_split_type(data_, MPI_COMM_TYPE_SHARED, topo_.rank, MPI_INFO_NULL, &local),
-          "MPI_Comm_split_type");
-    MPI_Comm_rank(local, &topo_.local_rank);
-    MPI_Comm_size(local, &topo_.local_size);
-    check(MPI_Comm_split(data_, topo_.local_rank, topo_.rank, &cross), "MPI_Comm_split");
-    MPI_Comm_rank(cross, &topo_.cross_rank);
-    MPI_Comm_size(cross, &topo_.cross_size);
-    MPI_Comm_free(&local);
-    MPI_Comm_free(&cross);
+    MPI_Comm control, data;
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
+    check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
+    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes);
   }
 
   ~MpiTransport() override {
@@ -102,7 +115,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Isend(buf, as_count(bytes, "send"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Isend");
-    stats_.bytes_sent += bytes;
+    stats().bytes_sent += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -110,7 +123,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Irecv(buf, as_count(bytes, "recv"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Irecv");
-    stats_.bytes_received += bytes;
+    stats().bytes_received += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -132,9 +145,9 @@ class MpiTransport : public Transport {
       off += n;
     } while (off < bytes);
     if (topo_.rank == root) {
-      stats_.bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
+      stats().bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
     } else {
-      stats_.bytes_received += bytes;
+      stats().bytes_received += bytes;
     }
   }
 
@@ -187,7 +200,7 @@ class MpiTransport : public Transport {
   void barrier() override { check(MPI_Barrier(data_), "MPI_Barrier"); }
 
   void start_control_and(uint64_t* words, size_t count) override {
-    stats_.control_bytes_sent += count * sizeof(uint64_t);
+    stats().control_bytes_sent += count * sizeof(uint64_t);
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -210,7 +223,7 @@ class MpiTransport : public Transport {
       total += sizes[i];
     }
     std::vector<uint8_t> all(total);
-    if (topo_.rank != 0) stats_.control_bytes_sent += mine.size();
+    if (topo_.rank != 0) stats().control_bytes_sent += mine.size();
     check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
                       0, control_),
           "MPI_Gatherv");
@@ -225,9 +238,29 @@ class MpiTransport : public Transport {
     int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, control_), "MPI_Bcast");
     bytes.resize(static_cast<size_t>(n));
-    if (topo_.rank == 0) stats_.control_bytes_sent += bytes.size() * (topo_.size - 1);
+    if (topo_.rank == 0) stats().control_bytes_sent += bytes.size() * (topo_.size - 1);
     check(MPI_Bcast(bytes.data(), as_count(bytes.size(), "control broadcast"), MPI_BYTE, 0, control_),
           "MPI_Bcast");
+  }
+
+  std::unique_ptr<Transport> split(int color, int key) override {
+    // Each group runs on its own thread, so MPI must allow calls from several at once. The
+    // thread level is the same on every rank, so all of them refuse together.
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw Error(Status::InvalidArgument,
+                  "process sets need an MPI initialised with MPI_THREAD_MULTIPLE (each set's "
+                  "collectives run on their own thread); this MPI provides less");
+    }
+    const int c = color < 0 ? MPI_UNDEFINED : color;
+    MPI_Comm control, data;
+    check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
+    check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
+    if (control == MPI_COMM_NULL) return nullptr;
+    auto child = std::make_unique<MpiTransport>(control, data, limit_);
+    child->count_into(*this);
+    return child;
   }
 
   // Point-to-point on the control communicator, on its own tag: MPI never matches these
@@ -269,8 +302,8 @@ class MpiTransport : public Transport {
   void count_exchange(const std::vector<size_t>& to_peer, const std::vector<size_t>& from_peer) {
     for (int p = 0; p < topo_.size; ++p) {
       if (p == topo_.rank) continue;
-      stats_.bytes_sent += to_peer[p];
-      stats_.bytes_received += from_peer[p];
+      stats().bytes_sent += to_peer[p];
+      stats().bytes_received += from_peer[p];
     }
   }
 
@@ -320,7 +353,7 @@ class MpiTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes) {
-  return std::make_unique<MpiTransport>(max_transfer_bytes);
+  return MpiTransport::world(max_transfer_bytes);
 }
 
 const char* mpi_library_version() {

@@ -15,6 +15,7 @@ struct Topology {
   int rank = 0, size = 1;
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
+  int host = 0;  // a label of this rank's host, the same for the ranks on one host, unique per host
 };
 
 // Payload bytes this rank sent to / received from peers, counted by the backend where it
@@ -58,6 +59,11 @@ class Transport {
   // Rank 0's bytes reach every rank.
   virtual void broadcast_control(std::vector<uint8_t>& bytes) = 0;
 
+  // A transport over the ranks of this one that pass the same color, ordered by key (ties
+  // by rank), with its own data and control channels. Collective over every rank of this
+  // transport; a rank passing a negative color joins none and gets null. Process sets and the
+  // stages of hierarchical all-reduce are built this way.
+  virtual std::unique_ptr<Transport> split(int color, int key) = 0;
   // Side channel (the stall inspector): small messages any rank may send at any time, never
   // matched with negotiation or data. send_side does not block; poll_side returns false when
   // nothing has arrived.
@@ -67,10 +73,16 @@ class Transport {
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
 
-  TransportStats& stats() { return stats_; }
+  // The process's counts: a transport made by split() counts into its parent's, so process
+  // sets and the stages of hierarchical all-reduce are included.
+  TransportStats& stats() { return *stats_; }
 
  protected:
-  TransportStats stats_;
+  void count_into(Transport& parent) { stats_ = &parent.stats(); }
+
+ private:
+  TransportStats own_stats_;
+  TransportStats* stats_ = &own_stats_;
 };
 
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest

@@ -1,0 +1,88 @@
+// One process's hvdlite: the handle table every request completes through, and the table of
+// process sets with the Group (communicator, controller, executors, loop thread) of each set
+// this rank belongs to. The global set is group 0 and always exists. Framework threads call
+// enqueue / poll / wait and the process-set queries; the groups' threads do all the rest.
+//
+// Adding and removing a set is collective over the global set: the change travels as a
+// request negotiated in group 0, so every rank applies it at the same point of the same order
+// (on group 0's thread) and every rank gets the same id. Ids of removed sets are reused
+// first-freed first, as in Horovod.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "config.h"
+#include "group.h"
+#include "handle.h"
+#include "tensor_entry.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Transport> world, Config config);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+
+  // Queues the entries in process set `process_set` and returns their handles. Throws
+  // InvalidArgument when the set does not exist or this rank is not one of its members.
+  std::vector<int64_t> enqueue(int process_set, EntryList entries);
+  bool poll(int64_t handle) { return handles_.poll(handle); }
+  Outcome wait(int64_t handle) { return handles_.wait(handle); }
+
+  // Stops every group on every rank (the first rank to ask decides; others' pending requests
+  // fail with ShutDown). Returns when this rank's loops have ended.
+  void shutdown();
+  void abort(int code) { world_->transport().abort(code); }
+  // Bytes this process sent and received, in every group.
+  TransportStats& transport_stats() { return world_->transport().stats(); }
+
+  // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
+  // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
+  // the ranks passed differ across ranks.
+  int add_process_set(const std::vector<int>& ranks);
+  // Collective over the global set. False when no set has this id (or it is the global set).
+  bool remove_process_set(int id);
+
+  struct ProcessSetInfo {
+    std::vector<int> ranks;  // global ranks of the members
+    int rank = -1;           // this rank's position among them, -1 when not a member
+  };
+  // Throws InvalidArgument when no set has this id.
+  ProcessSetInfo process_set(int id) const;
+  std::vector<int> process_set_ids() const;
+
+ private:
+  // Both run on group 0's loop thread.
+  Outcome apply_change(const Response& r);
+  void stop_process_sets();
+
+  int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
+  std::string unknown_set(int id) const;  // needs sets_mu_ held
+
+  Config config_;
+  HandleTable handles_;
+  Topology topology_;
+
+  mutable std::mutex sets_mu_;
+  std::map<int, std::vector<int>> set_ranks_;     // guarded: every set, member or not
+  std::map<int, std::shared_ptr<Group>> groups_;  // guarded: the sets this rank is in
+  std::deque<int> free_ids_;                      // guarded: removed ids, reused oldest first
+  int next_id_ = 1;                               // guarded
+  std::atomic<int64_t> changes_{0};               // names the add/remove requests
+
+  std::shared_ptr<Group> world_;  // set last: its thread may call back into the tables
+};
+
+}  // namespace hvdlite

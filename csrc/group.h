@@ -1,0 +1,99 @@
+// One communicator and everything that negotiates and runs collectives over it: its
+// transport, the controller with its response cache, the executors, and the loop thread
+// that drives them (drain queue -> negotiate -> execute -> complete). The global set is
+// group 0; every process set is another group over a split of the global transport.
+//
+// Each group has its own loop thread, so a collective that blocks in one set (waiting for a
+// slow member, or moving data) never holds up another: sets proceed independently, and two
+// sets that share ranks cannot deadlock by running their collectives in different orders.
+// Every transport call of a group happens on its own thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "config.h"
+#include "controller.h"
+#include "fusion.h"
+#include "hierarchical.h"
+#include "handle.h"
+#include "tensor_entry.h"
+#include "transport/transport.h"
+#include "validate.h"
+
+namespace hvdlite {
+
+class Group {
+ public:
+  // Runs on the loop thread for AddProcessSet / RemoveProcessSet responses (global set only).
+  using AdminHandler = std::function<Outcome(const Response&)>;
+  // Runs on the loop thread once, when the loop has ended.
+  using OnExit = std::function<void()>;
+
+  Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
+        HandleTable& handles, AdminHandler admin = nullptr, OnExit on_exit = nullptr);
+  ~Group();  // stop()
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int id() const { return members_.set_id; }
+  const Membership& members() const { return members_; }
+  Transport& transport() { return *transport_; }
+
+  // Queues the entries together (so a group negotiates in one round) and returns their
+  // handles. Throws InvalidArgument for a name already in flight in this group, and the
+  // group's stop status once it has stopped.
+  std::vector<int64_t> enqueue(EntryList entries);
+
+  // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
+  // and on the others with a message naming the ranks that asked (also here when `reason` is
+  // empty). request_stop returns at once; join waits for this rank's loop to end (from any
+  // number of threads); stop does both.
+  void request_stop(const std::string& reason = "");
+  void join();
+  void stop(const std::string& reason = "") {
+    request_stop(reason);
+    join();
+  }
+
+ private:
+  // group.cc: the loop and what it runs.
+  void run_loop();
+  void execute(const std::vector<Response>& responses);
+  void complete(TensorEntry* entry, Outcome outcome);
+  void fail_pending(Status status, const std::string& reason);
+
+  Membership members_;
+  std::unique_ptr<Transport> transport_;
+  Config config_;  // this group's own copy: autotune (group 0 only) changes it as it runs
+  HandleTable& handles_;
+  AdminHandler admin_;
+  OnExit on_exit_;
+  Controller controller_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // intra-/cross-host stages, when used
+  AllreduceExecutor allreduce_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  EntryList queue_;                            // guarded by mu_: enqueued, not yet seen by the loop
+  std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
+  bool stop_requested_ = false;                // guarded by mu_
+  std::string stop_reason_;                    // guarded by mu_: why pending requests fail
+  std::atomic<bool> work_queued_{false};       // set with queue_/stop, read without the lock
+  bool stopped_ = false;                       // guarded by mu_
+  Status stop_status_ = Status::ShutDown;      // guarded by mu_
+
+  EntryList pending_;                          // loop thread only
+  std::vector<uint8_t> work_, scratch_;        // loop thread only (reducescatter buffers)
+  std::thread thread_;
+  std::mutex join_mu_;  // join() may be called by several threads (shutdown, group 0's exit)
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,37 @@
+// Hierarchical all-reduce: reduce-scatter among the ranks of each host, a ring across hosts
+// among the ranks with the same local rank (each carrying only its 1/local_size share), then
+// all-gather within each host. Across hosts it sends 2 (H - 1) / H of the data per rank pair
+// instead of the flat ring's 2 (N - 1) / N through every link, in 2 (H - 1) slow steps
+// instead of 2 (N - 1). The result follows the flat ring's rules: the same kernels, the
+// postscale applied once per element by its owner, bitwise identical on every rank.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "config.h"
+#include "ring_allreduce.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+// The two stages of a group: its ranks on this host, and its ranks with this local rank on
+// every host.
+struct Hierarchy {
+  std::unique_ptr<Transport> intra, cross;
+};
+
+// Collective over `t`. The stages when config allows hierarchical all-reduce and the topology
+// calls for it (more than one host, the same number of ranks on each, more than one), else
+// null. Every rank decides alike: the shape of hosts is agreed over `t` first.
+std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config);
+
+// reduced, when given, receives the time the cross-host stage ended (timeline): from there on
+// only the all-gather within each host is left.
+void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                            double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
+                            std::chrono::steady_clock::time_point* reduced = nullptr);
+
+}  // namespace hvdlite

@@ -1,0 +1,21 @@
+# The core's sources that need neither Python nor a particular backend: the extension module
+# (CMakeLists.txt) adds the bindings and the MPI backend, the in-process unit tests
+# (csrc/tests) the loopback transport.
+set(HVDLITE_CORE_SOURCES
+  autotune.cc
+  collectives.cc
+  config.cc
+  controller.cc
+  engine.cc
+  fusion.cc
+  group.cc
+  handle.cc
+  hierarchical.cc
+  message.cc
+  names.cc
+  reduce.cc
+  response_cache.cc
+  ring_allreduce.cc
+  stall_inspector.cc
+  timeline.cc
+  validate.cc)

@@ -349,6 +349,20 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     eng->shutdown();  // its threads end here; the object lives on while a wait() holds it
   });
+  // Elastic recovery (see Engine::rebuild): the survivors' new engine replaces the old one.
+  // Returns the lost ranks, numbered as before.
+  m.def("rebuild", [] {
+    std::shared_ptr<Engine> old = engine();
+    std::vector<int> lost;
+    std::shared_ptr<Engine> fresh;
+    {
+      nb::gil_scoped_release release;
+      fresh = old->rebuild(&lost);
+    }
+    std::lock_guard<std::mutex> lk(g_engine_mu);
+    g_engine = fresh;
+    return lost;
+  });
   m.def("finalize", [] { finalize_mpi_if_owned(); });
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lk(g_engine_mu);
@@ -368,6 +382,7 @@ NB_MODULE(_core, m) {
     d["mpicxx"] = HVDLITE_MPICXX;
     d["mpi_library_version"] = std::string(mpi_library_version());
     d["nccl"] = nccl_built();
+    d["fault_tolerant"] = mpi_fault_tolerant();
     return d;
   });
 

@@ -37,6 +37,15 @@ class HvdliteInternalError(HvdliteError):
     """The transport (MPI) failed; the engine stops."""
 
 
+class HvdliteRanksLostError(HvdliteInternalError):
+    """A rank of the job died while this operation was pending.
+
+    In an elastic job (``hvdlite.elastic.run``) the survivors catch it, rebuild hvdlite over
+    themselves and roll back to the last commit; elsewhere it ends the job like any
+    :class:`HvdliteInternalError`.
+    """
+
+
 # Must match hvdlite::Status in csrc/hvdlite.h.
 STATUS_TO_ERROR = {
     1: HvdliteInvalidArgumentError,
@@ -44,4 +53,5 @@ STATUS_TO_ERROR = {
     3: HvdliteMismatchError,
     4: HvdliteShutdownError,
     5: HvdliteInternalError,
+    6: HvdliteRanksLostError,
 }

@@ -6,7 +6,8 @@ tensors. Names and signatures follow Horovod.
 """
 
 from .exceptions import (HvdliteError, HvdliteInternalError, HvdliteInvalidArgumentError,
-                         HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError)
+                         HvdliteMismatchError, HvdliteNotInitializedError, HvdliteRanksLostError,
+                         HvdliteShutdownError)
 from .ops import Adasum, Average, Max, Min, Product, Sum, poll
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,

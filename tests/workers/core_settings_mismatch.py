@@ -4,7 +4,7 @@ import os
 
 import hvdlite as hvd
 
-rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ.get("PMI_RANK", "0"))  # Open MPI, MPICH
 os.environ["HVDLITE_FUSION_THRESHOLD"] = str(1000 + rank)
 try:
     hvd.init()

@@ -3,7 +3,7 @@ import os
 import sys
 import time
 
-rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["PMI_RANK"])
 print(f"started rank={rank}")
 if rank == 1:
     time.sleep(0.5)

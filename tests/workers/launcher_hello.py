@@ -2,8 +2,8 @@
 import os
 import sys
 
-rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
-size = int(os.environ["OMPI_COMM_WORLD_SIZE"])
+rank = int(os.environ.get("OMPI_COMM_WORLD_RANK") or os.environ["PMI_RANK"])
+size = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ["PMI_SIZE"])
 print(f"hello rank={rank} size={size} args={sys.argv[1:]}")
 for name in sorted(os.environ):
     if name.startswith("HVDLITE_"):

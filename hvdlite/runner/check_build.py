@@ -1,0 +1,71 @@
+"""``hvdlite-run --check-build`` / ``python -m hvdlite --check-build``: how hvdlite was built.
+
+Framework versions come from package metadata, so the check does not import torch or
+TensorFlow (seconds each).
+"""
+
+import importlib.metadata
+import importlib.util
+from typing import List, Optional, Tuple
+
+# (shown name, import name, distributions that provide it, hvdlite module for it)
+FRAMEWORKS = (
+    ("PyTorch", "torch", ("torch",), "hvdlite.torch"),
+    ("TensorFlow", "tensorflow", ("tensorflow", "tensorflow-cpu", "tensorflow-macos"),
+     "hvdlite.tensorflow"),
+    ("Keras", "keras", ("keras",), "hvdlite.tensorflow.keras"),
+)
+
+
+def version() -> str:
+    try:
+        return importlib.metadata.version("hvdlite")
+    except importlib.metadata.PackageNotFoundError:
+        from hvdlite import __version__   # a source tree on PYTHONPATH
+        return __version__
+
+
+def _framework_version(module: str, distributions) -> Optional[str]:
+    if importlib.util.find_spec(module) is None:
+        return None
+    for dist in distributions:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "version unknown"
+
+
+def _mpi() -> Tuple[List[str], bool, str]:
+    """(lines about MPI, NCCL built, problem or '')."""
+    try:
+        from hvdlite import _core
+        info = dict(_core.build_info())
+    except Exception as e:
+        return [], False, f"hvdlite's core is not built or cannot load: {type(e).__name__}: {e}"
+    from .dialect import UnknownMPI, from_version_text
+    library = " ".join(info.get("mpi_library_version", "").split()) or "unknown"
+    try:
+        flavour = from_version_text(info.get("mpi_library_version", "")).describe()
+    except UnknownMPI:
+        flavour = "an MPI hvdlite-run does not know (use --mpi-args)"
+    lines = [f"    MPI library:   {library[:160]}",
+             f"    flavour:       {flavour}",
+             f"    mpicxx:        {info.get('mpicxx') or '(unknown)'}",
+             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}"]
+    return lines, bool(info.get("nccl")), ""
+
+
+def check_build() -> str:
+    out = [f"hvdlite v{version()}:", "", "Available frameworks:"]
+    for name, module, dists, adapter in FRAMEWORKS:
+        found = _framework_version(module, dists)
+        out.append(f"    [{'X' if found else ' '}] {name}" + (f" {found} ({adapter})" if found else ""))
+    mpi_lines, nccl, problem = _mpi()
+    out += ["", "Available controllers:", f"    [{' ' if problem else 'X'}] MPI"]
+    out += mpi_lines
+    if problem:
+        out.append(f"    {problem}")
+    out += ["", "Available tensor operations:", f"    [{'X' if nccl else ' '}] NCCL",
+            f"    [{' ' if problem else 'X'}] MPI"]
+    return "\n".join(out)

@@ -1,0 +1,263 @@
+"""Which MPI ``hvdlite-run`` drives, and how to say each thing in that MPI's command line.
+
+Three dialects:
+
+=================  ==========================  ============================================
+                   Open MPI 4.x / 5.x          MPICH, Intel MPI (Hydra)
+=================  ==========================  ============================================
+rank-tagged output ``--tag-output`` (4) /      ``-prepend-pattern '[%r]<hvdl>: '``
+                   ``--output tag`` (5)         (Intel MPI: ``-prepend-rank``)
+environment        ``-x NAME`` per variable     ``-genvlist A,B,...``
+oversubscription   ``--oversubscribe``          always allowed (nothing to say)
+binding            ``--bind-to none``           ``-bind-to none``
+run as root        OMPI_ALLOW_RUN_AS_ROOT(...)  nothing needed
+hosts              ``--host a:2,b:2``           ``-hosts a:2,b:2``
+hostfile           ``--hostfile F``             ``-f F``
+                   (``host slots=N`` lines)     (``host:N`` lines)
+TCP interface      ``--mca btl_tcp_if_include`` ``-iface IF``
+                   (+ the runtime's oob)
+ssh port/identity  ``plm_rsh_args`` (4) /       ``-launcher-exec`` a small ssh wrapper
+                   ``plm_ssh_args`` (5)
+=================  ==========================  ============================================
+
+The flavour comes from ``hvdlite._core.build_info()`` for the mpirun hvdlite was built with,
+and from ``mpirun --version`` for any other.
+"""
+
+import os
+import re
+import shlex
+import stat
+import subprocess
+from typing import Dict, List, Optional, Pattern, Sequence, Tuple
+
+Hosts = List[Tuple[str, Optional[int]]]   # (host, slots or None where not given)
+
+
+class UnknownMPI(Exception):
+    """``mpirun --version`` did not name an MPI that hvdlite-run knows."""
+
+
+class Dialect:
+    """How one MPI family spells what hvdlite-run asks of it."""
+
+    name = "?"
+    # The prefix the launcher's output carries for each rank's line; group "rank".
+    tag: Pattern[bytes]
+
+    def __init__(self, version: str):
+        self.version = version
+
+    def describe(self) -> str:
+        return f"{self.name} {self.version}".strip()
+
+    # Each method returns argv pieces (or environment) for mpirun.
+    def tag_output(self) -> List[str]:
+        raise NotImplementedError
+
+    def forward_env(self, names: Sequence[str]) -> List[str]:
+        raise NotImplementedError
+
+    def oversubscribe(self) -> List[str]:
+        raise NotImplementedError
+
+    def no_binding(self) -> List[str]:
+        raise NotImplementedError
+
+    def root_env(self) -> Dict[str, str]:
+        return {}
+
+    def host_list(self, hosts: Hosts) -> List[str]:
+        raise NotImplementedError
+
+    def hostfile_text(self, hosts: Hosts) -> str:
+        raise NotImplementedError
+
+    def hostfile(self, path: str) -> List[str]:
+        raise NotImplementedError
+
+    def network_interface(self, iface: str) -> List[str]:
+        raise NotImplementedError
+
+    def ssh(self, port: Optional[int], identity: Optional[str], workdir: str) -> List[str]:
+        raise NotImplementedError
+
+
+def _ssh_words(port: Optional[int], identity: Optional[str]) -> List[str]:
+    words = []
+    if port is not None:
+        words += ["-p", str(port)]
+    if identity:
+        words += ["-i", identity]
+    return words
+
+
+class OpenMPI(Dialect):
+    name = "Open MPI"
+    # 5.x: "[1,0]<stdout>: text" (the space belongs to the tag); 4.x: "[1,0]<stdout>:text".
+    tag = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ")
+    tag4 = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:")
+
+    def __init__(self, version: str):
+        super().__init__(version)
+        if self.major < 5:
+            self.tag = self.tag4
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+    def tag_output(self):
+        return ["--output", "tag"] if self.major >= 5 else ["--tag-output"]
+
+    def forward_env(self, names):
+        return [word for name in names for word in ("-x", name)]
+
+    def oversubscribe(self):
+        return ["--oversubscribe"]
+
+    def no_binding(self):
+        return ["--bind-to", "none"]
+
+    def root_env(self):
+        return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+    def host_list(self, hosts):
+        return ["--host", ",".join(h if n is None else f"{h}:{n}" for h, n in hosts)]
+
+    def hostfile_text(self, hosts):
+        return "".join(h + ("" if n is None else f" slots={n}") + "\n" for h, n in hosts)
+
+    def hostfile(self, path):
+        return ["--hostfile", path]
+
+    def network_interface(self, iface):
+        # MPI's own traffic (btl) and the runtime's out-of-band channel (5.x: PRRTE's).
+        runtime = ["--prtemca"] if self.major >= 5 else ["--mca"]
+        return ["--mca", "btl_tcp_if_include", iface, *runtime, "oob_tcp_if_include", iface]
+
+    def ssh(self, port, identity, workdir):
+        words = _ssh_words(port, identity)
+        if not words:
+            return []
+        if self.major >= 5:
+            return ["--prtemca", "plm_ssh_args", " ".join(map(shlex.quote, words))]
+        return ["--mca", "plm_rsh_args", " ".join(map(shlex.quote, words))]
+
+
+class Hydra(Dialect):
+    """MPICH's process manager, also Intel MPI's (and MVAPICH's)."""
+
+    name = "MPICH (Hydra)"
+    tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
+
+    def __init__(self, version: str, name: str = "MPICH (Hydra)"):
+        super().__init__(version)
+        self.name = name
+
+    def tag_output(self):
+        return ["-prepend-pattern", "[%r]<hvdl>: "]
+
+    def forward_env(self, names):
+        return ["-genvlist", ",".join(names)] if names else []
+
+    def oversubscribe(self):
+        return []   # Hydra places ranks round-robin over the slots and wraps around
+
+    def no_binding(self):
+        return ["-bind-to", "none"]
+
+    def host_list(self, hosts):
+        return ["-hosts", ",".join(h if n is None else f"{h}:{n}" for h, n in hosts)]
+
+    def hostfile_text(self, hosts):
+        return "".join(h + ("" if n is None else f":{n}") + "\n" for h, n in hosts)
+
+    def hostfile(self, path):
+        return ["-f", path]
+
+    def network_interface(self, iface):
+        return ["-iface", iface]
+
+    def ssh(self, port, identity, workdir):
+        words = _ssh_words(port, identity)
+        if not words:
+            return []
+        # -launcher-exec takes one program, so the options go into a wrapper script.
+        path = os.path.join(workdir, "ssh")
+        with open(path, "w") as f:
+            f.write("#!/bin/sh\nexec ssh %s \"$@\"\n" % " ".join(map(shlex.quote, words)))
+        os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+        return ["-launcher", "ssh", "-launcher-exec", path]
+
+
+class IntelHydra(Hydra):
+    """Intel MPI's Hydra; its documented rank prefix is ``-prepend-rank`` ("[rank] text")."""
+
+    tag = re.compile(rb"\[(?P<rank>\d+)\] ")
+
+    def __init__(self, version: str):
+        super().__init__(version, name="Intel MPI (Hydra)")
+
+    def tag_output(self):
+        return ["-prepend-rank"]
+
+
+# ----------------------------------------------------------------------------------------
+# detection
+
+def from_version_text(text: str) -> Dialect:
+    """The dialect named by ``mpirun --version`` output or by MPI_Get_library_version()."""
+    m = re.search(r"\((?:Open MPI|OpenRTE)\)\s+v?(\d+\.\d+(?:\.\d+)?)", text) or \
+        re.search(r"Open MPI v?(\d+\.\d+(?:\.\d+)?)", text)
+    if m:
+        version = m.group(1)
+        if int(version.split(".")[0]) < 4:
+            raise UnknownMPI(f"Open MPI {version} is older than hvdlite-run supports (4.x, 5.x)")
+        return OpenMPI(version)
+    m = re.search(r"Intel\(R\) MPI Library.*?(?:Version\s+)?(\d{4}(?:\.\d+)*)", text)
+    if m:
+        return IntelHydra(m.group(1))
+    m = re.search(r"HYDRA build details:\s*Version:\s*(\S+)", text) or \
+        re.search(r"MPICH Version:\s*(\S+)", text)
+    if m:
+        return Hydra(m.group(1))
+    raise UnknownMPI("not an MPI hvdlite-run knows")
+
+
+def first_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return "(nothing)"
+
+
+def detect(mpirun: str, built_mpirun: Optional[str], built_library: str,
+           env: Optional[Dict[str, str]] = None) -> Dialect:
+    """The dialect of ``mpirun``; raises UnknownMPI with a one-line reason."""
+    if built_mpirun and built_library and _same_file(mpirun, built_mpirun):
+        try:
+            return from_version_text(built_library)
+        except UnknownMPI:
+            pass   # ask the program itself
+    try:
+        proc = subprocess.run([mpirun, "--version"], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+                              errors="replace", timeout=30, env=env)
+        text = proc.stdout
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise UnknownMPI(f"`{mpirun} --version` failed: {e}")
+    try:
+        return from_version_text(text)
+    except UnknownMPI as e:
+        what = "" if str(e) == "not an MPI hvdlite-run knows" else f" ({e})"
+        raise UnknownMPI(f"{mpirun} is not an MPI launcher hvdlite-run knows{what}: "
+                         f"`{os.path.basename(mpirun)} --version` printed "
+                         f"{first_line(text)!r}")
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False

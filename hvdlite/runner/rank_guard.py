@@ -1,0 +1,114 @@
+"""Runs one rank's program for ``hvdlite-run``: ``python -m hvdlite.runner.rank_guard CMD...``.
+
+mpirun starts this guard in place of the program; the guard starts the program (same stdin,
+stdout, stderr and environment) and stays its parent, so that:
+
+* the rank never outlives its job: the program gets SIGKILL when the guard dies (a
+  parent-death signal), and the guard stops the program when its own parent (mpirun or the
+  MPI daemon) is gone, for example after hvdlite-run was SIGKILLed;
+* hvdlite-run learns when and how each rank ended: the guard writes one line,
+  ``<marker> rank=R code=C signal=S time=T``, to the rank's stderr when the program exits,
+  which hvdlite-run consumes (and never shows). This names the rank that left first, also
+  when it exited cleanly while the others still waited for it.
+
+Signals the guard receives (SIGTERM from mpirun, SIGINT, ...) are passed on to the program.
+The guard exits as the program did (same code, or killed by the same signal).
+"""
+
+import os
+import signal
+import sys
+import threading
+import time
+
+EXIT_MARKER = "hvdlite-run-rank-exit:"
+PARENT_POLL_SECONDS = 0.5
+KILL_GRACE_SECONDS = 3.0
+_FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT")
+
+
+def _rank() -> str:
+    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
+        if os.environ.get(name, "").isdigit():
+            return os.environ[name]
+    return "?"
+
+
+def _parent_death_signal(sig: int) -> None:
+    try:
+        import ctypes
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except Exception:   # not Linux: the parent poll below still applies
+        pass
+
+
+def main(argv) -> int:
+    if not argv:
+        sys.stderr.write("usage: python -m hvdlite.runner.rank_guard PROGRAM [ARGS...]\n")
+        return 2
+    parent = os.getppid()
+    _parent_death_signal(signal.SIGTERM)   # our parent dies -> we stop the program
+    if os.getppid() != parent:              # it died before the line above
+        return 128 + signal.SIGTERM
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:   # the program
+        try:
+            for name in ("SIGPIPE", "SIGXFSZ"):   # Python ignores these; the program must not
+                if hasattr(signal, name):
+                    signal.signal(getattr(signal, name), signal.SIG_DFL)
+            _parent_death_signal(signal.SIGKILL)
+            if os.getppid() != parent and os.getppid() == 1:
+                os._exit(128 + signal.SIGKILL)
+            os.execvp(argv[0], argv)
+        except OSError as e:
+            os.write(2, f"hvdlite-run: cannot start {argv[0]!r}: {e.strerror}\n".encode())
+            os._exit(127)
+    stopping = threading.Event()
+
+    def forward(signum, frame):
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+        if signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            stopping.set()
+
+    for name in _FORWARDED:
+        signal.signal(getattr(signal, name), forward)
+
+    def watch_parent():
+        # The launcher (or the MPI daemon on this host) is gone: stop the program.
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            time.sleep(KILL_GRACE_SECONDS)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    threading.Thread(target=watch_parent, daemon=True).start()
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)   # -S when killed by signal S
+    line = (f"{EXIT_MARKER} rank={_rank()} code={max(code, 0)} "
+            f"signal={-code if code < 0 else 0} time={time.time():.6f}\n")
+    try:
+        os.write(2, line.encode())
+    except OSError:
+        pass
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -78,7 +78,8 @@ def _install_excepthook():
 def _leave_elastic_job_hook(previous):
     """In an elastic job an unhandled exception ends only this rank; the others go on.
 
-    The rank ends itself by SIGKILL rather than exit(1): Open MPI's runtime ends a
+    Under hvdlite-run's rank guard the rank exits with status 1 (the guard reports it, then
+    ends as killed). Alone, it ends itself by SIGKILL: Open MPI's runtime ends a
     fault-tolerant job when a rank exits with an error status, and hangs when one exits 0
     before MPI_Finalize, while a killed rank is reported to the survivors as a lost process.
     """
@@ -88,6 +89,8 @@ def _leave_elastic_job_hook(previous):
             print(f"hvdlite: rank {_core.rank()} leaves the elastic job after an unhandled "
                   f"{exc_type.__name__}", file=sys.stderr, flush=True)
             sys.stdout.flush()
+            if os.environ.get("HVDLITE_RANK_GUARD") == "1":
+                os._exit(1)
             os.kill(os.getpid(), signal.SIGKILL)
 
     return hook

@@ -2,6 +2,7 @@
 
 import functools
 import sys
+import time
 
 from hvdlite import _core, ops
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
@@ -26,15 +27,16 @@ def _rebuild():
             "be survived. Use Open MPI 5 (launched by hvdlite-run --min-np, which adds "
             "--with-ft ulfm).")
     before = _core.size()
+    started = time.perf_counter()
     lost = _core.rebuild()
     ops.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
     after = _core.size()
     if lost and _core.rank() == 0:
         names = ", ".join(str(r) for r in lost)
-        print(f"hvdlite-run: rank{'s' if len(lost) > 1 else ''} {names} lost (of {before}); "
-              f"continuing with {after} rank{'s' if after != 1 else ''}",
-              file=sys.stderr, flush=True)
+        print(f"hvdlite.elastic: rebuilt over {after} rank{'s' if after != 1 else ''} without "
+              f"rank{'s' if len(lost) > 1 else ''} {names} (of {before}) in "
+              f"{time.perf_counter() - started:.3f} s", file=sys.stderr, flush=True)
     if after < settings.min_np():
         lost_all = "; ".join(", ".join(map(str, ls)) for ls in _lost_history if ls)
         raise HvdliteTooFewRanksError(

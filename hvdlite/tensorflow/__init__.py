@@ -35,6 +35,7 @@ from .compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
                           FP16Compressor, NoneCompressor)
 from .distributed import DistributedGradientTape  # noqa: F401
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
+from . import elastic  # noqa: F401,E402
 from .mpi_ops import (SUPPORTED_DTYPES, allgather, allreduce, alltoall,  # noqa: F401
                       barrier, broadcast, grouped_allreduce, join, reducescatter)
 

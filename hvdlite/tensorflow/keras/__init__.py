@@ -35,6 +35,8 @@ from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
 from hvdlite.tensorflow.mpi_ops import resolve_op
 
 from . import callbacks  # noqa: F401
+# Not `from . import elastic`: the star import above already bound hvdlite.tensorflow.elastic.
+elastic = __import__("importlib").import_module(".elastic", __name__)
 
 
 class _HvdState:

@@ -23,7 +23,7 @@ from hvdlite.runner import dialect, elastic, launch
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "workers", "elastic_torch_train.py")
-HARD_TIMEOUT = 240   # seconds per job (torch import at 3 ranks on 2 shared cores)
+HARD_TIMEOUT = 300   # seconds per job (torch or TF import at 3 ranks on 2 shared cores)
 TOLERANCE = 1e-12
 
 pytestmark = pytest.mark.timeout(HARD_TIMEOUT + 60)
@@ -31,10 +31,11 @@ needs_ulfm = pytest.mark.skipif(not _core.build_info()["fault_tolerant"],
                                 reason="hvdlite built against an MPI without ULFM")
 
 
-def run_launcher(*args):
+def run_launcher(*args, env=None, timeout=HARD_TIMEOUT):
+    extra = env or {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("HVDLITE_")}
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([HERE, REPO]))
-    cmd = ["timeout", "--kill-after=10", str(HARD_TIMEOUT), sys.executable, "-m",
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([HERE, REPO]), **extra)
+    cmd = ["timeout", "--kill-after=10", str(timeout), sys.executable, "-m",
            "hvdlite.runner", *map(str, args)]
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, cwd=REPO)
@@ -75,6 +76,15 @@ def test_torch_survives_a_lost_rank(tmp_path, mode, how):
     seconds = check_against_reference(out)
     print(f"{mode}: death to first step at 2 ranks: {seconds:.3f} s")
     assert 0 < seconds < 30
+
+
+@needs_ulfm
+def test_core_rebuild_keeps_process_sets():
+    proc = run_launcher("-np", 3, "--min-np", 2, "python",
+                        os.path.join(HERE, "workers", "elastic_core.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "rank 0 recovered as 0 of 2" in proc.stdout
+    assert "rank 2 recovered as 1 of 2" in proc.stdout
 
 
 @needs_ulfm
@@ -126,3 +136,25 @@ def test_discovery_script_gives_the_hosts(tmp_path):
     bad.chmod(0o755)
     with pytest.raises(elastic.ElasticError, match="exited with code 3"):
         elastic.discover_hosts(str(bad))
+
+
+KERAS_WORKER = os.path.join(HERE, "workers", "elastic_keras_train.py")
+
+
+@needs_ulfm
+@pytest.mark.timeout(2 * HARD_TIMEOUT)
+def test_keras_fit_survives_a_killed_rank(tmp_path):
+    """model.fit with KerasState and the elastic callbacks (commit every 2 batches)."""
+    out = str(tmp_path / "final.npz")
+    env_tf = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = run_launcher("-np", 3, "--min-np", 2, "python", KERAS_WORKER, "kill", 1, 13, out,
+                        env=env_tf, timeout=2 * HARD_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ("hvdlite-run: rank 1 lost (killed by signal 9 (SIGKILL)); continuing with 2 ranks"
+            in proc.stderr), proc.stderr
+    result = np.load(out)
+    # Killed before step 13; the last commit (every 2 batches of 5 per epoch) was step 12.
+    assert result["resets"].tolist() == [[12, 2]]
+    assert float(result["diff"]) <= TOLERANCE
+    assert float(result["diff_unchanged"]) > 1e-6
+    print(f"keras kill: death to first step at 2 ranks: {float(result['recovery_seconds']):.3f} s")

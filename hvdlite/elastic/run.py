@@ -4,7 +4,7 @@ import functools
 import sys
 import time
 
-from hvdlite import _core, ops
+from hvdlite import _core, ops, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
 
@@ -29,6 +29,7 @@ def _rebuild():
     before = _core.size()
     started = time.perf_counter()
     lost = _core.rebuild()
+    process_sets._refresh_after_rebuild()
     ops.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
     after = _core.size()

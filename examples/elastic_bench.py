@@ -43,10 +43,11 @@ def bench(name, model, inputs, classes, repeats):
     state = hvd.elastic.TorchState(model, optimizer, epoch=0, batch=0)
     step_s = measure(step, repeats)
     commit_s = measure(state.commit, repeats)
+    save_s = measure(state.save, repeats)   # the copies alone, without the host-update check
     params = sum(p.numel() for p in model.parameters())
     if hvd.rank() == 0:
         print(f"{name}: {params / 1e6:.3f} M parameters, {hvd.size()} ranks: commit "
-              f"{commit_s * 1e3:.2f} ms, step {step_s * 1e3:.2f} ms, commit/step "
+              f"{commit_s * 1e3:.2f} ms (copies {save_s * 1e3:.2f} ms), step {step_s * 1e3:.2f} ms, commit/step "
               f"{commit_s / step_s:.2f}", flush=True)
 
 

@@ -7,9 +7,14 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <climits>
+#include <algorithm>
 #include <memory>
 #include <mutex>
-#include <algorithm>
 #include <optional>
 
 #include "collectives.h"
@@ -28,53 +33,107 @@ namespace {
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
 
-// The process's engine. Python's init()/shutdown() create and drop it; callers hold a
-// reference for as long as they use it (a wait() may outlive a concurrent shutdown()).
-std::shared_ptr<Engine> g_engine;
-std::mutex g_engine_mu;
+// The process's engine. Python's init()/shutdown() create and stop it. Every call holds its
+// own reference while it uses the engine, so a shutdown on another thread (which stops the
+// engine and drops the global reference) never destroys it under a waiter.
+std::shared_ptr<Engine> g_context;
+std::mutex g_context_mu;     // guards the g_context pointer
+std::mutex g_lifecycle_mu;   // serialises init and shutdown
+std::atomic<pid_t> g_owner_pid{0};  // the process that ran init()
 
-std::shared_ptr<Engine> engine() {
-  std::lock_guard<std::mutex> lk(g_engine_mu);
-  if (!g_engine) {
+// A fork()ed child inherits the engine's memory but not its thread or its MPI connection.
+bool in_forked_child() {
+  const pid_t owner = g_owner_pid.load();
+  return owner != 0 && owner != getpid();
+}
+
+// Runs in the child right after fork(): the inherited engine must never be destroyed there
+// (its destructor would join a thread that does not exist), so the child keeps a reference
+// it never drops. The child never changes g_context after this, so it reads it unlocked.
+void keep_engine_in_forked_child() {
+  if (g_context) new std::shared_ptr<Engine>(g_context);
+}
+
+std::shared_ptr<Engine> current_context() {
+  if (in_forked_child()) return g_context;
+  std::lock_guard<std::mutex> lk(g_context_mu);
+  return g_context;
+}
+
+// The engine, for collectives. A forked child gets a clear error instead of a hang.
+std::shared_ptr<Engine> context_ref() {
+  std::shared_ptr<Engine> ctx = current_context();
+  if (!ctx) {
     throw Error(Status::NotInitialized,
                 "hvdlite has not been initialized; call hvdlite.init() first");
   }
-  return g_engine;
+  if (in_forked_child()) {
+    throw Error(Status::NotInitialized,
+                "hvdlite was initialized in process " + std::to_string(g_owner_pid.load()) +
+                " and this is a forked child of it (pid " + std::to_string(getpid()) +
+                "): collectives only work in the process that called hvdlite.init() (e.g. not "
+                "in DataLoader workers or multiprocessing children)");
+  }
+  return ctx;
+}
+
+// The job's topology, which a forked child may still read.
+Topology topology() {
+  std::shared_ptr<Engine> ctx = current_context();
+  if (!ctx) {
+    throw Error(Status::NotInitialized,
+                "hvdlite has not been initialized; call hvdlite.init() first");
+  }
+  return ctx->topology();
+}
+
+// Every dtype the core supports: its DLPack description and its name. Written once; the
+// conversions, the error messages and _core.supported_dtypes() read it.
+struct DtypeInfo {
+  DataType dtype;
+  nb::dlpack::dtype_code code;
+  uint8_t bits;
+  const char* name;
+};
+constexpr DtypeInfo kDtypes[] = {
+    {DataType::UInt8, nb::dlpack::dtype_code::UInt, 8, "uint8"},
+    {DataType::Int8, nb::dlpack::dtype_code::Int, 8, "int8"},
+    {DataType::UInt16, nb::dlpack::dtype_code::UInt, 16, "uint16"},
+    {DataType::Int16, nb::dlpack::dtype_code::Int, 16, "int16"},
+    {DataType::Int32, nb::dlpack::dtype_code::Int, 32, "int32"},
+    {DataType::Int64, nb::dlpack::dtype_code::Int, 64, "int64"},
+    {DataType::Float16, nb::dlpack::dtype_code::Float, 16, "float16"},
+    {DataType::BFloat16, nb::dlpack::dtype_code::Bfloat, 16, "bfloat16"},
+    {DataType::Float32, nb::dlpack::dtype_code::Float, 32, "float32"},
+    {DataType::Float64, nb::dlpack::dtype_code::Float, 64, "float64"},
+    {DataType::Bool, nb::dlpack::dtype_code::Bool, 8, "bool"},
+};
+
+std::string supported_dtype_list() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kDtypes); ++i) {
+    s += (i == 0 ? "" : i + 1 == std::size(kDtypes) ? " and " : ", ");
+    s += kDtypes[i].name;
+  }
+  return s;
 }
 
 DataType to_dtype(const nb::dlpack::dtype& dt, const std::string& name) {
-  using nb::dlpack::dtype_code;
-  const auto code = static_cast<dtype_code>(dt.code);
-  if (dt.lanes == 1) {
-    if (code == dtype_code::UInt && dt.bits == 8) return DataType::UInt8;
-    if (code == dtype_code::Int && dt.bits == 8) return DataType::Int8;
-    if (code == dtype_code::Int && dt.bits == 32) return DataType::Int32;
-    if (code == dtype_code::Int && dt.bits == 64) return DataType::Int64;
-    if (code == dtype_code::Float && dt.bits == 16) return DataType::Float16;
-    if (code == dtype_code::Bfloat && dt.bits == 16) return DataType::BFloat16;
-    if (code == dtype_code::Float && dt.bits == 32) return DataType::Float32;
-    if (code == dtype_code::Float && dt.bits == 64) return DataType::Float64;
-    if (code == dtype_code::Bool && dt.bits == 8) return DataType::Bool;
+  for (const DtypeInfo& d : kDtypes) {
+    if (dt.lanes == 1 && dt.code == static_cast<uint8_t>(d.code) && dt.bits == d.bits) return d.dtype;
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   std::string kind = dt.code < 7 ? codes[dt.code] : "code" + std::to_string(dt.code);
   throw Error(Status::InvalidArgument,
               "tensor '" + name + "' has unsupported dtype " + kind + std::to_string(dt.bits) +
-              "; hvdlite supports uint8, int8, int32, int64, float16, bfloat16, float32, "
-              "float64 and bool");
+              "; hvdlite supports " + supported_dtype_list());
 }
 
 nb::dlpack::dtype to_dlpack(DataType dt) {
-  switch (dt) {
-    case DataType::UInt8: return nb::dtype<uint8_t>();
-    case DataType::Int8: return nb::dtype<int8_t>();
-    case DataType::Int32: return nb::dtype<int32_t>();
-    case DataType::Int64: return nb::dtype<int64_t>();
-    case DataType::Float16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case DataType::BFloat16: return nb::dtype<uint16_t>();  // numpy has no bfloat16: bits as uint16
-    case DataType::Float32: return nb::dtype<float>();
-    case DataType::Float64: return nb::dtype<double>();
-    case DataType::Bool: return nb::dtype<bool>();
+  // numpy has no bfloat16: its outputs travel as the uint16 bits (wait() says so).
+  if (dt == DataType::BFloat16) return nb::dtype<uint16_t>();
+  for (const DtypeInfo& d : kDtypes) {
+    if (d.dtype == dt) return {static_cast<uint8_t>(d.code), d.bits, 1};
   }
   return nb::dtype<uint8_t>();
 }
@@ -142,14 +201,21 @@ Array to_array(nb::handle obj, const std::string& name, const char* role, Reques
   if (!try_import(obj, a)) {  // the common case costs one import; bfloat16 is checked after
     bf16 = is_ml_dtypes_bfloat16(obj);
     if (!bf16 || !try_import(obj.attr("view")("uint16"), a)) {
+      InArray readable;
+      if (std::is_same_v<Array, OutArray> && try_import(obj, readable)) {
+        throw Error(Status::InvalidArgument,
+                    "tensor '" + name + "' (" + role + ") is read-only (e.g. a numpy array with "
+                    "flags.writeable False, or a view of one); the output must be writable: pass "
+                    "a writable array, e.g. a copy");
+      }
       std::string type = nb::str(obj.type().attr("__name__")).c_str();
       std::string dtype = "?";
       if (nb::hasattr(obj, "dtype")) dtype = nb::steal<nb::str>(PyObject_Str(obj.attr("dtype").ptr())).c_str();
       throw Error(Status::InvalidArgument,
                   "tensor '" + name + "' (" + role + "): cannot use a " + type + " with dtype " + dtype +
                   (std::string(role) == "output" ? " as a writable array" : "") +
-                  "; pass a numpy array or a tensor supporting DLPack with one of the dtypes uint8, "
-                  "int8, int32, int64, float16, bfloat16, float32, float64, bool");
+                  "; pass a numpy array or a tensor supporting DLPack with one of the dtypes " +
+                  supported_dtype_list());
     }
   }
   describe(a, name, role, req, bf16);
@@ -194,7 +260,7 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                                        const std::vector<nb::object>& outputs, int op,
                                        double prescale, double postscale, int compression,
                                        int process_set) {
-  auto eng = engine();
+  std::shared_ptr<Engine> eng = context_ref();
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
@@ -213,15 +279,23 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
   return eng->enqueue(process_set, std::move(entries));
 }
 
-int64_t enqueue_one(Engine& eng, int process_set, std::unique_ptr<TensorEntry> e) {
+int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
+  std::shared_ptr<Engine> eng = context_ref();
   EntryList list;
   list.push_back(std::move(e));
-  return eng.enqueue(process_set, std::move(list))[0];
+  return eng->enqueue(process_set, std::move(list))[0];
+}
+
+void check_group(const std::vector<std::string>& names, size_t inputs, const char* op) {
+  if (names.size() != inputs) {
+    throw Error(Status::InvalidArgument, "grouped " + std::string(op) + " got " +
+                std::to_string(inputs) + " tensors but " + std::to_string(names.size()) + " names");
+  }
 }
 
 int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root,
                           int process_set) {
-  auto eng = engine();
+  std::shared_ptr<Engine> eng = context_ref();
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
   // Roots are global ranks, also within a process set (as in Horovod).
@@ -233,18 +307,28 @@ int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle 
                     : " is not a member of process set " + std::to_string(process_set)));
   }
   e->request.root = root;
-  return enqueue_one(*eng, process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e));
+}
+
+// Grouped forms enqueue their members together, so the group negotiates in one round.
+std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
+                                               const std::vector<nb::object>& inputs,
+                                               int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
+  check_group(names, inputs.size(), "allgather");
+  EntryList entries;
+  for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
+  return eng->enqueue(process_set, std::move(entries));
 }
 
 int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set) {
-  auto eng = engine();
-  return enqueue_one(*eng, process_set, make_entry(name, OpType::Allgather, input));
+  context_ref();
+  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input));
 }
 
 int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits,
                          int process_set) {
-  auto eng = engine();
-  const int size = static_cast<int>(eng->process_set(process_set).ranks.size());
+  const int size = static_cast<int>(context_ref()->process_set(process_set).ranks.size());
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "' needs at least one dimension");
@@ -258,23 +342,25 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
     }
     splits.assign(size, rows / size);
   }
+  // Overflow-safe: a sum that wraps around 64 bits must not pass for dimension 0.
   int64_t total = 0;
+  bool overflow = false;
   for (int64_t s : splits) {
     if (s < 0) throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': negative split");
-    total += s;
+    overflow = overflow || __builtin_add_overflow(total, s, &total);
   }
-  if (static_cast<int>(splits.size()) != size || total != rows) {
+  if (static_cast<int>(splits.size()) != size || overflow || total != rows) {
     throw Error(Status::InvalidArgument, "alltoall of tensor '" + name + "': splits must have one "
                 "entry per rank (" + std::to_string(size) + ") summing to dimension 0 (" +
-                std::to_string(rows) + "), got " + shape_string(splits));
+                std::to_string(rows) + "), got " + shape_string(splits) +
+                (overflow ? " (their sum overflows 64 bits)" : ""));
   }
   e->splits = std::move(splits);
-  return enqueue_one(*eng, process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e));
 }
 
-int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale, int process_set) {
-  auto eng = engine();
+std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::handle input, int op,
+                                                double prescale, double postscale) {
   auto e = make_entry(name, OpType::Reducescatter, input);
   if (e->request.shape.empty()) {
     throw Error(Status::InvalidArgument, "reducescatter of tensor '" + name + "' needs at least one dimension");
@@ -283,26 +369,46 @@ int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
   e->request.reduce_op = static_cast<ReduceOp>(op);
   e->request.prescale = prescale;
   e->request.postscale = postscale;
-  return enqueue_one(*eng, process_set, std::move(e));
+  return e;
+}
+
+int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
+                              double prescale, double postscale, int process_set) {
+  context_ref();
+  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale));
+}
+
+std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string>& names,
+                                                   const std::vector<nb::object>& inputs, int op,
+                                                   double prescale, double postscale,
+                                                   int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
+  check_group(names, inputs.size(), "reducescatter");
+  EntryList entries;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
+  }
+  return eng->enqueue(process_set, std::move(entries));
 }
 
 int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
-  auto eng = engine();
+  context_ref();
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
   e->request.dtype = DataType::UInt8;
-  return enqueue_one(*eng, process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e));
 }
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
 nb::tuple wait(int64_t handle) {
-  auto eng = engine();
+  std::shared_ptr<Engine> ctx = context_ref();
   Outcome o;
   {
     nb::gil_scoped_release release;
-    o = eng->wait(handle);
+    o = ctx->wait(handle);
+    ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (o.status != Status::Success) throw Error(o.status, o.error);
   nb::object output = nb::none();
@@ -332,50 +438,75 @@ NB_MODULE(_core, m) {
     }
   });
 
+  pthread_atfork(nullptr, nullptr, keep_engine_in_forked_child);
+
   m.def("init", [] {
-    std::lock_guard<std::mutex> lk(g_engine_mu);
-    if (g_engine) return;
+    if (in_forked_child()) return;  // the parent's engine is not this process's to restart
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    if (current_context()) return;
     Config config = Config::from_env();
-    nb::gil_scoped_release release;
-    g_engine = std::make_shared<Engine>(make_mpi_transport(), config);
-  });
-  m.def("shutdown", [] {
-    std::shared_ptr<Engine> eng;
+    std::shared_ptr<Engine> ctx;
     {
-      std::lock_guard<std::mutex> lk(g_engine_mu);
-      eng.swap(g_engine);
+      nb::gil_scoped_release release;
+      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes), config);
     }
-    if (!eng) return;
+    g_owner_pid = getpid();
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    g_context = std::move(ctx);
+  });
+  // Stops the engine (pending requests fail with HvdliteShutdownError) and drops the global
+  // reference; threads still waiting keep the engine's memory alive until they return.
+  // A no-op in a forked child, where the engine's thread does not exist.
+  m.def("shutdown", [] {
+    if (in_forked_child()) return;
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    std::shared_ptr<Engine> ctx;
+    {
+      std::lock_guard<std::mutex> lk(g_context_mu);
+      ctx.swap(g_context);
+    }
+    if (!ctx) return;
     nb::gil_scoped_release release;
-    eng->shutdown();  // its threads end here; the object lives on while a wait() holds it
+    ctx->shutdown();
+    ctx.reset();
   });
   // Elastic recovery (see Engine::rebuild): the survivors' new engine replaces the old one.
   // Returns the lost ranks, numbered as before.
   m.def("rebuild", [] {
-    std::shared_ptr<Engine> old = engine();
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    std::shared_ptr<Engine> old = context_ref();
     std::vector<int> lost;
     std::shared_ptr<Engine> fresh;
     {
       nb::gil_scoped_release release;
       fresh = old->rebuild(&lost);
     }
-    std::lock_guard<std::mutex> lk(g_engine_mu);
-    g_engine = fresh;
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    g_context = std::move(fresh);
     return lost;
   });
-  m.def("finalize", [] { finalize_mpi_if_owned(); });
-  m.def("is_initialized", [] {
-    std::lock_guard<std::mutex> lk(g_engine_mu);
-    return g_engine != nullptr;
+  m.def("finalize", [] {
+    if (!in_forked_child()) finalize_mpi_if_owned();
   });
-  m.def("rank", [] { return engine()->topology().rank; });
-  m.def("size", [] { return engine()->topology().size; });
-  m.def("local_rank", [] { return engine()->topology().local_rank; });
-  m.def("local_size", [] { return engine()->topology().local_size; });
-  m.def("cross_rank", [] { return engine()->topology().cross_rank; });
-  m.def("cross_size", [] { return engine()->topology().cross_size; });
+  m.def("is_initialized", [] { return current_context() != nullptr; });
+  m.def("in_forked_child", &in_forked_child,
+        "True in a fork()ed child of the process that initialized hvdlite (collectives raise there).");
+  m.def("rank", [] { return topology().rank; });
+  m.def("size", [] { return topology().size; });
+  m.def("local_rank", [] { return topology().local_rank; });
+  m.def("local_size", [] { return topology().local_size; });
+  m.def("cross_rank", [] { return topology().cross_rank; });
+  m.def("cross_size", [] { return topology().cross_size; });
+  m.def("supported_dtypes", [] {
+    std::vector<std::string> names;
+    for (const DtypeInfo& d : kDtypes) names.push_back(d.name);
+    return names;
+  }, "Names of the dtypes the core reduces and moves (numpy spelling).");
   m.def("nccl_built", [] { return nccl_built(); });
-  m.def("abort", [](int code) { engine()->abort(code); });
+  // A forked child must not abort its parent's job: there it does nothing.
+  m.def("abort", [](int code) {
+    if (!in_forked_child()) context_ref()->abort(code);
+  });
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;
@@ -395,43 +526,50 @@ NB_MODULE(_core, m) {
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
         nb::kw_only(), nb::arg("process_set") = 0);
+  m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"),
+        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
         nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_reducescatter", &enqueue_reducescatter, nb::arg("name"), nb::arg("input"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::kw_only(),
         nb::arg("process_set") = 0);
+  m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
+        nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
+        nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_barrier",
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_join",
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Join, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
-  m.def("poll", [](int64_t h) { return engine()->poll(h); });
+  m.def("poll", [](int64_t h) { return context_ref()->poll(h); });
   m.def("wait", &wait);
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.
   m.def("add_process_set", [](const std::vector<int>& ranks) {
-    auto eng = engine();
+    std::shared_ptr<Engine> eng = context_ref();
     nb::gil_scoped_release release;
     return eng->add_process_set(ranks);
   }, nb::arg("ranks"));
   m.def("remove_process_set", [](int id) {
-    auto eng = engine();
+    std::shared_ptr<Engine> eng = context_ref();
     nb::gil_scoped_release release;
     return eng->remove_process_set(id);
   }, nb::arg("id"));
-  m.def("process_set_ids", [] { return engine()->process_set_ids(); });
-  m.def("process_set_ranks", [](int id) { return engine()->process_set(id).ranks; }, nb::arg("id"));
+  m.def("process_set_ids", [] { return context_ref()->process_set_ids(); });
+  m.def("process_set_ranks", [](int id) { return context_ref()->process_set(id).ranks; }, nb::arg("id"));
   m.def("process_set_rank", [](int id) {
-    Engine::ProcessSetInfo info = engine()->process_set(id);
+    std::shared_ptr<Engine> eng = context_ref();
+    Engine::ProcessSetInfo info = eng->process_set(id);
     if (info.rank < 0) {
-      throw Error(Status::InvalidArgument, "rank " + std::to_string(engine()->topology().rank) +
+      throw Error(Status::InvalidArgument, "rank " + std::to_string(eng->topology().rank) +
                   " is not a member of process set " + std::to_string(id));
     }
     return info.rank;
   }, nb::arg("id"));
-  m.def("process_set_size", [](int id) { return static_cast<int>(engine()->process_set(id).ranks.size()); },
+  m.def("process_set_size", [](int id) { return static_cast<int>(context_ref()->process_set(id).ranks.size()); },
         nb::arg("id"));
-  m.def("process_set_included", [](int id) { return engine()->process_set(id).rank >= 0; }, nb::arg("id"));
+  m.def("process_set_included", [](int id) { return context_ref()->process_set(id).rank >= 0; },
+        nb::arg("id"));
 }

@@ -34,6 +34,7 @@ Config Config::from_env() {
   c.cache_capacity = static_cast<size_t>(env_number("HVDLITE_CACHE_CAPACITY", double(c.cache_capacity)));
   c.ring_piece_bytes = static_cast<size_t>(env_number("HVDLITE_RING_PIECE_BYTES", double(c.ring_piece_bytes)));
   if (c.ring_piece_bytes < 64) c.ring_piece_bytes = 64;
+  if (c.ring_piece_bytes > (size_t(1) << 30)) c.ring_piece_bytes = size_t(1) << 30;  // one MPI count each
   c.stall_warning_s = env_number("HVDLITE_STALL_CHECK_TIME_SECONDS", c.stall_warning_s);
   const char* hier = env("HVDLITE_HIERARCHICAL_ALLREDUCE");
   if (!hier) hier = env("HOROVOD_HIERARCHICAL_ALLREDUCE");
@@ -45,6 +46,9 @@ Config Config::from_env() {
     }
     c.hierarchical_allreduce = h == "1" ? 1 : 0;
   }
+  c.max_transfer_bytes = static_cast<size_t>(
+      env_number("HVDLITE_TEST_MAX_TRANSFER_BYTES", double(c.max_transfer_bytes)));
+  if (c.max_transfer_bytes < 1 || c.max_transfer_bytes > 2147483647) c.max_transfer_bytes = 2147483647;
   const char* level = env("HVDLITE_LOG_LEVEL");
   c.debug = level && std::string(level) == "debug";
   return c;

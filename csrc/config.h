@@ -19,6 +19,11 @@ struct Config {
   // (kHierarchicalAuto), it is used wherever the topology allows it.
   static constexpr int kHierarchicalAuto = 2;
   int hierarchical_allreduce = kHierarchicalAuto;
+  // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
+  // broadcasts go in pieces. MPI's int count limit by default. Lowering it is for tests only
+  // (HVDLITE_TEST_MAX_TRANSFER_BYTES), so that the piecewise paths run on small tensors.
+  size_t max_transfer_bytes = 2147483647;
+
 
   static Config from_env();
 };

@@ -32,6 +32,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
       {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
+      {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
   };
   // AND of each value and of its complement: both survive unchanged only if all ranks agree.
   std::vector<uint64_t> words;
@@ -54,10 +55,13 @@ void Controller::check_settings_agree() {
 RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) {
   const size_t span = cache_.span();
   const size_t nwords = (span + 63) / 64;
-  std::vector<uint64_t> words(1 + 2 * nwords, 0);
+  const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
+  std::vector<uint64_t> words(1 + 2 * nwords + rank_words, 0);
   uint64_t* ready = words.data() + 1;
   uint64_t* valid = ready + nwords;
-  for (size_t i = 0; i < nwords; ++i) valid[i] = ~uint64_t(0);
+  uint64_t* staying = valid + nwords;
+  for (size_t i = 0; i < nwords + rank_words; ++i) valid[i] = ~uint64_t(0);
+  if (shutdown_requested) clear_bit(staying, static_cast<size_t>(transport_.rank()));
 
   bool need_coordinator = false, joined = false;
   for (auto& e : pending) {
@@ -93,6 +97,9 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
 
   RoundOutcome out;
   out.shutdown = !(words[0] & kNoShutdown);
+  for (int r = 0; out.shutdown && r < transport_.size(); ++r) {
+    if (!bit(staying, static_cast<size_t>(r))) out.shutdown_ranks.push_back(r);
+  }
   const bool all_joined = words[0] & kJoined;
   for (size_t s = 0; s < span; ++s) {
     if (!bit(valid, s)) {

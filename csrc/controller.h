@@ -3,6 +3,7 @@
 //   word 0     flags (inverted where "any rank" is wanted: AND of "no" = nobody said yes)
 //   ready[]    one bit per cached response: this rank has that tensor pending (fast path)
 //   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
+//   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
 #pragma once
@@ -22,6 +23,7 @@ namespace hvdlite {
 struct RoundOutcome {
   std::vector<Response> responses;  // same list, same order on every rank
   bool shutdown = false;            // some rank asked to shut down
+  std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
 };
 
 class Controller {

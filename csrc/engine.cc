@@ -58,9 +58,7 @@ void Engine::shutdown() {
     std::lock_guard<std::mutex> lk(sets_mu_);
     for (const auto& kv : groups_) groups.push_back(kv.second);
   }
-  for (auto& g : groups) {
-    g->request_stop(g->id() == 0 ? shutdown_reason() : g->members().name() + ": " + shutdown_reason());
-  }
+  for (auto& g : groups) g->request_stop();
   for (auto& g : groups) g->join();
   world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
 }
@@ -95,11 +93,6 @@ std::shared_ptr<Engine> Engine::rebuild(std::vector<int>* lost) {
   }
   if (lost) *lost = gone;
   return std::shared_ptr<Engine>(new Engine(std::move(survivors), config_, sets));
-}
-
-std::string Engine::shutdown_reason() {
-  return "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
-         "request was pending; every rank must submit the same collectives before shutting down";
 }
 
 std::string Engine::unknown_set(int id) const {
@@ -260,7 +253,7 @@ void Engine::stop_process_sets() {
       if (kv.first != 0) others.push_back(kv.second);
     }
   }
-  for (auto& g : others) g->request_stop(g->members().name() + ": " + shutdown_reason());
+  for (auto& g : others) g->request_stop();
   for (auto& g : others) g->join();
 }
 

@@ -84,7 +84,6 @@ class Engine {
   void stop_process_sets();
 
   int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
-  static std::string shutdown_reason();
   std::string unknown_set(int id) const;  // needs sets_mu_ held
 
   Config config_;

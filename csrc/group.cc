@@ -13,13 +13,18 @@
 namespace hvdlite {
 namespace {
 
-std::string shutdown_reason(const Membership& members) {
+// Why pending requests fail when the members stopped the group, naming who asked.
+std::string stop_message(const Membership& members, const std::vector<int>& who) {
+  std::string ranks = who.size() > 1 ? "ranks " : "rank ";
+  for (size_t i = 0; i < who.size(); ++i) ranks += (i ? ", " : "") + std::to_string(members.global(who[i]));
   if (members.set_id == 0) {
-    return "hvdlite has been shut down (a rank called hvdlite.shutdown() or exited) while this "
-           "request was pending; every rank must submit the same collectives before shutting down";
+    return "hvdlite has been shut down: " + ranks + " called hvdlite.shutdown() or exited while "
+           "this request was pending; every rank must submit the same collectives before "
+           "shutting down";
   }
-  return members.name() + " was removed, or hvdlite was shut down, while this request was pending; every member "
-         "must submit the same collectives before the set is removed";
+  return members.name() + " has stopped: " + ranks + " shut hvdlite down (or exited) or removed "
+         "the set while this request was pending; every member must submit the same "
+         "collectives before either";
 }
 
 }  // namespace
@@ -41,7 +46,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
   thread_ = std::thread([this] { run_loop(); });
 }
 
-Group::~Group() { stop(shutdown_reason(members_)); }
+Group::~Group() { stop(); }
 
 std::vector<int64_t> Group::enqueue(EntryList entries) {
   std::vector<int64_t> handles;
@@ -123,9 +128,9 @@ void Group::run_loop() {
         std::string reason;
         {
           std::lock_guard<std::mutex> lk(mu_);
-          reason = stop_reason_.empty() ? shutdown_reason(members_) : stop_reason_;
+          reason = stop_reason_;
         }
-        fail_pending(Status::ShutDown, reason);
+        fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
         break;
       }
     }

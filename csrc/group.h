@@ -52,12 +52,13 @@ class Group {
   // group's stop status once it has stopped.
   std::vector<int64_t> enqueue(EntryList entries);
 
-  // Stops the loop on every member (the first member to ask decides; others' pending
-  // requests fail with ShutDown and `reason`). request_stop returns at once; join waits for
-  // this rank's loop to end (from any number of threads); stop does both.
-  void request_stop(const std::string& reason);
+  // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
+  // and on the others with a message naming the ranks that asked (also here when `reason` is
+  // empty). request_stop returns at once; join waits for this rank's loop to end (from any
+  // number of threads); stop does both.
+  void request_stop(const std::string& reason = "");
   void join();
-  void stop(const std::string& reason) {
+  void stop(const std::string& reason = "") {
     request_stop(reason);
     join();
   }

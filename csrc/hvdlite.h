@@ -29,8 +29,9 @@ class Error : public std::runtime_error {
   Status status_;
 };
 
+// bindings.cc's dtype table maps each to its DLPack code and name (the supported list).
 enum class DataType : uint8_t {
-  UInt8, Int8, Int32, Int64, Float16, BFloat16, Float32, Float64, Bool,
+  UInt8, Int8, Int32, Int64, Float16, BFloat16, Float32, Float64, Bool, Int16, UInt16,
 };
 
 enum class OpType : uint8_t {

@@ -6,6 +6,7 @@ namespace hvdlite {
 size_t dtype_size(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8: case DataType::Int8: case DataType::Bool: return 1;
+    case DataType::Int16: case DataType::UInt16:
     case DataType::Float16: case DataType::BFloat16: return 2;
     case DataType::Int32: case DataType::Float32: return 4;
     case DataType::Int64: case DataType::Float64: return 8;
@@ -17,6 +18,8 @@ const char* dtype_name(DataType dtype) {
   switch (dtype) {
     case DataType::UInt8: return "uint8";
     case DataType::Int8: return "int8";
+    case DataType::Int16: return "int16";
+    case DataType::UInt16: return "uint16";
     case DataType::Int32: return "int32";
     case DataType::Int64: return "int64";
     case DataType::Float16: return "float16";

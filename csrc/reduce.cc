@@ -81,6 +81,8 @@ void reduce_into(void* dst, const void* src, size_t n, DataType dtype, ReduceOp 
   switch (dtype) {
     case DataType::UInt8: reduce_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op); break;
     case DataType::Int8: reduce_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, op); break;
+    case DataType::Int16: reduce_typed(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), n, op); break;
+    case DataType::UInt16: reduce_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op); break;
     case DataType::Int32: reduce_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, op); break;
     case DataType::Int64: reduce_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op); break;
     case DataType::Float32: reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op); break;
@@ -103,6 +105,8 @@ void copy_scaled(void* dst, const void* src, size_t n, DataType dtype, double f)
   switch (dtype) {
     case DataType::UInt8: scale_typed(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, f); break;
     case DataType::Int8: scale_typed(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), n, f); break;
+    case DataType::Int16: scale_typed(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), n, f); break;
+    case DataType::UInt16: scale_typed(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, f); break;
     case DataType::Int32: scale_typed(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), n, f); break;
     case DataType::Int64: scale_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, f); break;
     case DataType::Float32: scale_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, f); break;

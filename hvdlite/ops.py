@@ -19,6 +19,7 @@ drop theirs.
 """
 
 import itertools
+import operator
 import threading
 from typing import Any, List, NamedTuple, Optional, Sequence
 
@@ -72,12 +73,47 @@ def reset_name_counters() -> None:
         _name_counters.clear()
 
 
-def _check_reduce_op(op: int) -> int:
+def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
+    """The one check for every integer parameter (root_rank, splits, op, ...).
+
+    Python and numpy integers pass (so do integer scalar tensors, through ``__index__``);
+    bools, floats, strings and out-of-range values raise HvdliteInvalidArgumentError, never
+    a truncation or a generic TypeError.
+    """
+    if isinstance(value, bool):
+        raise _core_error(1, f"{what} must be an integer, got the bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise _core_error(1, f"{what} must be an integer, got {value!r} "
+                             f"({type(value).__name__})") from None
+    if not low <= v <= high:
+        raise _core_error(1, f"{what} {v} is out of range [{low}, {high}]")
+    return v
+
+
+def root_rank_arg(root_rank) -> int:
+    """A broadcast root: an integer rank of this job."""
+    root = integer_arg(root_rank, "root_rank")
+    if not 0 <= root < _core.size():
+        raise _core_error(1, f"root rank {root} is out of range for {_core.size()} ranks")
+    return root
+
+
+def splits_arg(splits) -> List[int]:
+    """alltoall splits: a sequence of non-negative integers (numpy arrays and lists alike)."""
+    if isinstance(splits, (str, bytes)) or not hasattr(splits, "__iter__"):
+        raise _core_error(1, f"splits must be a sequence of integers, got {splits!r}")
+    return [integer_arg(s, "each split", 0) for s in splits]
+
+
+def _check_reduce_op(op) -> int:
+    op = integer_arg(op, "op")
     if op == Adasum:
         raise _core_error(1, "op=Adasum is not supported by hvdlite; use Average or Sum")
     if op not in _REDUCE_OP_NAMES:
         raise _core_error(1, f"unknown reduce op {op!r}; use hvdlite.Average, Sum, Min, Max or Product")
-    return int(op)
+    return op
 
 
 def _compression_code(compression) -> int:
@@ -134,8 +170,8 @@ def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = N
     """Broadcast ``tensor`` from global rank ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
     ps = _set_id(process_set)
-    h = _core.enqueue_broadcast(auto_name("broadcast", name, ps), tensor, output, int(root_rank),
-                                process_set=ps)
+    h = _core.enqueue_broadcast(auto_name("broadcast", name, ps), tensor, output,
+                                root_rank_arg(root_rank), process_set=ps)
     _hold([h], (tensor, output))
     return h
 
@@ -155,7 +191,7 @@ def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optiona
     In a process set, i counts the set's members.
     """
     ps = _set_id(process_set)
-    split_list = [] if splits is None else [int(s) for s in splits]
+    split_list = [] if splits is None else splits_arg(splits)
     h = _core.enqueue_alltoall(auto_name("alltoall", name, ps), tensor, split_list, process_set=ps)
     _hold([h], tensor)
     return h
@@ -190,13 +226,13 @@ def join_async(name: Optional[str] = None, process_set=None) -> int:
 
 def poll(handle: int) -> bool:
     """True once the operation behind ``handle`` has finished (successfully or not)."""
-    return _core.poll(int(handle))
+    return _core.poll(integer_arg(handle, "handle"))
 
 
 def wait(handle: int) -> Result:
     """Block until ``handle`` finishes; return its Result or raise its error. Frees the handle."""
     try:
-        output, is_bf16, splits, last_rank = _core.wait(int(handle))
+        output, is_bf16, splits, last_rank = _core.wait(integer_arg(handle, "handle"))
     finally:
         with _refs_lock:
             _inflight_refs.pop(handle, None)

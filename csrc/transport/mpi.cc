@@ -3,7 +3,9 @@
 // duplicates of MPI_COMM_WORLD; split() derives a process set's pair from them.
 #include <mpi.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "../hvdlite.h"
@@ -29,29 +31,38 @@ void check(int rc, const char* what) {
 
 int as_count(size_t bytes, const char* what) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
-    throw Error(Status::InvalidArgument, std::string(what) + ": a single transfer of " +
+    throw Error(Status::Internal, std::string(what) + ": a single transfer of " +
                 std::to_string(bytes) + " bytes exceeds MPI's 2 GiB count limit");
   }
   return static_cast<int>(bytes);
 }
 
-std::vector<int> counts_and_displs(const std::vector<size_t>& bytes, std::vector<int>& displs,
-                                   const char* what) {
-  std::vector<int> counts(bytes.size());
-  displs.assign(bytes.size(), 0);
-  size_t offset = 0;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    counts[i] = as_count(bytes[i], what);
-    displs[i] = as_count(offset, what);
-    offset += bytes[i];
-  }
-  return counts;
+// Byte offsets of consecutive blocks (size_t: no overflow at any size that fits in memory).
+std::vector<size_t> offsets_of(const std::vector<size_t>& bytes) {
+  std::vector<size_t> at(bytes.size(), 0);
+  for (size_t i = 1; i < bytes.size(); ++i) at[i] = at[i - 1] + bytes[i - 1];
+  return at;
 }
+
+// True when every count and displacement fits one MPI call under `limit`.
+bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
+  size_t offset = 0;
+  for (size_t b : bytes) {
+    if (b > limit || offset > limit) return false;
+    offset += b;
+  }
+  return true;
+}
+
+std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
 class MpiTransport : public Transport {
  public:
-  // Takes ownership of two communicators over the same ranks.
-  MpiTransport(MPI_Comm control, MPI_Comm data) : control_(control), data_(data) {
+  // Takes ownership of two communicators over the same ranks. max_transfer_bytes: the largest
+  // byte count one MPI collective call is given.
+  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes)
+      : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))),
+        control_(control), data_(data) {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(data_, &topo_.rank);
@@ -72,7 +83,7 @@ class MpiTransport : public Transport {
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
-  static std::unique_ptr<Transport> world() {
+  static std::unique_ptr<Transport> world(size_t max_transfer_bytes) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -90,7 +101,7 @@ class MpiTransport : public Transport {
     MPI_Comm control, data;
     hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
     hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
-    return std::make_unique<MpiTransport>(control, data);
+    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes);
   }
 
   ~MpiTransport() override {
@@ -109,7 +120,7 @@ class MpiTransport : public Transport {
     MPI_Comm control;
     check(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
     if (lost) *lost = missing_from(data);
-    return std::make_unique<MpiTransport>(control, data);
+    return std::make_unique<MpiTransport>(control, data, limit_);
   }
 
   int post_send(const void* buf, size_t bytes, int peer) override {
@@ -136,32 +147,50 @@ class MpiTransport : public Transport {
 
   void broadcast(void* buf, size_t bytes, int root) override {
     // Large broadcasts go in pieces so no single count passes MPI's int limit.
-    const size_t piece = size_t(1) << 30;
     auto* p = static_cast<char*>(buf);
-    for (size_t off = 0; off < bytes || off == 0; off += piece) {
-      size_t n = std::min(piece, bytes - off);
+    size_t off = 0;
+    do {
+      const size_t n = std::min(limit_, bytes - off);
       check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, data_), "MPI_Bcast");
-      if (bytes == 0) break;
-    }
+      off += n;
+    } while (off < bytes);
   }
 
+  // Every rank knows every block's size, so all take the same path.
   void allgatherv(const void* send, size_t send_bytes, void* recv,
                   const std::vector<size_t>& bytes_per_rank) override {
-    std::vector<int> displs;
-    std::vector<int> counts = counts_and_displs(bytes_per_rank, displs, "allgather");
-    check(MPI_Allgatherv(send, as_count(send_bytes, "allgather"), MPI_BYTE, recv, counts.data(),
-                         displs.data(), MPI_BYTE, data_),
-          "MPI_Allgatherv");
+    std::vector<size_t> displs = offsets_of(bytes_per_rank);
+    if (fits_one_call(bytes_per_rank, limit_)) {
+      check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
+                           to_ints(bytes_per_rank).data(), to_ints(displs).data(), MPI_BYTE, data_),
+            "MPI_Allgatherv");
+      return;
+    }
+    // Too large for one call: my block to every peer and every peer's block to me, each sent as
+    // pieces under the limit (an MPI-3 library has no large-count collectives).
+    const int me = topo_.rank;
+    std::vector<size_t> send_to(topo_.size, send_bytes), send_at(topo_.size, 0);
+    exchange_in_pieces(send, send_to, send_at, recv, bytes_per_rank, displs);
+    copy_own_block(send, static_cast<char*>(recv) + displs[me], send_bytes);
   }
 
+  // A rank knows only its own send and receive sizes: the ranks agree on the path first.
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes) override {
-    std::vector<int> sdispls, rdispls;
-    std::vector<int> scounts = counts_and_displs(send_bytes, sdispls, "alltoall");
-    std::vector<int> rcounts = counts_and_displs(recv_bytes, rdispls, "alltoall");
-    check(MPI_Alltoallv(send, scounts.data(), sdispls.data(), MPI_BYTE, recv, rcounts.data(),
-                        rdispls.data(), MPI_BYTE, data_),
-          "MPI_Alltoallv");
+    std::vector<size_t> sdispls = offsets_of(send_bytes), rdispls = offsets_of(recv_bytes);
+    int too_large = !(fits_one_call(send_bytes, limit_) && fits_one_call(recv_bytes, limit_));
+    check(MPI_Allreduce(MPI_IN_PLACE, &too_large, 1, MPI_INT, MPI_LOR, data_), "MPI_Allreduce");
+    if (!too_large) {
+      check(MPI_Alltoallv(send, to_ints(send_bytes).data(), to_ints(sdispls).data(), MPI_BYTE,
+                          recv, to_ints(recv_bytes).data(), to_ints(rdispls).data(), MPI_BYTE,
+                          data_),
+            "MPI_Alltoallv");
+      return;
+    }
+    const int me = topo_.rank;
+    exchange_in_pieces(send, send_bytes, sdispls, recv, recv_bytes, rdispls);
+    copy_own_block(static_cast<const char*>(send) + sdispls[me],
+                   static_cast<char*>(recv) + rdispls[me], send_bytes[me]);
   }
 
   std::vector<int64_t> alltoall_counts(const std::vector<int64_t>& send) override {
@@ -229,7 +258,7 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
     check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
     if (control == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiTransport>(control, data);
+    return std::make_unique<MpiTransport>(control, data, limit_);
   }
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
@@ -265,6 +294,43 @@ class MpiTransport : public Transport {
     return lost;
   }
 
+  // Sends send_bytes[p] bytes from send + send_at[p] to every peer p and receives recv_bytes[p]
+  // bytes from p into recv + recv_at[p], in pieces of at most limit_ bytes. Pieces between two
+  // ranks on one tag arrive in order (MPI's non-overtaking rule), so they need no numbering.
+  void exchange_in_pieces(const void* send, const std::vector<size_t>& send_bytes,
+                          const std::vector<size_t>& send_at, void* recv,
+                          const std::vector<size_t>& recv_bytes,
+                          const std::vector<size_t>& recv_at) {
+    const int tag = 1;  // the ring uses tag 0 on this communicator
+    std::vector<MPI_Request> reqs;
+    for (int p = 0; p < topo_.size; ++p) {
+      if (p == topo_.rank) continue;
+      auto* in = static_cast<char*>(recv) + recv_at[p];
+      for (size_t off = 0; off < recv_bytes[p]; off += limit_) {
+        reqs.emplace_back();
+        check(MPI_Irecv(in + off, static_cast<int>(std::min(limit_, recv_bytes[p] - off)), MPI_BYTE,
+                        p, tag, data_, &reqs.back()),
+              "MPI_Irecv");
+      }
+    }
+    for (int k = 1; k < topo_.size; ++k) {
+      const int p = (topo_.rank + k) % topo_.size;  // staggered, so peers are not all hit at once
+      auto* out = static_cast<const char*>(send) + send_at[p];
+      for (size_t off = 0; off < send_bytes[p]; off += limit_) {
+        reqs.emplace_back();
+        check(MPI_Isend(out + off, static_cast<int>(std::min(limit_, send_bytes[p] - off)), MPI_BYTE,
+                        p, tag, data_, &reqs.back()),
+              "MPI_Isend");
+      }
+    }
+    check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
+
+  static void copy_own_block(const void* from, void* to, size_t bytes) {
+    if (bytes && from != to) std::memcpy(to, from, bytes);
+  }
+
+  size_t limit_;  // largest count given to one MPI collective call
   Topology topo_;
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
@@ -274,7 +340,9 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport() { return MpiTransport::world(); }
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes) {
+  return MpiTransport::world(max_transfer_bytes);
+}
 
 const char* mpi_library_version() {
   static char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};

@@ -33,7 +33,7 @@ class Transport {
   virtual void wait(int id) = 0;
   virtual void wait_all() = 0;
 
-  // Data plane, collectives on bytes.
+  // Data plane, collectives on bytes. Any size: a backend splits what its calls cannot take.
   virtual void broadcast(void* buf, size_t bytes, int root) = 0;
   virtual void allgatherv(const void* send, size_t send_bytes, void* recv,
                           const std::vector<size_t>& bytes_per_rank) = 0;
@@ -72,8 +72,9 @@ inline std::unique_ptr<Transport> Transport::shrink(std::vector<int>*) {
   throw Error(Status::InvalidArgument, "this transport cannot recover from a lost rank");
 }
 
-// Backends. Each lives in its own file (transport/mpi.cc).
-std::unique_ptr<Transport> make_mpi_transport();
+// Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
+// byte count one MPI collective call is given (Config::max_transfer_bytes).
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes);
 const char* mpi_library_version();
 // True when the MPI backend can survive a lost rank (built against an MPI with ULFM).
 bool mpi_fault_tolerant();

@@ -37,7 +37,7 @@ def broadcast_variables(variables, root_rank, name=None):
     variables = list(variables)
     if not variables:
         return None if tf.executing_eagerly() else tf.no_op()
-    root_rank = int(root_rank)
+    root_rank = _ops.root_rank_arg(root_rank)
     values = [_read(v) for v in variables]
     for i, (v, t) in enumerate(zip(variables, values)):
         check_dtype(t, "broadcast_variables", _var_label(v, i))
@@ -61,7 +61,7 @@ def broadcast_object(obj, root_rank=0, name=None):
 
     Call it eagerly (outside ``tf.function``); every rank must call it.
     """
-    root_rank = int(root_rank)
+    root_rank = _ops.root_rank_arg(root_rank)
     prefix = name or "broadcast_object"
     if _hvd.rank() == root_rank:
         payload = _to_bytes(obj)

@@ -107,6 +107,7 @@ def resolve_op(op, average=None, what="allreduce"):
         op = Average if average else Sum
     if op is None:
         op = Average
+    op = _ops.integer_arg(op, f"hvdlite.tensorflow.{what}: op")
     if op == Adasum:
         raise HvdliteInvalidArgumentError(
             f"hvdlite.tensorflow.{what}: op=Adasum is not supported by hvdlite; use Average or Sum")
@@ -437,7 +438,7 @@ def broadcast(tensor, root_rank, name=None):
     """Every rank gets ``root_rank``'s ``tensor``."""
     tensor = tf.convert_to_tensor(tensor)
     check_dtype(tensor, "broadcast", name)
-    root_rank = int(root_rank)
+    root_rank = _ops.root_rank_arg(root_rank)
     bname = op_name("broadcast", name)
 
     def forward(xs):
@@ -461,6 +462,11 @@ def alltoall(tensor, splits=None, name=None):
     tensor = tf.convert_to_tensor(tensor)
     check_dtype(tensor, "alltoall", name)
     has_splits = splits is not None
+    if has_splits and tf.is_tensor(splits) and not splits.dtype.is_integer:
+        raise HvdliteInvalidArgumentError(
+            f"hvdlite.tensorflow.alltoall: splits must be integers, got a {splits.dtype.name} tensor")
+    if has_splits and not tf.is_tensor(splits):
+        _ops.splits_arg(np.asarray(splits).reshape(-1).tolist())  # no silent cast of 1.5 to 1
     splits_t = tf.cast(tf.convert_to_tensor(splits), tf.int32) if has_splits \
         else tf.constant([], dtype=tf.int32)
     aname = op_name("alltoall", name)

@@ -526,10 +526,10 @@ def _start_broadcast(tensor, root_rank, name, inplace, opname):
     host, copied = _host(tensor)
     if inplace or copied:
         out = host
-        h = _ops.broadcast_async(host, int(root_rank), None, name)
+        h = _ops.broadcast_async(host, _ops.root_rank_arg(root_rank), None, name)
     else:
         out = torch.empty(host.shape, dtype=host.dtype)
-        h = _ops.broadcast_async(host, int(root_rank), out, name)
+        h = _ops.broadcast_async(host, _ops.root_rank_arg(root_rank), out, name)
 
     def finish(_results):
         if inplace:
@@ -594,8 +594,8 @@ def _splits_list(splits, opname):
         if splits.dtype.is_floating_point or splits.dim() > 1:
             raise HvdliteInvalidArgumentError(
                 f"hvdlite.torch.{opname}: splits must be a 1-D integer tensor or a list of ints")
-        return [int(s) for s in splits.tolist()]
-    return [int(s) for s in splits]
+        return _ops.splits_arg(splits.tolist())
+    return _ops.splits_arg(splits)
 
 
 def _start_alltoall(tensor, splits, name, opname):

@@ -19,7 +19,8 @@ except ImportError:
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 OPS = {hvd.Sum: "sum", hvd.Average: "avg", hvd.Min: "min", hvd.Max: "max", hvd.Product: "prod"}
-DTYPES = [np.uint8, np.int8, np.int32, np.int64, np.float16, np.float32, np.float64, np.bool_]
+DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.int32, np.int64, np.float16, np.float32,
+          np.float64, np.bool_]
 if BF16 is not None:
     DTYPES.append(BF16)
 

@@ -50,6 +50,9 @@ PROG = "hvdlite-run"
 FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED")
 
 FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end the job itself
+# In an elastic job Open MPI 5's runtime sometimes stays up after every rank has ended (the
+# lost ranks confuse its bookkeeping): once all have ended, it gets this long, then is ended.
+ELASTIC_EXIT_GRACE_SECONDS = 5.0
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -426,6 +429,7 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     received = []
     failed = []
     too_few = []
+    lingered = []
     err = getattr(sys.stderr, "buffer", sys.stderr)
 
     def announce(text):
@@ -453,10 +457,25 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
             except OSError:
                 pass
 
+    ended = {}
+
+    def end_lingering_mpirun():
+        if proc.poll() is None:
+            lingered.append(True)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def rank_ended(rank, how):
         if membership is not None:
+            ended[rank] = how
             if how.code or how.signal:
                 membership.on_lost(rank, how_exited(how).replace("was killed", "killed"))
+            if len(ended) == router.size:
+                timer = threading.Timer(ELASTIC_EXIT_GRACE_SECONDS, end_lingering_mpirun)
+                timer.daemon = True
+                timer.start()
             return
         # Open MPI ends the job itself when a rank fails; Hydra waits for the others unless
         # the rank called MPI_Abort. Either way the job ends within FAIL_FAST_SECONDS.
@@ -516,6 +535,10 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     if too_few:
         announce(f"error: {too_few[0]}")
         return rc or 1
+    if lingered and not received:
+        # Every rank had ended: the job's result is the survivors' (the lost were reported).
+        survivors_failed = [r for r, x in ended.items() if x.code and r not in membership.lost]
+        return 1 if survivors_failed else 0
     if received:
         # Interrupted by the user (or a scheduler): report that, and a rank's error only if
         # one came before the signal.

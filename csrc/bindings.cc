@@ -20,6 +20,7 @@
 #include "collectives.h"
 #include "engine.h"
 #include "hvdlite.h"
+#include "timeline.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;
@@ -445,12 +446,17 @@ NB_MODULE(_core, m) {
     std::lock_guard<std::mutex> life(g_lifecycle_mu);
     if (current_context()) return;
     Config config = Config::from_env();
+    if (!config.timeline.empty()) check_timeline_path(config.timeline, "HVDLITE_TIMELINE");
     std::shared_ptr<Engine> ctx;
     {
       nb::gil_scoped_release release;
       ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes), config);
     }
     g_owner_pid = getpid();
+    if (!config.timeline.empty()) {
+      start_timeline_on_rank(config.timeline, ctx->topology().rank, config.timeline_all_ranks,
+                             config.timeline_mark_cycles);
+    }
     std::lock_guard<std::mutex> lk(g_context_mu);
     g_context = std::move(ctx);
   });
@@ -469,6 +475,7 @@ NB_MODULE(_core, m) {
     nb::gil_scoped_release release;
     ctx->shutdown();
     ctx.reset();
+    Timeline::get().stop();
   });
   // Elastic recovery (see Engine::rebuild): the survivors' new engine replaces the old one.
   // Returns the lost ranks, numbered as before.
@@ -507,6 +514,18 @@ NB_MODULE(_core, m) {
   m.def("abort", [](int code) {
     if (!in_forked_child()) context_ref()->abort(code);
   });
+  // Bytes this rank sent/received since init (or the last reset=True): the measure behind
+  // every "bytes per step" figure.
+  m.def("transport_stats", [](bool reset) {
+    std::shared_ptr<Engine> ctx = context_ref();
+    TransportStats& s = ctx->transport_stats();
+    auto read = [reset](std::atomic<uint64_t>& c) { return reset ? c.exchange(0) : c.load(); };
+    nb::dict d;
+    d["bytes_sent"] = read(s.bytes_sent);
+    d["bytes_received"] = read(s.bytes_received);
+    d["control_bytes_sent"] = read(s.control_bytes_sent);
+    return d;
+  }, nb::arg("reset") = false);
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;
@@ -543,6 +562,41 @@ NB_MODULE(_core, m) {
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Join, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("poll", [](int64_t h) { return context_ref()->poll(h); });
+
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
+    std::shared_ptr<Engine> ctx = context_ref();
+    start_timeline_on_rank(path, ctx->topology().rank, ctx->config().timeline_all_ranks, mark_cycles);
+  });
+  m.def("stop_timeline", [] {
+    nb::gil_scoped_release release;
+    Timeline::get().stop();
+  });
+  m.def("settings_table", [] {
+    std::vector<std::tuple<std::string, std::string, std::string, std::string>> rows;
+    for (const SettingInfo& s : settings_table()) rows.emplace_back(s.name, s.alias, s.default_text, s.meaning);
+    return rows;
+  });
+  // Parses every setting (raising on a bad value) and returns the values.
+  m.def("read_settings", [] {
+    Config c = Config::from_env();
+    nb::dict d;
+    d["fusion_threshold"] = c.fusion_threshold;
+    d["cycle_time_ms"] = c.cycle_time_ms;
+    d["cache_capacity"] = c.cache_capacity;
+    d["ring_piece_bytes"] = c.ring_piece_bytes;
+    d["stall_check_s"] = c.stall_check_s;
+    d["stall_shutdown_s"] = c.stall_shutdown_s;
+    d["timeline"] = c.timeline;
+    d["timeline_mark_cycles"] = c.timeline_mark_cycles;
+    d["timeline_all_ranks"] = c.timeline_all_ranks;
+    d["autotune"] = c.autotune;
+    d["autotune_log"] = c.autotune_log;
+    d["debug"] = c.debug;
+    d["abort_on_error"] = c.abort_on_error;
+    d["dynamic_process_sets"] = c.dynamic_process_sets;
+    d["hierarchical_allreduce"] = c.hierarchical_allreduce;
+    return d;
+  });
   m.def("wait", &wait);
 
   // Process sets. Adding and removing are collective over the global set and block until

@@ -1,6 +1,10 @@
 #include "config.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
+#include <functional>
 #include <string>
 
 #include "hvdlite.h"
@@ -8,50 +12,145 @@
 namespace hvdlite {
 namespace {
 
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : nullptr;
+// A setting's documentation plus how its text becomes a Config field.
+struct Setting {
+  SettingInfo info;
+  std::function<void(Config&, const std::string& text, const std::string& var)> apply;
+};
+
+[[noreturn]] void bad_value(const std::string& var, const std::string& text, const char* expected) {
+  throw Error(Status::InvalidArgument,
+              "environment variable " + var + "='" + text + "' is not " + expected);
 }
 
-double env_number(const char* name, double fallback) {
-  const char* v = env(name);
-  if (!v) return fallback;
+double parse_number(const std::string& var, const std::string& text) {
   char* end = nullptr;
-  double d = std::strtod(v, &end);
-  if (end == v || *end != '\0' || d < 0) {
-    throw Error(Status::InvalidArgument, std::string(name) + "='" + v +
-                "' is not a non-negative number");
-  }
+  double d = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(d >= 0)) bad_value(var, text, "a non-negative number");
   return d;
+}
+
+size_t parse_count(const std::string& var, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])) || *end != '\0' || errno) {
+    bad_value(var, text, "a non-negative integer");
+  }
+  return static_cast<size_t>(v);
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+bool parse_bool(const std::string& var, const std::string& text) {
+  const std::string t = lower(text);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return false;
+  bad_value(var, text, "a boolean (1/0, true/false, yes/no, on/off)");
+}
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = {
+      {{"HVDLITE_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", "67108864",
+        "bytes of all-reduce data fused into one buffer; 0 disables fusion"},
+       [](Config& c, const std::string& t, const std::string& v) { c.fusion_threshold = parse_count(v, t); }},
+      {{"HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "0.25",
+        "ms; the longest sleep between polls while waiting for other ranks (the engine blocks "
+        "when idle, and spins for the first 100 us of a wait)"},
+       [](Config& c, const std::string& t, const std::string& v) { c.cycle_time_ms = parse_number(v, t); }},
+      {{"HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
+        "responses cached so repeated tensors skip the coordinator; 0 disables"},
+       [](Config& c, const std::string& t, const std::string& v) { c.cache_capacity = parse_count(v, t); }},
+      {{"HVDLITE_RING_PIECE_BYTES", "", "262144",
+        "ring steps are cut into pieces of this many bytes so reduction overlaps transfer "
+        "(64 B to 1 GiB: one MPI count each)"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         c.ring_piece_bytes = std::clamp<size_t>(parse_count(v, t), 64, size_t(1) << 30);
+       }},
+      {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
+        "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
+        "after this many seconds; 0 disables"},
+       [](Config& c, const std::string& t, const std::string& v) { c.stall_check_s = parse_number(v, t); }},
+      {{"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
+        "after a stall this long the job ends: every rank's pending and later collectives fail "
+        "with the stall message; 0 never"},
+       [](Config& c, const std::string& t, const std::string& v) { c.stall_shutdown_s = parse_number(v, t); }},
+      {{"HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "",
+        "write a Chrome trace (chrome://tracing, Perfetto) of every collective to this file"},
+       [](Config& c, const std::string& t, const std::string&) { c.timeline = t; }},
+      {{"HVDLITE_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", "0",
+        "mark every negotiation round in the timeline"},
+       [](Config& c, const std::string& t, const std::string& v) { c.timeline_mark_cycles = parse_bool(v, t); }},
+      {{"HVDLITE_TIMELINE_ALL_RANKS", "", "0",
+        "every rank writes its own timeline (FILE becomes FILE's stem + .RANK + extension); "
+        "by default only rank 0 writes"},
+       [](Config& c, const std::string& t, const std::string& v) { c.timeline_all_ranks = parse_bool(v, t); }},
+      {{"HVDLITE_AUTOTUNE", "HOROVOD_AUTOTUNE", "0",
+        "tune the fusion threshold, cycle time and ring piece size during the first steps of "
+        "training, from the throughput the engine measures"},
+       [](Config& c, const std::string& t, const std::string& v) { c.autotune = parse_bool(v, t); }},
+      {{"HVDLITE_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "",
+        "CSV file (written by rank 0) of every autotune trial and the final choice"},
+       [](Config& c, const std::string& t, const std::string&) { c.autotune_log = t; }},
+      {{"HVDLITE_LOG_LEVEL", "HOROVOD_LOG_LEVEL", "warning",
+        "trace, debug, info, warning, error or fatal; debug and trace print each collective"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         const std::string l = lower(t);
+         if (l != "trace" && l != "debug" && l != "info" && l != "warning" && l != "error" && l != "fatal") {
+           bad_value(v, t, "one of trace, debug, info, warning, error, fatal");
+         }
+         c.debug = l == "trace" || l == "debug";
+       }},
+      {{"HVDLITE_ABORT_ON_ERROR", "", "1",
+        "an unhandled exception on one rank ends the whole job at once"},
+       [](Config& c, const std::string& t, const std::string& v) { c.abort_on_error = parse_bool(v, t); }},
+      {{"HVDLITE_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS", "0",
+        "1 allows add_process_set / remove_process_set after init() (sets given to "
+        "init(process_sets=...) need no setting)"},
+       [](Config& c, const std::string& t, const std::string& v) { c.dynamic_process_sets = parse_bool(v, t); }},
+      {{"HVDLITE_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "",
+        "all-reduce within each host, then across hosts, then within each host again; unset: "
+        "wherever several hosts hold the same number (more than one) of a set's ranks; 0 never; "
+        "1 asks for it"},
+       [](Config& c, const std::string& t, const std::string& v) { c.hierarchical_allreduce = parse_bool(v, t) ? 1 : 0; }},
+      {{"HVDLITE_TEST_MAX_TRANSFER_BYTES", "", "2147483647",
+        "tests only: the largest byte count one MPI collective call is given (larger transfers "
+        "go in pieces; 0 or above 2^31-1 means 2^31-1)"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         const size_t n = parse_count(v, t);
+         c.max_transfer_bytes = n < 1 || n > 2147483647 ? 2147483647 : n;
+       }},
+  };
+  return table;
 }
 
 }  // namespace
 
 Config Config::from_env() {
   Config c;
-  c.fusion_threshold = static_cast<size_t>(env_number("HVDLITE_FUSION_THRESHOLD", double(c.fusion_threshold)));
-  c.cycle_time_ms = env_number("HVDLITE_CYCLE_TIME", c.cycle_time_ms);
-  c.cache_capacity = static_cast<size_t>(env_number("HVDLITE_CACHE_CAPACITY", double(c.cache_capacity)));
-  c.ring_piece_bytes = static_cast<size_t>(env_number("HVDLITE_RING_PIECE_BYTES", double(c.ring_piece_bytes)));
-  if (c.ring_piece_bytes < 64) c.ring_piece_bytes = 64;
-  if (c.ring_piece_bytes > (size_t(1) << 30)) c.ring_piece_bytes = size_t(1) << 30;  // one MPI count each
-  c.stall_warning_s = env_number("HVDLITE_STALL_CHECK_TIME_SECONDS", c.stall_warning_s);
-  const char* hier = env("HVDLITE_HIERARCHICAL_ALLREDUCE");
-  if (!hier) hier = env("HOROVOD_HIERARCHICAL_ALLREDUCE");
-  if (hier) {
-    const std::string h = hier;
-    if (h != "0" && h != "1") {
-      throw Error(Status::InvalidArgument, "HVDLITE_HIERARCHICAL_ALLREDUCE='" + h +
-                  "' must be 0 or 1 (or unset: hierarchical wherever the topology allows it)");
+  for (const Setting& s : settings()) {
+    // The HVDLITE_* name wins over the HOROVOD_* alias when both are set.
+    for (const char* var : {s.info.name, s.info.alias}) {
+      const char* v = *var ? std::getenv(var) : nullptr;
+      if (v && *v) {
+        s.apply(c, v, var);
+        break;
+      }
     }
-    c.hierarchical_allreduce = h == "1" ? 1 : 0;
   }
-  c.max_transfer_bytes = static_cast<size_t>(
-      env_number("HVDLITE_TEST_MAX_TRANSFER_BYTES", double(c.max_transfer_bytes)));
-  if (c.max_transfer_bytes < 1 || c.max_transfer_bytes > 2147483647) c.max_transfer_bytes = 2147483647;
-  const char* level = env("HVDLITE_LOG_LEVEL");
-  c.debug = level && std::string(level) == "debug";
   return c;
+}
+
+const std::vector<SettingInfo>& settings_table() {
+  static const std::vector<SettingInfo> infos = [] {
+    std::vector<SettingInfo> out;
+    for (const Setting& s : settings()) out.push_back(s.info);
+    return out;
+  }();
+  return infos;
 }
 
 }  // namespace hvdlite

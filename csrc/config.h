@@ -1,31 +1,51 @@
-// Engine settings, read once from HVDLITE_* environment variables at init.
-// hvdlite/config.py documents each one for users.
+// Every setting hvdlite reads from the environment, in one table (settings_table()): its
+// HVDLITE_* name, the HOROVOD_* alias an existing job script may use, its default and what it
+// means. Config::from_env() reads them once at init(); hvdlite/config.py and the README's
+// settings table are generated from the same table.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace hvdlite {
 
 struct Config {
-  size_t fusion_threshold = size_t(64) << 20;  // HVDLITE_FUSION_THRESHOLD (bytes, 0 disables)
-  double cycle_time_ms = 0.25;      // HVDLITE_CYCLE_TIME: longest sleep while waiting for peers
-  size_t cache_capacity = 1024;     // HVDLITE_CACHE_CAPACITY (responses cached; 0 disables)
-  size_t ring_piece_bytes = size_t(256) << 10;  // HVDLITE_RING_PIECE_BYTES
-  double stall_warning_s = 60.0;    // HVDLITE_STALL_CHECK_TIME_SECONDS (0 disables)
-  bool debug = false;               // HVDLITE_LOG_LEVEL=debug
-  // HVDLITE_HIERARCHICAL_ALLREDUCE: 1 forces hierarchical all-reduce where the topology allows
-  // it (several hosts, the same number of ranks on each, more than one), 0 forbids it; unset
-  // (kHierarchicalAuto), it is used wherever the topology allows it.
+  size_t fusion_threshold = size_t(64) << 20;   // bytes of all-reduce data per fusion batch (0: off)
+  double cycle_time_ms = 0.25;                  // longest sleep while waiting for peers
+  size_t cache_capacity = 1024;                 // responses cached (0 disables)
+  size_t ring_piece_bytes = size_t(256) << 10;  // ring steps travel in pieces of this size
+  double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
+  double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
+  std::string timeline;                         // Chrome trace file ("" disables)
+  bool timeline_mark_cycles = false;
+  bool timeline_all_ranks = false;              // one file per rank instead of rank 0 only
+  bool autotune = false;
+  std::string autotune_log;                     // CSV of every autotune trial ("" disables)
+  bool debug = false;                           // log level debug/trace: print each collective
+  bool abort_on_error = true;                   // read by the Python layer (excepthook)
+  bool dynamic_process_sets = false;            // read by the Python layer (add_process_set)
+  // Hierarchical all-reduce: 1 asks for it where the topology allows it (several hosts, the
+  // same number of ranks on each, more than one), 0 forbids it; unset (kHierarchicalAuto),
+  // it is used wherever the topology allows it.
   static constexpr int kHierarchicalAuto = 2;
   int hierarchical_allreduce = kHierarchicalAuto;
   // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
-  // broadcasts go in pieces. MPI's int count limit by default. Lowering it is for tests only
-  // (HVDLITE_TEST_MAX_TRANSFER_BYTES), so that the piecewise paths run on small tensors.
+  // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
   size_t max_transfer_bytes = 2147483647;
 
-
+  // Throws InvalidArgument naming the variable when a value cannot be parsed.
   static Config from_env();
 };
+
+struct SettingInfo {
+  const char* name;          // HVDLITE_*
+  const char* alias;         // HOROVOD_* equivalent, or "" when Horovod has none
+  const char* default_text;  // as documented
+  const char* meaning;
+};
+
+// Every setting, in the order the README documents them.
+const std::vector<SettingInfo>& settings_table();
 
 }  // namespace hvdlite

@@ -3,10 +3,9 @@
 #include <chrono>
 #include <iterator>
 #include <string>
-#include <cstdio>
-#include <sstream>
 #include <thread>
 
+#include "timeline.h"
 #include "validate.h"
 
 namespace hvdlite {
@@ -22,9 +21,9 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 }  // namespace
 
-Controller::Controller(Transport& transport, const Config& config, const Membership& members)
+Controller::Controller(Transport& transport, Config& config, const Membership& members)
     : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
-      last_stall_warning_(std::chrono::steady_clock::now()) {}
+      stall_(transport, config), autotune_(config, transport.rank()) {}
 
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {
@@ -33,6 +32,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
       {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
       {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
+      {"HVDLITE_AUTOTUNE", config_.autotune},
   };
   // AND of each value and of its complement: both survive unchanged only if all ranks agree.
   std::vector<uint64_t> words;
@@ -56,10 +56,11 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   const size_t span = cache_.span();
   const size_t nwords = (span + 63) / 64;
   const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
-  std::vector<uint64_t> words(1 + 2 * nwords + rank_words, 0);
+  std::vector<uint64_t> words(1 + 2 * nwords + rank_words + (autotune_.enabled() ? Autotune::kWords : 0), 0);
   uint64_t* ready = words.data() + 1;
   uint64_t* valid = ready + nwords;
   uint64_t* staying = valid + nwords;
+  uint64_t* tuning = staying + rank_words;  // rank 0's autotune choice travels here
   for (size_t i = 0; i < nwords + rank_words; ++i) valid[i] = ~uint64_t(0);
   if (shutdown_requested) clear_bit(staying, static_cast<size_t>(transport_.rank()));
 
@@ -92,8 +93,10 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   if (!need_coordinator) words[0] |= kNoNewRequests;
   if (!shutdown_requested) words[0] |= kNoShutdown;
 
+  if (autotune_.enabled()) autotune_.contribute(tuning);
   transport_.start_control_and(words.data(), words.size());
   wait_for_round(pending);
+  if (autotune_.enabled()) autotune_.apply(tuning);
 
   RoundOutcome out;
   out.shutdown = !(words[0] & kNoShutdown);
@@ -121,6 +124,7 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
     }
     out.responses.insert(out.responses.end(), decided.begin(), decided.end());
   }
+  autotune_.observe(out.responses);
   ++round_;
   return out;
 }
@@ -140,7 +144,9 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   if (transport_.rank() == 0) {
     std::vector<std::vector<Request>> by_rank;
     for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
-    encode_responses(decide_ready(by_rank, members_), decided);
+    std::vector<Response> decisions = decide_ready(by_rank, members_);
+    Timeline::get().note_decisions(by_rank, decisions);
+    encode_responses(decisions, decided);
   }
   transport_.broadcast_control(decided);
   return decode_responses(decided.data(), decided.size());
@@ -155,25 +161,7 @@ void Controller::wait_for_round(const EntryList& pending) {
   while (!transport_.test_control()) {
     auto now = clock::now();
     if (now - start < spin) continue;  // peers usually arrive within microseconds
-    if (config_.stall_warning_s > 0 &&
-        now - last_stall_warning_ > std::chrono::duration<double>(config_.stall_warning_s)) {
-      last_stall_warning_ = now;
-      std::ostringstream names;
-      int n = 0;
-      for (auto& e : pending) {
-        if (now - e->enqueued > std::chrono::duration<double>(config_.stall_warning_s) && n++ < 10) {
-          names << (n > 1 ? ", " : "") << "'" << e->request.name << "'";
-        }
-      }
-      if (n > 0) {
-        std::fprintf(stderr,
-                     "[hvdlite rank %d] warning: %d request(s)%s have waited more than %.0f s for "
-                     "other ranks: %s. Some rank has not submitted them (different names, order "
-                     "of conditional collectives, or a rank stuck elsewhere).\n",
-                     members_.global(transport_.rank()), n, members_.where().c_str(),
-                     config_.stall_warning_s, names.str().c_str());
-      }
-    }
+    stall_.check(pending);
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;
   }

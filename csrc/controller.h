@@ -4,6 +4,7 @@
 //   ready[]    one bit per cached response: this rank has that tensor pending (fast path)
 //   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
 //   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
+//   tuning[]   with HVDLITE_AUTOTUNE only: rank 0's settings (other ranks send all ones)
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
 #pragma once
@@ -11,9 +12,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "autotune.h"
 #include "config.h"
 #include "message.h"
 #include "response_cache.h"
+#include "stall_inspector.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
 #include "validate.h"
@@ -28,8 +31,9 @@ struct RoundOutcome {
 
 class Controller {
  public:
-  // `members` names the group's ranks in validation errors and warnings.
-  Controller(Transport& transport, const Config& config, const Membership& members);
+  // config: the group's live settings; autotune may change them between rounds. `members`
+  // names the group's ranks in validation errors.
+  Controller(Transport& transport, Config& config, const Membership& members);
 
   // Throws InvalidArgument on every rank unless all ranks use the same settings that
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
@@ -37,6 +41,10 @@ class Controller {
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
   RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
+
+  // The stall inspector's turn while the engine is idle (it also runs inside every round).
+  void check_stalls(const EntryList& pending) { stall_.check(pending); }
+  std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
 
  private:
   void wait_for_round(const EntryList& pending);
@@ -47,7 +55,8 @@ class Controller {
   const Membership& members_;
   ResponseCache cache_;
   int64_t round_ = 0;
-  std::chrono::steady_clock::time_point last_stall_warning_;
+  StallInspector stall_;
+  Autotune autotune_;
 };
 
 }  // namespace hvdlite

@@ -45,6 +45,8 @@ class Engine {
   // fail with ShutDown). Returns when this rank's loops have ended.
   void shutdown();
   void abort(int code) { world_->transport().abort(code); }
+  // Bytes this process sent and received, in every group.
+  TransportStats& transport_stats() { return world_->transport().stats(); }
 
   // Elastic recovery, after a request failed with Status::RanksLost. Collective over the
   // surviving ranks, each calling it once: stops this engine (its pending requests fail),

@@ -4,6 +4,7 @@
 
 #include "reduce.h"
 #include "ring_allreduce.h"
+#include "timeline.h"
 
 namespace hvdlite {
 namespace {
@@ -57,6 +58,8 @@ void AllreduceExecutor::flush() {
     if (!b.members.empty()) run(b);
   }
   open_.clear();
+  trace_round_bytes(round_bytes_);
+  round_bytes_ = 0;
 }
 
 namespace {
@@ -78,6 +81,9 @@ void AllreduceExecutor::run(Batch& batch) {
   // Which members are packed depends only on the response, so every rank (joined ones
   // included) lays out the same logical buffer.
   auto in_place = [&](const Member& m) { return !converted && m.count * ws >= kInPlaceBytes; };
+  const bool traced = Timeline::get().active();
+  BatchTimes times;
+  if (traced) times.start = Clock::now();
   size_t packed = 0, zero_count = 0;
   for (const Member& m : batch.members) {
     if (!in_place(m)) packed += m.count;
@@ -112,13 +118,17 @@ void AllreduceExecutor::run(Batch& batch) {
   // Scaling after the reduction happens inside the ring (once per element, by its owner);
   // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r, transport_.size());
+  if (traced) times.packed = Clock::now();
   if (hierarchy_) {
     hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                           converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+                           converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
+                           traced ? &times.scattered : nullptr);
   } else {
     ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                   converted ? 1.0 : post, scratch_, config_.ring_piece_bytes);
+                   converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
+                   traced ? &times.scattered : nullptr);
   }
+  if (traced) times.reduced = Clock::now();
 
   pack_at = 0;
   for (const Member& m : batch.members) {
@@ -128,6 +138,16 @@ void AllreduceExecutor::run(Batch& batch) {
     if (!m.entry) continue;
     if (!converted) copy_scaled(m.entry->output, src, m.count, r.dtype, 1.0);
     else convert_scaled(m.entry->output, r.dtype, src, batch.wire, m.count, post);
+  }
+  round_bytes_ += batch.count * ws;
+  if (traced) {
+    times.unpacked = Clock::now();
+    for (const Member& m : batch.members) {
+      if (!m.entry) continue;
+      if (in_place(m)) trace_fused_member(*m.entry, times, "ZERO_COPY_SPAN", nullptr);
+      else if (converted) trace_fused_member(*m.entry, times, "COMPRESS", "DECOMPRESS");
+      else trace_fused_member(*m.entry, times, "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER");
+    }
   }
   for (const Member& m : batch.members) {
     if (m.entry) complete_(m.entry, Outcome{});

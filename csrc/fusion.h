@@ -50,6 +50,7 @@ class AllreduceExecutor {
   std::vector<uint8_t> fusion_buffer_;  // persistent: grows to the largest batch, then reused
   std::vector<uint8_t> zeros_;          // a joined rank's stand-in for in-place tensors
   std::vector<uint8_t> scratch_;        // ring receive buffer
+  size_t round_bytes_ = 0;              // bytes reduced since the last flush (timeline counter)
 };
 
 }  // namespace hvdlite

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "collectives.h"
+#include "timeline.h"
 
 namespace hvdlite {
 namespace {
@@ -27,13 +28,21 @@ std::string stop_message(const Membership& members, const std::vector<int>& who)
          "collectives before either";
 }
 
+// The settings a group runs with. Autotune tunes the global set only: its rank 0 writes the
+// log, and a set's traffic says little about the whole job's.
+Config own_config(const Config& config, const Membership& members) {
+  Config c = config;
+  if (members.set_id != 0) c.autotune = false;
+  return c;
+}
+
 }  // namespace
 
 Group::Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
              HandleTable& handles, AdminHandler admin, OnExit on_exit)
     : members_(std::move(members)),
       transport_(std::move(transport)),
-      config_(config),
+      config_(own_config(config, members_)),
       handles_(handles),
       admin_(std::move(admin)),
       on_exit_(std::move(on_exit)),
@@ -97,6 +106,7 @@ void Group::join() {
 
 void Group::complete(TensorEntry* entry, Outcome outcome) {
   entry->done = true;
+  trace_completed(*entry, outcome.status == Status::Success);
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_.erase(entry->request.name);
@@ -116,12 +126,22 @@ void Group::run_loop() {
       }
       {
         std::unique_lock<std::mutex> lk(mu_);
-        cv_.wait(lk, [&] { return !queue_.empty() || !pending_.empty() || stop_requested_; });
-        for (auto& e : queue_) pending_.push_back(std::move(e));
+        // Idle: wake now and then so the stall inspector can answer and warn.
+        while (!cv_.wait_for(lk, controller_.stall_poll_interval(),
+                             [&] { return !queue_.empty() || !pending_.empty() || stop_requested_; })) {
+          lk.unlock();
+          controller_.check_stalls(pending_);
+          lk.lock();
+        }
+        for (auto& e : queue_) {
+          trace_drained(*e);
+          pending_.push_back(std::move(e));
+        }
         queue_.clear();
         work_queued_ = stop_requested_;
         stop_requested = stop_requested_;
       }
+      trace_round();
       RoundOutcome round = controller_.negotiate(pending_, stop_requested);
       execute(round.responses);
       if (round.shutdown) {
@@ -159,6 +179,7 @@ void Group::execute(const std::vector<Response>& responses) {
       auto it = by_name.find(r.name);
       if (it != by_name.end()) e = it->second;
     }
+    if (e) trace_negotiated(*e);
     if (!r.ok()) {
       if (e) complete(e, Outcome{r.error_status, r.error});
       continue;

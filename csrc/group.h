@@ -72,7 +72,7 @@ class Group {
 
   Membership members_;
   std::unique_ptr<Transport> transport_;
-  const Config& config_;
+  Config config_;  // this group's own copy: autotune (group 0 only) changes it as it runs
   HandleTable& handles_;
   AdminHandler admin_;
   OnExit on_exit_;

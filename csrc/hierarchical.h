@@ -6,6 +6,7 @@
 // postscale applied once per element by its owner, bitwise identical on every rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -27,7 +28,10 @@ struct Hierarchy {
 // null. Every rank decides alike: the shape of hosts is agreed over `t` first.
 std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config);
 
+// reduced, when given, receives the time the cross-host stage ended (timeline): from there on
+// only the all-gather within each host is left.
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                            double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes);
+                            double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
+                            std::chrono::steady_clock::time_point* reduced = nullptr);
 
 }  // namespace hvdlite

@@ -108,10 +108,12 @@ void ring_allgather(Transport& t, const SpanBuffer& buf, const Segments& segs, s
 }
 
 void ring_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                    double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes) {
+                    double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
+                    std::chrono::steady_clock::time_point* reduce_scattered) {
   if (buf.count() == 0) return;
   Segments segs = even_segments(buf.count(), t.size());
   ring_reduce_scatter(t, buf, segs, dtype, op, postscale, scratch, piece_bytes);
+  if (reduce_scattered) *reduce_scattered = std::chrono::steady_clock::now();
   ring_allgather(t, buf, segs, piece_bytes);
 }
 

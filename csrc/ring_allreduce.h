@@ -4,6 +4,7 @@
 // one piece overlaps receiving the next.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -56,8 +57,10 @@ void ring_allgather(Transport& t, const SpanBuffer& buf, const Segments& segs,
 
 // The reduction over all ranks, times postscale (applied once, by each segment's owner, so
 // every rank ends with bitwise-identical results).
+// reduce_scattered, when given, receives the time the reduce-scatter half ended (timeline).
 void ring_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                    double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes);
+                    double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
+                    std::chrono::steady_clock::time_point* reduce_scattered = nullptr);
 
 template <typename F>
 void SpanBuffer::for_each_run(size_t begin, size_t n, F&& fn) const {

@@ -2,6 +2,7 @@
 # (CMakeLists.txt) adds the bindings and the MPI backend, the in-process unit tests
 # (csrc/tests) the loopback transport.
 set(HVDLITE_CORE_SOURCES
+  autotune.cc
   collectives.cc
   config.cc
   controller.cc
@@ -15,4 +16,6 @@ set(HVDLITE_CORE_SOURCES
   reduce.cc
   response_cache.cc
   ring_allreduce.cc
+  stall_inspector.cc
+  timeline.cc
   validate.cc)

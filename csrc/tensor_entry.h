@@ -30,6 +30,11 @@ struct TensorEntry {
   int cache_id = -1;
   bool done = false;  // completed this round; removed from the pending list after it
   std::chrono::steady_clock::time_point enqueued = std::chrono::steady_clock::now();
+  // Stamped only while the timeline is on (timeline.h).
+  struct Trace {
+    std::chrono::steady_clock::time_point drained, decided;
+    bool phases_written = false;  // an executor already traced its execution phases
+  } trace;
 
   size_t bytes() const { return num_elements(request.shape) * dtype_size(request.dtype); }
 };

@@ -15,6 +15,10 @@ Three parts, all at the job's N ranks and in the same processes:
    (last layer first, distinct names) and then all synchronized, against ONE mpi4py
    Allreduce of a single buffer of the same total size (target: within 1.2x).
 
+A fourth part, ``--parts timeline``, measures what the timeline costs: the latency call and
+the ResNet-50 step with the timeline off and on (``hvd.start_timeline``, rank 0 writing), the
+two alternating --rounds times; ratio = on / off (1.0: no cost).
+
 Every measurement starts with a barrier and warm-up calls; rank 0 chooses the iteration
 counts (so that each size takes about --target-time seconds per library) and broadcasts
 them. The timed calls run in --rounds interleaved rounds (hvdlite, MPI, gloo, hvdlite, ...)
@@ -311,6 +315,51 @@ def filled(nelem):
 
 # ----------------------------------------------------------------------------------------
 
+def timeline_overhead(coord, rounds, quick, args, log):
+    """Median time of the latency call and of the ResNet-50 step with the timeline off and on.
+
+    Off and on alternate ``rounds`` times (each a full measurement with its own warm-up), so
+    that load from elsewhere on the machine hits both alike. Rank 0 writes the timeline.
+    """
+    import tempfile
+    path = args.timeline_file or os.path.join(tempfile.gettempdir(), "hvdlite_bench_timeline.json")
+    one = filled(1)
+    shapes = resnet50_shapes()
+    grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
+
+    def latency():
+        hvd.allreduce_(one, op=hvd.Sum, name="bench.tl.latency")
+
+    def resnet_step():
+        handles = [hvd.allreduce_async_(grads[i], op=hvd.Sum, name=f"bench.tl.grad.{i}")
+                   for i in reversed(range(len(grads)))]
+        for h in handles:
+            hvd.synchronize(h)
+
+    cases = {"latency_1_float": (latency, 100 if quick else 2000),
+             "resnet50_161_tensors": (resnet_step, 2 if quick else 10)}
+    log(f"\n4. timeline overhead: median time per call, timeline off vs on (rank 0 writes "
+        f"{path}), {rounds} alternations")
+    out = {}
+    for case, (call, iters) in cases.items():
+        times = {"off": [], "on": []}
+        for _ in range(rounds):
+            for state in ("off", "on"):
+                if state == "on":
+                    hvd.start_timeline(path)
+                stats = measure(coord, {state: call}, 5, 0, 0, 0, 1, fixed_iters=iters)
+                if state == "on":
+                    hvd.stop_timeline()
+                times[state].append(stats[state]["median_s"])
+        off, on = float(np.median(times["off"])), float(np.median(times["on"]))
+        out[case] = {"off_s": off, "on_s": on, "ratio_on_over_off": on / off,
+                     "off_rounds_s": times["off"], "on_rounds_s": times["on"]}
+        log(f"  {case:<22}: off {fmt_time(off)}  on {fmt_time(on)}  on/off = {on / off:.2f}")
+    if hvd.rank() == 0 and os.path.exists(path):
+        out["timeline_bytes"] = os.path.getsize(path)
+    return out
+
+
 def run(args):
     hvd.init()
     n = hvd.size()
@@ -352,7 +401,7 @@ def run(args):
             "busbw_definition": "bytes * 2*(n-1)/n / time, GB/s = 1e9 bytes/s",
             "speedup_definition": "baseline_time / hvdlite_time (> 1: hvdlite faster)",
         },
-        "notes": notes, "sizes": [], "latency": {}, "resnet50": {},
+        "notes": notes, "sizes": [], "latency": {}, "resnet50": {}, "timeline": {},
     }
     log(f"hvdlite all-reduce benchmark: {n} ranks, {results['config']['mpi_library_version']}")
     for note in notes:
@@ -491,6 +540,10 @@ def run(args):
             f"{rn['ratio_hvdlite_161_over_hvdlite_single']:.2f}x (cost of per-tensor submission "
             f"and fusion; fusion threshold {os.environ.get('HVDLITE_FUSION_THRESHOLD', 'default')})")
 
+    # -- 4. timeline overhead -----------------------------------------------------------------
+    if "timeline" in args.parts:
+        results["timeline"] = timeline_overhead(coord, rounds, quick, args, log)
+
     loads = ([r["other_load"] for r in results["sizes"]]
              + [results[k].get("other_load") for k in ("latency", "resnet50") if results[k]])
     if any(v is not None and v > LOAD_WARN for v in loads):
@@ -529,16 +582,19 @@ def main(argv=None):
     p.add_argument("--latency-iters", type=int, help="calls for the latency test (default 2000)")
     p.add_argument("--resnet-iters", type=int, help="iterations of the ResNet-50 test (default 10)")
     p.add_argument("--parts", default="sweep,latency,resnet50",
-                   help="comma-separated parts to run: sweep, latency, resnet50 (default: all)")
+                   help="comma-separated parts to run: sweep, latency, resnet50, timeline "
+                        "(default: the first three)")
+    p.add_argument("--timeline-file", help="where the timeline part's trace goes (default: in "
+                   "the temporary directory)")
     p.add_argument("--no-mpi", action="store_true", help="skip the mpi4py baseline")
     p.add_argument("--no-gloo", action="store_true", help="skip the torch gloo baseline")
     args = p.parse_args(argv)
     if args.sizes:
         args.sizes = [int(s) for s in args.sizes]
     args.parts = {x.strip() for x in args.parts.split(",") if x.strip()}
-    unknown = args.parts - {"sweep", "latency", "resnet50"}
+    unknown = args.parts - {"sweep", "latency", "resnet50", "timeline"}
     if unknown:
-        p.error(f"unknown --parts {sorted(unknown)}; choose from sweep, latency, resnet50")
+        p.error(f"unknown --parts {sorted(unknown)}; choose from sweep, latency, resnet50, timeline")
     run(args)
 
 

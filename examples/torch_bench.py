@@ -106,6 +106,23 @@ def time_rounds(setups, batches, steps, warmup, rounds):
     return per_method
 
 
+def autotune(model, opt, batches, max_steps):
+    """With HVDLITE_AUTOTUNE=1: train until the tuner has written its final choice to
+    HVDLITE_AUTOTUNE_LOG (rank 0 reads it), so the timed rounds measure the tuned engine.
+    Returns (steps taken, the final CSV row or None)."""
+    log = os.environ.get("HVDLITE_AUTOTUNE_LOG") or os.environ.get("HOROVOD_AUTOTUNE_LOG")
+    if not log:
+        raise SystemExit("--autotune-steps needs HVDLITE_AUTOTUNE=1 and HVDLITE_AUTOTUNE_LOG")
+    final = None
+    for step in range(1, max_steps + 1):
+        train_steps(model, opt, batches, 1)
+        if hvd.rank() == 0 and os.path.exists(log):
+            final = next((l.strip() for l in open(log) if l.startswith("final,")), None)
+        if hvd.broadcast_object(final is not None, root_rank=0, name="bench.tuned"):
+            return step, final
+    return max_steps, None
+
+
 def bench_model(name, build, batches, args):
     torch.manual_seed(0)
     reference = build()
@@ -128,6 +145,9 @@ def bench_model(name, build, batches, args):
     ddp = nn.parallel.DistributedDataParallel(copy())
     setups["DDP"] = (ddp, sgd(ddp.parameters()))
     steps = args.steps * (5 if name == "cnn" else 1)
+    tuned = None
+    if args.autotune_steps:
+        tuned = autotune(*setups["hvdlite"], batches, args.autotune_steps)
     rounds = time_rounds(setups, batches, steps, args.warmup, args.rounds)
     med = {m: statistics.median(v) for m, v in rounds.items()}
     best = {m: min(v) for m, v in rounds.items()}
@@ -139,6 +159,7 @@ def bench_model(name, build, batches, args):
         "best_local_ms": 1e3 * best["local"], "best_hvdlite_ms": 1e3 * best["hvdlite"],
         "best_ddp_ms": 1e3 * best["DDP"],
         "best_ratio_ddp_over_hvdlite": best["DDP"] / best["hvdlite"],
+        "autotune_steps": tuned and tuned[0], "autotune_final": tuned and tuned[1],
     }
 
 
@@ -153,6 +174,9 @@ def main():
     parser.add_argument("--mlp-batch", type=int, default=2, help="per rank")
     parser.add_argument("--mlp-width", type=int, default=3072)
     parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--autotune-steps", type=int, default=0,
+                        help="with HVDLITE_AUTOTUNE=1: train hvdlite up to this many steps, until "
+                             "the tuner has converged, before timing")
     parser.add_argument("--quick", action="store_true", help="a few steps (smoke test)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per model")
     args = parser.parse_args()
@@ -186,6 +210,10 @@ def main():
                       f" | hvdlite {res['best_hvdlite_ms']:7.2f} ms | DDP(gloo) "
                       f"{res['best_ddp_ms']:7.2f} ms | DDP/hvdlite = "
                       f"{res['best_ratio_ddp_over_hvdlite']:.2f}", flush=True)
+                if args.autotune_steps:
+                    print(f"  autotune: {res['autotune_steps']} steps; final choice "
+                          f"(row,trial,pass,setting,fusion_threshold,cycle_time_ms,"
+                          f"ring_piece_bytes,score,samples): {res['autotune_final']}", flush=True)
     dist.destroy_process_group()
     hvd.shutdown()
 

@@ -11,7 +11,8 @@ from .exceptions import (HvdliteError, HvdliteInternalError, HvdliteInvalidArgum
 from .ops import Adasum, Average, Max, Min, Product, Sum, poll
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .basics import (cross_rank, cross_size, init, is_initialized, local_rank, local_size,
-                     mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size)
+                     mpi_built, mpi_threads_supported, nccl_built, rank, shutdown, size,
+                     start_timeline, stop_timeline)
 from .numpy_api import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                         allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
                         broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,

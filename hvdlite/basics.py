@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from . import _core, ops, process_sets as _process_sets
+from . import _core, config, ops, process_sets as _process_sets
 from .elastic import settings as _elastic_settings
 
 _atexit_registered = False
@@ -26,6 +26,7 @@ def init(comm=None, process_sets=None):
         raise ValueError("hvdlite.init(comm=...) is not supported: hvdlite uses MPI_COMM_WORLD")
     if _core.is_initialized():
         return
+    settings = config.read()  # a bad HVDLITE_*/HOROVOD_* value fails here, naming it
     ops.reset_name_counters()
     # Open MPI busy-polls while it waits; on a machine where ranks share cores with the
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free
@@ -35,7 +36,7 @@ def init(comm=None, process_sets=None):
         if not _atexit_registered:
             # Registered first: MPI must be finalized at exit even if init() itself fails.
             atexit.register(_at_exit)
-            _install_excepthook()
+            _install_excepthook(settings["abort_on_error"])
             _atexit_registered = True
     _core.init()
     _process_sets._init_process_sets(process_sets)
@@ -46,19 +47,34 @@ def shutdown():
     _core.shutdown()
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Start writing a Chrome trace of every collective to ``file_path`` (as Horovod's).
+
+    Call it on every rank: rank 0 writes the file (every rank writes its own, named
+    ``stem.RANK.ext``, with ``HVDLITE_TIMELINE_ALL_RANKS=1``). A timeline already running is
+    closed first. ``mark_cycles`` adds a marker for every negotiation round.
+    """
+    _core.start_timeline(str(file_path), bool(mark_cycles))
+
+
+def stop_timeline():
+    """Finish and close the timeline started by ``start_timeline`` or ``HVDLITE_TIMELINE``."""
+    _core.stop_timeline()
+
+
 def _at_exit():
     _core.shutdown()
     _core.finalize()
 
 
-def _install_excepthook():
+def _install_excepthook(abort_on_error):
     """An unhandled exception on one rank ends the whole job at once.
 
     Without this, the other ranks would wait forever in their next collective for a rank that
     is gone. The traceback is printed first, so the failing rank's own error is what the user
     sees. Set HVDLITE_ABORT_ON_ERROR=0 to turn it off.
     """
-    if os.environ.get("HVDLITE_ABORT_ON_ERROR", "1") == "0":
+    if not abort_on_error:
         return
     previous = sys.excepthook
     if _elastic_settings.is_elastic_job():

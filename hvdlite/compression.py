@@ -22,6 +22,12 @@ the values as 16-bit floats on the wire only (no extra framework tensors; result
 in the original dtype). Their ``compress``/``decompress`` still work when called directly
 and are used for other floating dtypes. A subclass that overrides ``compress`` must set
 ``wire_dtype = None`` so that its own methods are used.
+
+Compression with state between steps (error buffers, PowerSGD's Q) does not fit the
+compress/decompress interface; ``Compression.powersgd(rank, start_step)``,
+``Compression.topk(ratio)`` and ``Compression.fp16(error_feedback=True)`` (likewise bf16)
+return a :class:`StatefulCompression` setting, from which an optimizer builds its own
+reducer (see :mod:`hvdlite.error_feedback` and :mod:`hvdlite.powersgd`).
 """
 
 
@@ -55,6 +61,59 @@ class NoneCompressor(Compressor):
         return tensor
 
 
+class StatefulCompression:
+    """A compression setting whose reducer keeps state; each optimizer makes its own."""
+
+    def make_reducer(self):
+        raise NotImplementedError
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({args})"
+
+
+class PowerSGD(StatefulCompression):
+    """Rank-``rank`` PowerSGD with error feedback, uncompressed before ``start_step``."""
+
+    def __init__(self, rank=1, start_step=0):
+        if int(rank) < 1 or int(start_step) < 0:
+            raise ValueError(f"Compression.powersgd: rank must be >= 1 and start_step >= 0, "
+                             f"got rank={rank}, start_step={start_step}")
+        self.rank, self.start_step = int(rank), int(start_step)
+
+    def make_reducer(self):
+        from .powersgd import PowerSGDReducer
+        return PowerSGDReducer(self.rank, self.start_step)
+
+
+class TopK(StatefulCompression):
+    """Top-k sparsification (a ``ratio`` of each tensor's entries) with error feedback."""
+
+    def __init__(self, ratio):
+        if not 0.0 < float(ratio) < 1.0:
+            raise ValueError(f"Compression.topk: ratio must be in (0, 1), got {ratio}")
+        self.ratio = float(ratio)
+
+    def make_reducer(self):
+        from .error_feedback import TopKReducer
+        return TopKReducer(self.ratio)
+
+
+class ErrorFeedbackCast(StatefulCompression):
+    """16-bit casts (``wire`` 'fp16' or 'bf16') whose rounding error is fed back."""
+
+    def __init__(self, wire):
+        self.wire = wire
+
+    def make_reducer(self):
+        from .error_feedback import CastReducer
+        return CastReducer(self.wire)
+
+
+def is_stateful(compression):
+    return isinstance(compression, StatefulCompression)
+
+
 def cast_compressors(cast, is_floating, float16, bfloat16):
     """Build a framework's ``Compression`` namespace from its cast and dtype test.
 
@@ -63,6 +122,11 @@ def cast_compressors(cast, is_floating, float16, bfloat16):
 
     class CastCompressor(Compressor):
         target = None
+
+        def __new__(cls, error_feedback=False):
+            # Compression.fp16 is used as a class (Horovod); Compression.fp16(error_feedback=
+            # True) asks for the stateful form. Called without it, it is the class itself.
+            return ErrorFeedbackCast(cls.wire_dtype) if error_feedback else cls
 
         @classmethod
         def compress(cls, tensor):
@@ -85,9 +149,12 @@ def cast_compressors(cast, is_floating, float16, bfloat16):
         target = bfloat16
 
     class Compression:
-        """The built-in compressors: ``Compression.none``, ``.fp16``, ``.bf16``."""
+        """The built-in compressors: ``Compression.none``, ``.fp16``, ``.bf16`` (each also
+        ``.fp16(error_feedback=True)``), ``.powersgd(rank, start_step)``, ``.topk(ratio)``."""
         none = NoneCompressor
         fp16 = FP16Compressor
         bf16 = BF16Compressor
+        powersgd = PowerSGD
+        topk = TopK
 
     return Compression, FP16Compressor, BF16Compressor

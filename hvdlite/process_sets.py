@@ -16,8 +16,6 @@ import weakref
 
 from . import _core
 
-_DYNAMIC_VARIABLES = ("HVDLITE_DYNAMIC_PROCESS_SETS", "HOROVOD_DYNAMIC_PROCESS_SETS")
-
 
 class ProcessSet:
     """A set of ranks that run collectives together. Its id is set once it has been added."""
@@ -96,8 +94,8 @@ _dynamic = False  # set by hvdlite.init from the environment
 
 
 def _dynamic_requested() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in _DYNAMIC_VARIABLES)
+    from . import config
+    return bool(config.read()["dynamic_process_sets"])
 
 
 def _init_process_sets(process_sets) -> None:

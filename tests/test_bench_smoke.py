@@ -97,3 +97,16 @@ def test_without_mpi4py_and_torch(tmp_path):
     assert res["latency"]["mpi"] is None and _positive(res["latency"]["hvdlite"]["median_us"])
     assert res["resnet50"]["mpi_single_buffer_s"] is None
     assert _positive(res["resnet50"]["hvdlite_161_async_s"])
+
+
+def test_timeline_overhead_part(tmp_path):
+    out, trace = tmp_path / "bench.json", tmp_path / "trace.json"
+    run_bench("--quick", "--parts", "timeline", "--no-gloo", "--json", str(out),
+              "--timeline-file", str(trace))
+    tl = json.loads(out.read_text())["timeline"]
+    for case in ("latency_1_float", "resnet50_161_tensors"):
+        assert _positive(tl[case]["off_s"]) and _positive(tl[case]["on_s"]), tl
+        assert _positive(tl[case]["ratio_on_over_off"])
+    events = json.loads(trace.read_text())
+    assert any(e.get("name") == "RING_REDUCE_SCATTER" for e in events)
+    assert tl["timeline_bytes"] == trace.stat().st_size

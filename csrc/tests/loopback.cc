@@ -12,7 +12,7 @@ namespace testing {
 namespace {
 
 // Channels keep the planes apart, as the MPI backend's separate communicators do.
-enum Channel : int { kPointToPoint, kCollective, kControlAnd, kControl, kSplit };
+enum Channel : int { kPointToPoint, kCollective, kControlAnd, kControl, kSplit, kSide };
 
 }  // namespace
 
@@ -168,6 +168,20 @@ class LoopbackTransport : public Transport {
     } else {
       bytes = fabric_.recv(key(kControl, 0, rank()));
     }
+  }
+
+  void send_side(const std::vector<uint8_t>& bytes, int peer) override {
+    fabric_.send(key(kSide, rank(), peer), bytes.data(), bytes.size());
+  }
+
+  bool poll_side(std::vector<uint8_t>& bytes, int& from) override {
+    for (int r = 0; r < size(); ++r) {
+      if (fabric_.try_recv(key(kSide, r, rank()), bytes)) {
+        from = r;
+        return true;
+      }
+    }
+    return false;
   }
 
   std::unique_ptr<Transport> split(int color, int key_) override {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <list>
 #include <string>
 
 #include "../hvdlite.h"
@@ -127,6 +128,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Isend(buf, as_count(bytes, "send"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Isend");
+    stats().bytes_sent += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -134,6 +136,7 @@ class MpiTransport : public Transport {
     requests_.push_back(MPI_REQUEST_NULL);
     check(MPI_Irecv(buf, as_count(bytes, "recv"), MPI_BYTE, peer, 0, data_, &requests_.back()),
           "MPI_Irecv");
+    stats().bytes_received += bytes;
     return static_cast<int>(requests_.size() - 1);
   }
 
@@ -154,11 +157,17 @@ class MpiTransport : public Transport {
       check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, data_), "MPI_Bcast");
       off += n;
     } while (off < bytes);
+    if (topo_.rank == root) {
+      stats().bytes_sent += bytes * static_cast<size_t>(topo_.size - 1);
+    } else {
+      stats().bytes_received += bytes;
+    }
   }
 
   // Every rank knows every block's size, so all take the same path.
   void allgatherv(const void* send, size_t send_bytes, void* recv,
                   const std::vector<size_t>& bytes_per_rank) override {
+    count_exchange(std::vector<size_t>(topo_.size, send_bytes), bytes_per_rank);
     std::vector<size_t> displs = offsets_of(bytes_per_rank);
     if (fits_one_call(bytes_per_rank, limit_)) {
       check(MPI_Allgatherv(send, static_cast<int>(send_bytes), MPI_BYTE, recv,
@@ -177,6 +186,7 @@ class MpiTransport : public Transport {
   // A rank knows only its own send and receive sizes: the ranks agree on the path first.
   void alltoallv(const void* send, const std::vector<size_t>& send_bytes, void* recv,
                  const std::vector<size_t>& recv_bytes) override {
+    count_exchange(send_bytes, recv_bytes);
     std::vector<size_t> sdispls = offsets_of(send_bytes), rdispls = offsets_of(recv_bytes);
     int too_large = !(fits_one_call(send_bytes, limit_) && fits_one_call(recv_bytes, limit_));
     check(MPI_Allreduce(MPI_IN_PLACE, &too_large, 1, MPI_INT, MPI_LOR, data_), "MPI_Allreduce");
@@ -203,6 +213,7 @@ class MpiTransport : public Transport {
   void barrier() override { check(MPI_Barrier(data_), "MPI_Barrier"); }
 
   void start_control_and(uint64_t* words, size_t count) override {
+    stats().control_bytes_sent += count * sizeof(uint64_t);
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -225,6 +236,7 @@ class MpiTransport : public Transport {
       total += sizes[i];
     }
     std::vector<uint8_t> all(total);
+    if (topo_.rank != 0) stats().control_bytes_sent += mine.size();
     check(MPI_Gatherv(mine.data(), n, MPI_BYTE, all.data(), sizes.data(), displs.data(), MPI_BYTE,
                       0, control_),
           "MPI_Gatherv");
@@ -239,6 +251,7 @@ class MpiTransport : public Transport {
     int64_t n = static_cast<int64_t>(bytes.size());
     check(MPI_Bcast(&n, 1, MPI_INT64_T, 0, control_), "MPI_Bcast");
     bytes.resize(static_cast<size_t>(n));
+    if (topo_.rank == 0) stats().control_bytes_sent += bytes.size() * (topo_.size - 1);
     check(MPI_Bcast(bytes.data(), as_count(bytes.size(), "control broadcast"), MPI_BYTE, 0, control_),
           "MPI_Bcast");
   }
@@ -258,7 +271,38 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
     check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
     if (control == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiTransport>(control, data, limit_);
+    auto child = std::make_unique<MpiTransport>(control, data, limit_);
+    child->count_into(*this);
+    return child;
+  }
+
+  // Point-to-point on the control communicator, on its own tag: MPI never matches these
+  // with the communicator's collectives.
+  void send_side(const std::vector<uint8_t>& bytes, int peer) override {
+    for (auto it = side_sends_.begin(); it != side_sends_.end();) {  // forget finished sends
+      int done = 0;
+      check(MPI_Test(&it->second, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      it = done ? side_sends_.erase(it) : std::next(it);
+    }
+    side_sends_.emplace_back(bytes, MPI_REQUEST_NULL);
+    auto& sent = side_sends_.back();
+    check(MPI_Isend(sent.first.data(), as_count(sent.first.size(), "side message"), MPI_BYTE, peer,
+                    kSideTag, control_, &sent.second),
+          "MPI_Isend");
+  }
+
+  bool poll_side(std::vector<uint8_t>& bytes, int& from) override {
+    int arrived = 0;
+    MPI_Status status;
+    check(MPI_Iprobe(MPI_ANY_SOURCE, kSideTag, control_, &arrived, &status), "MPI_Iprobe");
+    if (!arrived) return false;
+    int n = 0;
+    MPI_Get_count(&status, MPI_BYTE, &n);
+    bytes.resize(static_cast<size_t>(n));
+    check(MPI_Recv(bytes.data(), n, MPI_BYTE, status.MPI_SOURCE, kSideTag, control_, MPI_STATUS_IGNORE),
+          "MPI_Recv");
+    from = status.MPI_SOURCE;
+    return true;
   }
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
@@ -297,6 +341,15 @@ class MpiTransport : public Transport {
   // Sends send_bytes[p] bytes from send + send_at[p] to every peer p and receives recv_bytes[p]
   // bytes from p into recv + recv_at[p], in pieces of at most limit_ bytes. Pieces between two
   // ranks on one tag arrive in order (MPI's non-overtaking rule), so they need no numbering.
+  // A collective's payload to and from the other ranks, whichever path carries it.
+  void count_exchange(const std::vector<size_t>& to_peer, const std::vector<size_t>& from_peer) {
+    for (int p = 0; p < topo_.size; ++p) {
+      if (p == topo_.rank) continue;
+      stats().bytes_sent += to_peer[p];
+      stats().bytes_received += from_peer[p];
+    }
+  }
+
   void exchange_in_pieces(const void* send, const std::vector<size_t>& send_bytes,
                           const std::vector<size_t>& send_at, void* recv,
                           const std::vector<size_t>& recv_bytes,
@@ -336,6 +389,8 @@ class MpiTransport : public Transport {
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> requests_;
+  static constexpr int kSideTag = 17;
+  std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 // negotiation. Buffers are void* + byte counts; element types never reach a transport.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -17,6 +18,15 @@ struct Topology {
   int local_rank = 0, local_size = 1;  // ranks on this host
   int cross_rank = 0, cross_size = 1;  // this rank's index among ranks with the same local_rank
   int host = 0;  // a label of this rank's host, the same for the ranks on one host, unique per host
+};
+
+// Payload bytes this rank sent to / received from peers, counted by the backend where it
+// hands them to the network (for a collective: what this rank contributes to and takes from
+// the others, however the library routes it). Negotiation traffic is counted apart.
+// Written by the background thread, read from any thread.
+struct TransportStats {
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
+  std::atomic<uint64_t> control_bytes_sent{0};
 };
 
 class Transport {
@@ -56,6 +66,11 @@ class Transport {
   // transport; a rank passing a negative color joins none and gets null. Process sets and the
   // stages of hierarchical all-reduce are built this way.
   virtual std::unique_ptr<Transport> split(int color, int key) = 0;
+  // Side channel (the stall inspector): small messages any rank may send at any time, never
+  // matched with negotiation or data. send_side does not block; poll_side returns false when
+  // nothing has arrived.
+  virtual void send_side(const std::vector<uint8_t>& bytes, int peer) = 0;
+  virtual bool poll_side(std::vector<uint8_t>& bytes, int& from) = 0;
 
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
@@ -66,6 +81,17 @@ class Transport {
   // the survivors; no other call of this transport may be running. Backends that cannot
   // survive a lost rank throw InvalidArgument.
   virtual std::unique_ptr<Transport> shrink(std::vector<int>* lost);
+
+  // The process's counts: a transport made by split() counts into its parent's, so process
+  // sets and the stages of hierarchical all-reduce are included.
+  TransportStats& stats() { return *stats_; }
+
+ protected:
+  void count_into(Transport& parent) { stats_ = &parent.stats(); }
+
+ private:
+  TransportStats own_stats_;
+  TransportStats* stats_ = &own_stats_;
 };
 
 inline std::unique_ptr<Transport> Transport::shrink(std::vector<int>*) {

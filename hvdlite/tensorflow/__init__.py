@@ -51,6 +51,8 @@ cross_rank = _hvd.cross_rank
 cross_size = _hvd.cross_size
 mpi_built = _hvd.mpi_built
 nccl_built = _hvd.nccl_built
+start_timeline = _hvd.start_timeline
+stop_timeline = _hvd.stop_timeline
 
 
 def _optional(name, default):

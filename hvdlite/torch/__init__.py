@@ -22,7 +22,7 @@ contiguity.
 
 import hvdlite as _hvd
 from hvdlite import (cross_rank, cross_size, is_initialized, local_rank, local_size,
-                     mpi_built, nccl_built, rank, size)
+                     mpi_built, nccl_built, rank, size, start_timeline, stop_timeline)
 from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
                                 HvdliteNotInitializedError, HvdliteShutdownError)
@@ -88,7 +88,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built",
-    "ccl_built", "ddl_built", "is_homogeneous",
+    "ccl_built", "ddl_built", "is_homogeneous", "start_timeline", "stop_timeline",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
     "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteShutdownError",

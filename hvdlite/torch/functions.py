@@ -91,6 +91,8 @@ def broadcast_optimizer_state(optimizer, root_rank):
     result with ``load_state_dict``. An optimizer whose state is still empty on root leaves
     every rank with empty state (no parameter is touched).
     """
+    if getattr(optimizer, "_hvd_sharded", False):
+        return optimizer._broadcast_state(root_rank)   # each rank holds a different shard
     is_root = _hvd.rank() == root_rank
     tensors = []
     structure = _strip_tensors(optimizer.state_dict(), tensors) if is_root else None

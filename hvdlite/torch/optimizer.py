@@ -16,6 +16,7 @@ import hvdlite as _hvd
 from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
+from . import extended as _extended
 from .compression import Compression, NoneCompressor
 from .mpi_ops import (Adasum, Average, Sum, _check_process_set, _check_tensor, _host,
                       _wire_compression, allgather_async, global_process_set,
@@ -427,7 +428,8 @@ _class_cache = {}
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=global_process_set):
+                         process_set=global_process_set, shard_optimizer_state=False,
+                         local_steps=None, **extended_options):
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over all ranks.
 
     The result is an instance of a subclass of ``optimizer``'s class that shares its
@@ -451,9 +453,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             member's gradient is ready.
         sparse_as_dense: all-reduce sparse gradients as dense tensors instead of all-gathering
             their indices and values.
+
+    Beyond Horovod (see :mod:`hvdlite.torch.extended`): ``shard_optimizer_state=True``
+    (ZeRO-1; ``bucket_bytes=``), ``local_steps=H`` (local SGD; ``local_sgd_warmup_steps=``,
+    ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
+    ``fp16(error_feedback=True)``.
     """
     _check_process_set(process_set)
-    if isinstance(optimizer, _DistributedOptimizer):
+    if isinstance(optimizer, _DistributedOptimizer) or _extended.is_wrapped(optimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
@@ -473,6 +480,16 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             groups = num_groups
     if compression is None:
         compression = Compression.none
+    if _extended.wants_extension(compression, shard_optimizer_state, local_steps):
+        return _extended.make(optimizer, named_parameters, compression,
+                              backward_passes_per_step, op, gradient_predivide_factor, groups,
+                              sparse_as_dense, shard_optimizer_state, local_steps,
+                              **extended_options)
+    if extended_options:
+        raise TypeError(f"DistributedOptimizer() got unexpected keyword arguments "
+                        f"{sorted(extended_options)} (bucket_bytes goes with "
+                        f"shard_optimizer_state=True; local_sgd_warmup_steps and "
+                        f"average_optimizer_state with local_steps=H)")
 
     base = type(optimizer)
     cls = _class_cache.get(base)

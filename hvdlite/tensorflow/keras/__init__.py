@@ -30,7 +30,9 @@ from hvdlite.tensorflow import *  # noqa: F401,F403 - Horovod's hvd.keras re-exp
 from hvdlite.tensorflow import (Average, Compression, Sum, init, rank, shutdown,  # noqa: F401
                                 size, local_rank, local_size, cross_rank, cross_size,
                                 is_initialized, mpi_built, nccl_built, allgather_object,
-                                broadcast_object, broadcast_variables)
+                                broadcast_object, broadcast_variables, start_timeline,
+                                stop_timeline)
+from hvdlite.compression import is_stateful
 from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
 from hvdlite.tensorflow.mpi_ops import resolve_op
 
@@ -49,9 +51,15 @@ class _HvdState:
         self.sparse_as_dense = sparse_as_dense
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        self.allreduce_grads = make_allreduce_grads_fn(
-            name, compression, sparse_as_dense, op, gradient_predivide_factor,
-            what=f"DistributedOptimizer({name})")
+        if is_stateful(compression):   # PowerSGD, top-k, casts with error feedback
+            from hvdlite.tensorflow.stateful_compression import make_stateful_reduce_fn
+            self.allreduce_grads = make_stateful_reduce_fn(
+                name, compression, op, gradient_predivide_factor,
+                what=f"DistributedOptimizer({name})")
+        else:
+            self.allreduce_grads = make_allreduce_grads_fn(
+                name, compression, sparse_as_dense, op, gradient_predivide_factor,
+                what=f"DistributedOptimizer({name})")
         self.accumulators = None   # var key -> tf.Variable (backward_passes_per_step > 1)
         self.counter = None
 
@@ -65,6 +73,11 @@ class _DistributedOptimizer:
         if self._hvd is None:  # e.g. made by from_config on the dynamic class
             self._hvd = _HvdState("Distributed" + type(self).__name__)
         return self._hvd
+
+    @property
+    def hvdlite_reducer(self):
+        """The stateful compression's reducer (None for plain all-reduce)."""
+        return getattr(self._hvd_state().allreduce_grads, "reducer", None)
 
     def build(self, variables):
         super().build(variables)

@@ -1,0 +1,117 @@
+"""What the optimizer wrappers beyond Horovod's (sharded state, local SGD, stateful
+compression) share: building the wrapped instance, parameter names, and the
+synchronize/skip_synchronize protocol of ``DistributedOptimizer``.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+import torch
+
+_class_cache = {}
+
+
+def wrap(mixin, optimizer):
+    """An instance of ``(mixin, type(optimizer))`` sharing ``optimizer``'s state and groups.
+
+    Per-instance ``step``/``zero_grad`` wrappers (e.g. an LR scheduler's) are bound to the old
+    object, so they are left behind; the caller then runs the mixin's own setup.
+    """
+    base = type(optimizer)
+    cls = _class_cache.get((mixin, base))
+    if cls is None:
+        cls = type(base.__name__, (mixin, base), {})
+        _class_cache[(mixin, base)] = cls
+    obj = cls.__new__(cls)
+    obj.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                         if k not in ("step", "zero_grad")})
+    return obj
+
+
+def parameter_names(optimizer, named_parameters, what):
+    """{id(param): name} for every parameter ``optimizer`` holds; names must be unique.
+
+    Without ``named_parameters``, names follow the parameter order (the same on every rank).
+    """
+    if named_parameters is None:
+        return {id(p): f"{what}.noname.{i}.{j}"
+                for i, group in enumerate(optimizer.param_groups)
+                for j, p in enumerate(group["params"])}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [str(n) for n, _ in named_parameters]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(dups))
+    by_id = {id(p): str(n) for n, p in named_parameters}
+    unnamed = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in by_id]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named (shapes: %s). Pass every parameter the optimizer "
+                         "updates, e.g. model.named_parameters()."
+                         % ", ".join(str(list(p.shape)) for p in unnamed))
+    return by_id
+
+
+class SynchronizeProtocol:
+    """``synchronize()`` / ``skip_synchronize()`` / ``step()`` as in ``DistributedOptimizer``.
+
+    Subclasses implement ``_reduce_gradients()`` and ``_apply_step(closure)``.
+    """
+
+    def _init_protocol(self):
+        self._synchronized = False
+        self._should_synchronize = True
+
+    def synchronize(self):
+        """Reduce the gradients now (``step()`` then needs ``skip_synchronize()``)."""
+        self._reduce_gradients()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self._reduce_gradients()
+        self._synchronized = False
+        return self._apply_step(closure)
+
+    def _base_step(self, closure=None):
+        """The wrapped optimizer's own step()."""
+        return super().step(closure) if closure is not None else super().step()
+
+    # torch.optim.Optimizer wraps a class's step() with its hook machinery when the first
+    # instance is built; the wrapped class's own step() already is.
+    step.hooked = True
+
+
+def flat_view(tensor):
+    """``tensor`` as a 1-D tensor sharing its memory (it must be contiguous)."""
+    return tensor.detach().view(-1)
+
+
+def require_contiguous(params, names, what):
+    for p in params:
+        if not p.is_contiguous():
+            raise ValueError(f"{what}: parameter '{names[id(p)]}' (shape {list(p.shape)}) is "
+                             f"not contiguous; its values are written back in place")
+        if p.device.type != "cpu":
+            raise ValueError(f"{what}: parameter '{names[id(p)]}' is on {p.device}; this "
+                             f"option runs on CPU parameters only (hvdlite has no NCCL)")
+    return params

@@ -1,0 +1,75 @@
+"""``DistributedOptimizer`` with a compression that keeps state between steps.
+
+``Compression.powersgd(...)``, ``Compression.topk(...)`` and
+``Compression.fp16/bf16(error_feedback=True)`` need every gradient at once (PowerSGD
+batches its two all-reduces, top-k packs every tensor's pairs into one all-gather), so the
+reduction runs in ``synchronize()`` / ``step()`` rather than from backward hooks. The
+algorithms live in :mod:`hvdlite.error_feedback` and :mod:`hvdlite.powersgd`, on numpy views
+of the gradients; their state (error buffers, Q matrices, step) is saved in this optimizer's
+``state_dict()`` under ``"hvdlite_compression"``.
+"""
+
+import numpy as np
+import torch
+
+import hvdlite as _hvd
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+from ._wrap import SynchronizeProtocol, require_contiguous, wrap
+
+_STATE_KEY = "hvdlite_compression"
+
+
+class CompressedOptimizer(SynchronizeProtocol):
+    """Methods placed in front of the wrapped optimizer's class."""
+
+    def _compressed_setup(self, names, compression, op, prescale, postscale):
+        self._compression = compression
+        self._reducer = compression.make_reducer()
+        self._reduction = (op, prescale, postscale)
+        self._params = require_contiguous(
+            [p for g in self.param_groups for p in g["params"] if p.requires_grad], names,
+            f"DistributedOptimizer(compression={compression!r})")
+        for p in self._params:
+            if p.dtype not in (torch.float32, torch.float64):
+                raise HvdliteInvalidArgumentError(
+                    f"compression={compression!r}: parameter '{names[id(p)]}' has dtype "
+                    f"{p.dtype}; stateful compression handles float32 and float64 gradients")
+        self._names = [names[id(p)] for p in self._params]
+        self._init_protocol()
+
+    def _reduce_gradients(self):
+        grads = []
+        for p in self._params:
+            if p.grad is None:      # unused this step here; others may have one
+                p.grad = torch.zeros_like(p)
+            if p.grad.is_sparse:
+                p.grad = p.grad.to_dense()
+            if not p.grad.is_contiguous():
+                p.grad = p.grad.contiguous()
+            grads.append(p.grad.detach().numpy())
+        self._reducer.reduce(grads, self._names, *self._reduction)
+
+    def _apply_step(self, closure):
+        return self._base_step(closure)
+
+    def state_dict(self):
+        sd = super().state_dict()
+        sd[_STATE_KEY] = {k: (torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v)
+                          for k, v in self._reducer.state_dict(_hvd.rank(), _hvd.size()).items()}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop(_STATE_KEY, None)
+        super().load_state_dict(state_dict)
+        if "_reducer" in self.__dict__ and saved is not None:
+            self._reducer.load_state_dict(
+                {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in saved.items()},
+                _hvd.rank(), _hvd.size())
+
+
+def make_compressed(optimizer, names, compression, op, prescale, postscale):
+    opt = wrap(CompressedOptimizer, optimizer)
+    opt._compressed_setup(names, compression, op, prescale, postscale)
+    return opt

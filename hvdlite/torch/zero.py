@@ -1,0 +1,546 @@
+"""Sharded optimizer state (ZeRO stage 1): ``DistributedOptimizer(shard_optimizer_state=True)``.
+
+Layout. The trainable parameters of each parameter group are packed, per dtype and in
+reverse order (the order backward produces their gradients), into buckets of about
+``bucket_bytes``. A bucket is one flat index space padded to a multiple of ``size()``;
+rank r owns the r-th equal slice of every bucket. The wrapped optimizer is given, in place
+of the model's parameters, one 1-D "shard" tensor per bucket: its state (momentum, Adam's
+moments, ...) therefore exists only for this rank's slice, about 1/size of the whole.
+
+A step:
+1. as soon as backward has produced every gradient of a bucket (``backward_passes_per_step``
+   times), the bucket's flat gradient is reduce-scattered: this rank receives its slice,
+   averaged (or summed) over ranks, while backward goes on;
+2. ``step()`` copies this rank's slice of the parameters into the shards and runs the wrapped
+   optimizer on them;
+3. the updated shards are all-gathered and written back into the parameters.
+Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
+
+Only optimizers whose update of an element depends on that element alone are accepted
+(the ``SUPPORTED`` list): a flat shard cuts through parameters, so anything that looks at a
+whole parameter or at all of them (LAMB's trust ratio, Adafactor's factored moments,
+LBFGS) would be silently wrong. Clipping by the global norm goes through
+:meth:`ShardedOptimizer.clip_grad_norm_`, which all-reduces the shards' norms.
+
+Checkpoints. ``state_dict()`` is this rank's shard (it loads only at the same size and rank);
+``consolidate_state_dict(to=0)`` returns, on rank 0, the state dict the unsharded optimizer
+would have (parameter-shaped tensors, the original parameter indices), which a plain
+optimizer loads as is and ``load_state_dict`` of a sharded optimizer reshards at any size.
+"""
+
+import itertools
+import math
+from collections import defaultdict
+import weakref
+
+import torch
+
+import hvdlite as _hvd
+from hvdlite import ops as _ops
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+from ._wrap import SynchronizeProtocol, flat_view, require_contiguous, wrap
+from .mpi_ops import Average, Sum, _from_core
+
+SUPPORTED = tuple(getattr(torch.optim, n) for n in (
+    "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta", "RMSprop",
+    "Rprop") if hasattr(torch.optim, n))
+
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+_instances = itertools.count()
+_STATE_KEY = "hvdlite_zero"
+
+
+class _Piece:
+    """Where a parameter's elements sit in its bucket's flat index space."""
+    __slots__ = ("param", "name", "start", "numel", "grad_view")
+
+    def __init__(self, param, name, start):
+        self.param, self.name, self.start, self.numel = param, name, start, param.numel()
+        self.grad_view = None
+
+    def owns_grad(self):
+        g = self.param.grad
+        return g is not None and g.data_ptr() == self.grad_view.data_ptr()
+
+
+class _Bucket:
+    def __init__(self, index, group, params, names, size, rank):
+        self.index, self.group = index, group
+        self.pieces, at = [], 0
+        for p in params:
+            self.pieces.append(_Piece(p, names[id(p)], at))
+            at += p.numel()
+        self.numel = at
+        self.shard_numel = -(-at // size)           # ceil: the padded bucket splits evenly
+        self.begin = rank * self.shard_numel        # this rank's slice of the flat space
+        self.end = self.begin + self.shard_numel
+        dtype = params[0].dtype
+        # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
+        # (so after synchronize() a parameter's .grad is not a meaningful gradient: use
+        # clip_grad_norm_ of the optimizer, which works on the reduced slices).
+        self.flat_grad = torch.zeros(self.shard_numel * size, dtype=dtype)
+        for pc in self.pieces:
+            # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
+            # no second full-size copy of the gradients.
+            pc.grad_view = self.flat_grad[pc.start:pc.start + pc.numel].view_as(pc.param)
+        self.shard = torch.zeros(self.shard_numel, dtype=dtype, requires_grad=True)
+        self.pending = 0        # members whose gradient is not ready yet this step
+        self.handle = None      # the reduce-scatter in flight
+
+    def overlaps(self, begin, end):
+        """(piece, offset in piece, offset in [begin, end), length) for the overlaps."""
+        for pc in self.pieces:
+            lo, hi = max(begin, pc.start), min(end, pc.start + pc.numel)
+            if lo < hi:
+                yield pc, lo - pc.start, lo - begin, hi - lo
+
+
+def _group_options(group):
+    return {k: v for k, v in group.items() if k != "params"}
+
+
+class ShardedOptimizer(SynchronizeProtocol):
+    """Methods placed in front of the wrapped optimizer's class (see the module docstring)."""
+
+    _hvd_sharded = True
+
+    def _zero_setup(self, names, backward_passes_per_step, op, prescale, postscale,
+                    bucket_bytes):
+        self._zero_size, self._zero_rank = _hvd.size(), _hvd.rank()
+        # Optimizers are built in the same order on every rank: their collectives' names
+        # carry that number, so two sharded optimizers never share a name.
+        self._zero_prefix = f"zero{next(_instances)}"
+
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self._zero_op, self._zero_prescale, self._zero_postscale = op, prescale, postscale
+        # The model's parameter groups as the user built them: the consolidated state dict
+        # numbers parameters in this order, as the unsharded optimizer's state_dict does.
+        self._zero_model_groups = [list(g["params"]) for g in self.param_groups]
+        previous_state = super().state_dict() if len(self.state) else None
+        self._zero_buckets, self._zero_bucket_of = [], {}
+        shard_groups = []
+        for gi, group in enumerate(self.param_groups):
+            trainable = require_contiguous(
+                [p for p in group["params"] if p.requires_grad], names,
+                "DistributedOptimizer(shard_optimizer_state=True)")
+            shards = []
+            for dtype in sorted({p.dtype for p in trainable}, key=str):
+                for chunk in _chunks([p for p in reversed(trainable) if p.dtype == dtype],
+                                     bucket_bytes):
+                    b = _Bucket(len(self._zero_buckets), gi, chunk, names, self._zero_size,
+                                self._zero_rank)
+                    self._zero_buckets.append(b)
+                    for p in chunk:
+                        self._zero_bucket_of[p] = b
+                    shards.append(b.shard)
+            shard_groups.append(dict(_group_options(group), params=shards))
+        self.param_groups = shard_groups
+        self.state = defaultdict(dict)
+        # The hooks live on the parameters: take them off when this optimizer goes away.
+        self_ref = weakref.ref(self)
+        self._zero_hooks = []
+        self._zero_grad_accs = {}
+        for p in self._zero_bucket_of:
+            with torch.enable_grad():   # p's AccumulateGrad node, kept so it stays p's
+                self._zero_grad_accs[p] = p.view_as(p).grad_fn.next_functions[0][0]
+            self._zero_hooks.append(p.register_hook(_pre_hook(self_ref, p)))
+            self._zero_hooks.append(p.register_post_accumulate_grad_hook(_hook(self_ref)))
+        self._zero_attach_grads(zero=False)
+        weakref.finalize(self, _remove_hooks, self._zero_hooks)
+        self._zero_countdown = {}
+        self._zero_reset()
+        self._init_protocol()
+        if previous_state is not None:
+            self.load_state_dict(previous_state)
+
+    # -- gradients ------------------------------------------------------------------------
+
+    def _zero_attach_grads(self, zero):
+        """Point every parameter's .grad at its place in its bucket (zeroed, or keeping the
+        gradient it has)."""
+        with torch.no_grad():
+            for b in self._zero_buckets:
+                if zero:
+                    b.flat_grad.zero_()
+                for pc in b.pieces:
+                    if not zero and pc.param.grad is not None and not pc.owns_grad():
+                        pc.grad_view.copy_(pc.param.grad)
+                    pc.param.grad = pc.grad_view
+
+    def _zero_reset(self):
+        n = self.backward_passes_per_step
+        self._zero_countdown = {p: n for p in self._zero_bucket_of}
+        for b in self._zero_buckets:
+            b.pending, b.handle = len(b.pieces), None
+
+    def _zero_too_many_passes(self, p):
+        from .optimizer import GradientAccumulationError
+        n = self.backward_passes_per_step
+        name = self._zero_bucket_of[p].pieces[0].name
+        for pc in self._zero_bucket_of[p].pieces:
+            if pc.param is p:
+                name = pc.name
+        raise GradientAccumulationError(
+            f"Gradient of parameter '{name}' was computed more than "
+            f"backward_passes_per_step={n} times before optimizer.step(); call step() (or "
+            f"synchronize()) after every {n} backward passes")
+
+    def _zero_before_accumulate(self, p):
+        # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
+        from .optimizer import _will_accumulate
+        if self._zero_countdown[p] <= 0 and _will_accumulate(self._zero_grad_accs[p]):
+            self._zero_too_many_passes(p)
+
+    def _zero_grad_ready(self, p):
+        if self._zero_countdown[p] <= 0:
+            self._zero_too_many_passes(p)
+        self._zero_countdown[p] -= 1
+        if self._zero_countdown[p] == 0:
+            b = self._zero_bucket_of[p]
+            b.pending -= 1
+            if b.pending == 0:
+                self._zero_start(b)
+
+    def _zero_start(self, b):
+        """Reduce-scatter the bucket's flat gradient (zeros for parameters without one)."""
+        with torch.no_grad():
+            for pc in b.pieces:
+                if pc.owns_grad():
+                    continue            # autograd accumulated into the bucket itself
+                if pc.param.grad is None:
+                    pc.grad_view.zero_()
+                else:       # .grad was replaced (e.g. model.zero_grad(set_to_none=True))
+                    pc.grad_view.copy_(pc.param.grad)
+        b.handle = _ops.reducescatter_async(b.flat_grad, f"{self._zero_prefix}.grad.{b.index}",
+                                            self._zero_op, self._zero_prescale,
+                                            self._zero_postscale)
+
+    def _reduce_gradients(self):
+        for b in self._zero_buckets:
+            if b.handle is None:
+                self._zero_start(b)
+        handles, i = [b.handle for b in self._zero_buckets], -1
+        try:
+            for i, b in enumerate(self._zero_buckets):
+                r = _ops.wait(handles[i])
+                # This rank's reduced slice goes where its local gradient was (no longer
+                # needed): the shard's gradient costs no memory of its own.
+                own = b.flat_grad[b.begin:b.end]
+                own.copy_(_from_core(r.output, r.bfloat16))
+                b.shard.grad = own
+                del r
+        finally:
+            _ops.wait_all(handles[i + 1:])   # after an error: leave nothing in flight
+            self._zero_reset()
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
+        """``torch.nn.utils.clip_grad_norm_`` over every rank's shard: the global norm.
+
+        Call it between ``synchronize()`` and ``step()`` (under ``skip_synchronize()``), where
+        the unsharded code calls ``clip_grad_norm_(model.parameters(), ...)``. Returns the
+        total norm, the same on every rank.
+        """
+        if not self._synchronized:
+            raise HvdliteInvalidArgumentError(
+                "clip_grad_norm_: call optimizer.synchronize() first (the shards' gradients "
+                "are reduced there), then step() under optimizer.skip_synchronize()")
+        norm_type = float(norm_type)
+        grads = [b.shard.grad for b in self._zero_buckets]
+        if norm_type == math.inf:
+            local = max((g.abs().max().double() for g in grads if g.numel()),
+                        default=torch.zeros((), dtype=torch.float64))
+            total = _allreduce_scalar(local, _ops.Max, "zero.clip.max")
+        else:
+            local = sum((g.double().abs().pow(norm_type).sum() for g in grads),
+                        torch.zeros((), dtype=torch.float64))
+            total = _allreduce_scalar(local, Sum, "zero.clip.sum") ** (1.0 / norm_type)
+        if error_if_nonfinite and not math.isfinite(total):
+            raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
+                               f"non-finite, so it cannot be clipped.")
+        coef = min(float(max_norm) / (total + 1e-6), 1.0)
+        with torch.no_grad():
+            for g in grads:
+                g.mul_(coef)
+        return torch.tensor(total)
+
+    # -- the update -------------------------------------------------------------------------
+
+    def _apply_step(self, closure):
+        if closure is not None:
+            raise HvdliteInvalidArgumentError(
+                "step(closure): closures are not supported with shard_optimizer_state=True "
+                "(the loss would be re-evaluated with parameters only this rank's shard of "
+                "which has been updated)")
+        with torch.no_grad():
+            for b in self._zero_buckets:
+                # The parameters are the truth (broadcast_parameters, load_state_dict of the
+                # model): take this rank's slice of them afresh every step.
+                b.shard.zero_()
+                for pc, off, at, n in b.overlaps(b.begin, b.end):
+                    b.shard[at:at + n].copy_(flat_view(pc.param)[off:off + n])
+        result = self._base_step()
+        self._zero_gather_params()
+        return result
+
+    def _zero_gather_params(self):
+        """All-gather the updated shards into the parameters, two buckets in flight: one
+        transfers while the other is copied out, and only two full buckets exist at once."""
+        buckets, handles = self._zero_buckets, {}
+
+        def start(i):
+            if i < len(buckets):
+                handles[i] = _ops.allgather_async(buckets[i].shard.detach(),
+                                                  f"{self._zero_prefix}.param.{i}")
+        start(0)
+        try:
+            for i, b in enumerate(buckets):
+                start(i + 1)
+                r = _ops.wait(handles.pop(i))
+                flat = _from_core(r.output, r.bfloat16)
+                with torch.no_grad():
+                    for pc in b.pieces:
+                        flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
+                del flat, r
+        finally:
+            _ops.wait_all(list(handles.values()))   # after an error: leave nothing in flight
+
+    def zero_grad(self, set_to_none=True):
+        """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
+        says: the bucket is their memory, so setting them to None would free nothing."""
+        del set_to_none
+        if any(b.handle is not None for b in self._zero_buckets) or any(
+                c != self.backward_passes_per_step for c in self._zero_countdown.values()):
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+        # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
+        # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
+        self._zero_attach_grads(zero=True)
+        for b in self._zero_buckets:
+            b.shard.grad = None
+
+    def set_backward_passes_per_step(self, passes):
+        if int(passes) < 1:
+            raise ValueError("backward_passes_per_step must be >= 1")
+        self.backward_passes_per_step = int(passes)
+        self._zero_reset()
+
+    def add_param_group(self, param_group):
+        if "_zero_buckets" not in self.__dict__:
+            return super().add_param_group(param_group)
+        raise HvdliteInvalidArgumentError(
+            "add_param_group is not supported with shard_optimizer_state=True: give every "
+            "parameter group to the optimizer before wrapping it")
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def state_dict(self):
+        """This rank's shard of the state (loads back only at the same size and rank).
+
+        For a checkpoint that loads anywhere, use :meth:`consolidate_state_dict`.
+        """
+        sd = super().state_dict()
+        sd[_STATE_KEY] = {"rank": self._zero_rank, "size": self._zero_size,
+                          "buckets": [b.numel for b in self._zero_buckets]}
+        return sd
+
+    def consolidate_state_dict(self, to=0):
+        """The unsharded optimizer's state dict, gathered from every rank's shard.
+
+        A collective: every rank must call it. Returns the dict on rank ``to`` (on every
+        rank when ``to`` is None) and None elsewhere. Tensors have their parameters' shapes
+        and parameters are numbered as in the optimizer that was wrapped, so a plain
+        ``torch.optim`` optimizer loads it, and so does a sharded one at any size.
+        """
+        keys_of, handles = [], []
+        for b in self._zero_buckets:
+            st = self.state.get(b.shard, {})
+            keys = list(st)
+            keys_of.append(keys)
+            for k in keys:
+                if _is_elementwise(st[k], b.shard):
+                    handles.append(_ops.allgather_async(
+                        st[k].detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}"))
+        results = iter(_ops.wait_all(handles))
+        if to is not None and self._zero_rank != to:
+            for _ in results:
+                pass
+            return None
+        by_param = {}
+        for b, keys in zip(self._zero_buckets, keys_of):
+            st = self.state.get(b.shard, {})
+            per_param = {pc.param: {} for pc in b.pieces}
+            for k in keys:
+                if _is_elementwise(st[k], b.shard):
+                    r = next(results)
+                    flat = _from_core(r.output, r.bfloat16)
+                    for pc in b.pieces:
+                        per_param[pc.param][k] = (
+                            flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))
+                else:
+                    for pc in b.pieces:
+                        v = st[k]
+                        per_param[pc.param][k] = v.clone() if torch.is_tensor(v) else v
+            if keys:
+                by_param.update(per_param)
+        state, groups, index = {}, [], 0
+        for group, params in zip(self.param_groups, self._zero_model_groups):
+            ids = []
+            for p in params:
+                if p in by_param:
+                    state[index] = by_param[p]
+                ids.append(index)
+                index += 1
+            groups.append(dict(_group_options(group), params=ids))
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, state_dict):
+        """Load this rank's own ``state_dict()``, or a consolidated one (resharded here)."""
+        if "_zero_buckets" not in self.__dict__:
+            return super().load_state_dict(state_dict)
+        saved = state_dict.get(_STATE_KEY)
+        if saved is not None:
+            mine = {"rank": self._zero_rank, "size": self._zero_size,
+                    "buckets": [b.numel for b in self._zero_buckets]}
+            if saved != mine:
+                raise HvdliteInvalidArgumentError(
+                    f"load_state_dict: this sharded state dict was saved by rank "
+                    f"{saved.get('rank')} of {saved.get('size')} (buckets of "
+                    f"{saved.get('buckets')} elements); this is rank {self._zero_rank} of "
+                    f"{self._zero_size} (buckets {mine['buckets']}). To resume at another "
+                    f"size or layout, save optimizer.consolidate_state_dict() instead")
+            state_dict = {k: v for k, v in state_dict.items() if k != _STATE_KEY}
+        else:
+            state_dict = self._zero_reshard(state_dict)
+        super().load_state_dict(state_dict)
+        self._zero_reset()
+        self._synchronized = False
+
+    def _zero_reshard(self, full):
+        """The consolidated (unsharded) state dict ``full`` cut to this rank's shards."""
+        groups = full.get("param_groups")
+        if groups is None or len(groups) != len(self._zero_model_groups) or any(
+                len(g["params"]) != len(ps) for g, ps in zip(groups, self._zero_model_groups)):
+            counts = [len(ps) for ps in self._zero_model_groups]
+            got = None if groups is None else [len(g["params"]) for g in groups]
+            raise HvdliteInvalidArgumentError(
+                f"load_state_dict: the state dict has parameter groups of sizes {got}; this "
+                f"optimizer's groups have {counts} parameters")
+        param_state = {}
+        for g, params in zip(groups, self._zero_model_groups):
+            for i, p in zip(g["params"], params):
+                if i in full["state"]:
+                    param_state[p] = full["state"][i]
+        state = {}
+        for b in self._zero_buckets:
+            have = [pc for pc in b.pieces if pc.param in param_state]
+            if not have:
+                continue
+            if len(have) != len(b.pieces):
+                missing = [pc.name for pc in b.pieces if pc.param not in param_state]
+                raise HvdliteInvalidArgumentError(
+                    f"load_state_dict: parameters {missing} have no optimizer state while "
+                    f"others stepped with them do; a sharded optimizer keeps state for all or "
+                    f"none of a bucket's parameters")
+            shard_state = {}
+            for k in param_state[have[0].param]:
+                if _key_is_elementwise(k, b, param_state):
+                    dtype = param_state[have[0].param][k].dtype
+                    shard = torch.zeros(b.shard_numel, dtype=dtype)
+                    for pc, off, at, n in b.overlaps(b.begin, b.end):
+                        shard[at:at + n] = param_state[pc.param][k].reshape(-1)[off:off + n]
+                    shard_state[k] = shard
+                else:
+                    v = param_state[have[0].param][k]
+                    shard_state[k] = v.clone() if torch.is_tensor(v) else v
+            state[b.index] = shard_state
+        # torch numbers the shards by their position in param_groups: bucket order.
+        index_of = {id(b.shard): b.index for b in self._zero_buckets}
+        shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
+                        for g, mine in zip(groups, self.param_groups)]
+        return {"state": state, "param_groups": shard_groups}
+
+    def _broadcast_state(self, root_rank):
+        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded."""
+        from .functions import broadcast_object
+        full = broadcast_object(self.consolidate_state_dict(to=root_rank), root_rank,
+                                name="zero.broadcast_state")
+        self.load_state_dict(full)
+
+
+def _hook(opt_ref):
+    def hook(p):
+        opt = opt_ref()
+        if opt is not None:
+            opt._zero_grad_ready(p)
+    return hook
+
+
+def _pre_hook(opt_ref, p):
+    def pre_hook(_grad):
+        opt = opt_ref()
+        if opt is not None:
+            opt._zero_before_accumulate(p)
+    return pre_hook
+
+
+def _remove_hooks(handles):
+    for h in handles:
+        h.remove()
+
+
+def _chunks(params, bucket_bytes):
+    chunk, size = [], 0
+    for p in params:
+        if chunk and size + p.numel() * p.element_size() > bucket_bytes:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(p)
+        size += p.numel() * p.element_size()
+    if chunk:
+        yield chunk
+
+
+def _is_elementwise(value, shard):
+    return torch.is_tensor(value) and value.dim() == 1 and value.shape == shard.shape
+
+
+def _key_is_elementwise(key, bucket, param_state):
+    """Whether state ``key`` holds one value per element (else one value per parameter).
+
+    Decided from a parameter with at least one dimension, whose per-element state has its
+    shape while per-parameter values (``step``) are 0-d; a bucket of 0-d parameters only has
+    ``step`` as its per-parameter key in every supported optimizer.
+    """
+    for pc in bucket.pieces:
+        if pc.param.dim() > 0:
+            v = param_state[pc.param][key]
+            return torch.is_tensor(v) and v.shape == pc.param.shape
+    return key != "step"
+
+
+def _allreduce_scalar(value, op, name):
+    buf = value.reshape(1).clone()
+    _ops.wait(_ops.allreduce_async(buf, None, name, op))
+    return float(buf.item())
+
+
+def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,
+                 bucket_bytes=DEFAULT_BUCKET_BYTES):
+    """The sharded form of ``optimizer`` (called by ``DistributedOptimizer``)."""
+    if not isinstance(optimizer, SUPPORTED):
+        raise HvdliteInvalidArgumentError(
+            f"DistributedOptimizer(shard_optimizer_state=True) does not support "
+            f"{type(optimizer).__name__}: sharding cuts parameters into flat slices, which is "
+            f"exact only for optimizers that update each element from that element alone. "
+            f"Supported: {', '.join(c.__name__ for c in SUPPORTED)}. Use "
+            f"shard_optimizer_state=False for {type(optimizer).__name__}.")
+    if op not in (Average, Sum):
+        raise HvdliteInvalidArgumentError(
+            "DistributedOptimizer(shard_optimizer_state=True) supports op=Average or op=Sum")
+    if int(bucket_bytes) <= 0:
+        raise ValueError("bucket_bytes must be > 0")
+    opt = wrap(ShardedOptimizer, optimizer)
+    opt._zero_setup(names, backward_passes_per_step, op, prescale, postscale, int(bucket_bytes))
+    return opt

@@ -69,7 +69,7 @@ namespace {
 constexpr size_t kInPlaceBytes = 64 * 1024;
 
 double postscale_of(const Response& r, int size) {
-  return r.postscale * (r.reduce_op == ReduceOp::Average ? 1.0 / size : 1.0);
+  return r.reduce_op == ReduceOp::Average ? r.postscale / size : r.postscale;  // as Horovod
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ void reduce_half(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
 template <typename T>
 void scale_typed(T* d, const T* s, size_t n, double f) {
   if constexpr (std::is_floating_point_v<T>) {
-    const T tf = static_cast<T>(f);
+    const T tf = static_cast<T>(f);  // float32 scales in float32, as Horovod's ScaleBuffer
     for (size_t i = 0; i < n; ++i) d[i] = s[i] * tf;
   } else {
     for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<double>(s[i]) * f);

@@ -1,7 +1,11 @@
 """Data-parallel Keras 3 training of a small classifier on scikit-learn's digits.
 
     hvdlite-run -np 2 python examples/keras_digits.py
+    KERAS_BACKEND=torch hvdlite-run -np 2 python examples/keras_digits.py
+    KERAS_BACKEND=jax hvdlite-run -np 2 python examples/keras_digits.py
     # or: mpirun -np 2 python examples/keras_digits.py   (a single process works too)
+
+The script is the same on every Keras backend (TensorFlow by default).
 
 Each rank trains on its own shard of the training set; hvdlite all-reduces the gradients,
 so every rank holds the same weights. Only rank 0 prints. Exits with status 1 if the test
@@ -14,27 +18,44 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-import keras  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
-from sklearn.model_selection import train_test_split  # noqa: E402
 
-import hvdlite.tensorflow.keras as hvd  # noqa: E402
+def limit_threads(n):
+    """At most ``n`` compute threads per rank, on whichever backend Keras uses."""
+    backend = os.environ["KERAS_BACKEND"]
+    if backend == "tensorflow":
+        import tensorflow as tf
+        tf.config.threading.set_intra_op_parallelism_threads(n)
+        tf.config.threading.set_inter_op_parallelism_threads(2)
+    elif backend == "torch":
+        import torch
+        torch.set_num_threads(n)
+    elif backend == "jax" and n == 1:   # read when JAX starts
+        os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
+                              "intra_op_parallelism_threads=1")
 
 
-def main():
+def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=15)
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.002, help="per rank; scaled by size")
     parser.add_argument("--min-accuracy", type=float, default=0.95)
-    parser.add_argument("--threads", type=int, default=1, help="TensorFlow threads per rank")
-    args = parser.parse_args()
+    parser.add_argument("--threads", type=int, default=1, help="compute threads per rank")
+    return parser.parse_args()
 
-    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(2)
 
+ARGS = parse_args()
+limit_threads(ARGS.threads)
+
+import numpy as np  # noqa: E402
+import keras  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+
+import hvdlite.keras as hvd  # noqa: E402
+
+
+def main(args):
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     verbose = 1 if rank == 0 else 0
@@ -42,7 +63,7 @@ def main():
 
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
-    y = digits.target.astype(np.int64)
+    y = digits.target.astype(np.int32)
     x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0,
                                                         stratify=y)
     x_shard, y_shard = x_train[rank::size], y_train[rank::size]   # this rank's data
@@ -65,7 +86,8 @@ def main():
         hvd.callbacks.LearningRateWarmupCallback(scaled_lr, warmup_epochs=2, verbose=verbose),
     ]
     if rank == 0:
-        print(f"training on {size} rank(s), {len(x_shard)} samples per rank, "
+        print(f"Keras backend {keras.backend.backend()}: training on {size} rank(s), "
+              f"{len(x_shard)} samples per rank, "
               f"global batch {args.batch_size * size}", flush=True)
     model.fit(x_shard, y_shard, batch_size=args.batch_size, epochs=args.epochs,
               callbacks=callbacks, verbose=verbose)
@@ -74,7 +96,8 @@ def main():
     # accuracies are combined with a weighted all-reduce.
     xt, yt = x_test[rank::size], y_test[rank::size]
     _, acc = model.evaluate(xt, yt, verbose=0)
-    correct = hvd.allreduce(np.array([acc * len(yt), len(yt)], np.float64), op=hvd.Sum).numpy()
+    correct = keras.ops.convert_to_numpy(
+        hvd.allreduce(np.array([acc * len(yt), len(yt)], np.float32), op=hvd.Sum))
     test_acc = correct[0] / correct[1]
     if rank == 0:
         print(f"test accuracy: {test_acc:.4f} ({int(round(correct[0]))}/{int(correct[1])})",
@@ -84,4 +107,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(ARGS))

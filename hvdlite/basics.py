@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from . import _core, config, ops, process_sets as _process_sets
+from . import _core, _policy, config, work, process_sets as _process_sets
 from .elastic import settings as _elastic_settings
 
 _atexit_registered = False
@@ -27,7 +27,8 @@ def init(comm=None, process_sets=None):
     if _core.is_initialized():
         return
     settings = config.read()  # a bad HVDLITE_*/HOROVOD_* value fails here, naming it
-    ops.reset_name_counters()
+    _policy.reset_name_counters()
+    work.forget_all()
     # Open MPI busy-polls while it waits; on a machine where ranks share cores with the
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free
     # (measured with examples/torch_bench.py). Read by MPI_Init; the user's setting wins.
@@ -45,6 +46,7 @@ def init(comm=None, process_sets=None):
 def shutdown():
     """Stop the engine on this rank. Pending operations on other ranks fail with a clear error."""
     _core.shutdown()
+    work.forget_all()
 
 
 def start_timeline(file_path, mark_cycles=False):
@@ -150,3 +152,45 @@ def mpi_threads_supported() -> bool:
 
 def nccl_built() -> bool:
     return _core.nccl_built()
+
+
+def mpi_enabled() -> bool:
+    """hvdlite always runs over MPI."""
+    return True
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    """False: GPU tensors are staged through host memory; no CUDA code is built."""
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def is_homogeneous() -> bool:
+    """True when every host runs the same number of ranks."""
+    return size() % local_size() == 0 and cross_size() * local_size() == size()
+
+
+#: What the framework adapters re-export as they are.
+BASICS = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+          "cross_rank", "cross_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+          "nccl_built", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built", "ccl_built",
+          "ddl_built", "is_homogeneous")

@@ -52,6 +52,9 @@ class Compressor:
 class NoneCompressor(Compressor):
     """Default: no compression."""
 
+    #: Nothing to do: the adapters skip compress/decompress.
+    is_identity = True
+
     @staticmethod
     def compress(tensor):
         return tensor, None

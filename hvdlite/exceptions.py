@@ -22,6 +22,13 @@ class HvdliteInvalidArgumentError(HvdliteError, ValueError):
     """Bad local input (dtype, layout, duplicate name, ...), raised before anything is sent."""
 
 
+class HvdliteUnsupportedError(HvdliteInvalidArgumentError, NotImplementedError):
+    """A request hvdlite cannot run (Adasum, a sparse all-reduce with Min...).
+
+    Also a NotImplementedError, which is what Horovod raises in these cases.
+    """
+
+
 class HvdliteMismatchError(HvdliteError):
     """Ranks submitted incompatible requests for one tensor name (shape, dtype, op, root...).
 

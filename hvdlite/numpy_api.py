@@ -1,19 +1,25 @@
 """Horovod's collective API on numpy arrays (any array with ``__dlpack__`` is accepted too).
 
 Out-of-place ops return new numpy arrays; the trailing-underscore forms work in place. The
-``*_async`` forms return an int handle for ``poll`` / ``synchronize``. Every collective takes
-``process_set=`` (a :class:`hvdlite.ProcessSet`; default all ranks).
+``*_async`` forms return a :class:`~hvdlite.work.Work` (``int(work)`` is Horovod's int
+handle) for ``poll`` / ``synchronize``. Every op takes ``process_set=``.
+
+``broadcast_object`` / ``allgather_object`` pickle Python objects over uint8 arrays; the
+torch and TensorFlow adapters use them as they are.
 """
 
-import threading
+import pickle
 
 import numpy as np
 
 from . import ops
-from .ops import Average, Sum
+from ._policy import Average, auto_name, group_names, resolve_op
+from .ops import poll, synchronize  # noqa: F401
 
-_finishers = {}  # handle -> function turning ops.Result into what synchronize returns
-_finishers_lock = threading.Lock()
+try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod
+    import cloudpickle as _pickler
+except ImportError:  # pragma: no cover - cloudpickle is optional
+    _pickler = pickle
 
 
 def _as_array(tensor):
@@ -37,160 +43,118 @@ def _empty_like(tensor):
         raise
 
 
-def _resolve_op(average, op):
-    """Horovod's deprecated ``average=`` flag maps onto ``op``."""
-    if average is not None:
-        if op is not None:
-            raise ValueError("pass either op= or the deprecated average=, not both")
-        return Average if average else Sum
-    return Average if op is None else op
+def _outputs(outputs):
+    return lambda _results: outputs
 
 
-def _track(handle, finisher):
-    with _finishers_lock:
-        _finishers[handle] = finisher
-    return handle
+def _arrays(results):
+    return [r.array() for r in results]
 
 
-def _result_array(result: ops.Result):
-    out = result.output
-    if result.bfloat16:
-        try:
-            import ml_dtypes
-            out = out.view(ml_dtypes.bfloat16)
-        except ImportError:
-            pass  # stays as uint16 bits
-    return out
-
-
-def synchronize(handle):
-    """Wait for an async op and return its result (the output array, or a tuple for alltoall)."""
-    if handle == _EMPTY_GROUP:
-        return []
-    with _finishers_lock:
-        finisher = _finishers.pop(handle, None)
-    result = ops.wait(handle)
-    return finisher(result) if finisher else None
-
-
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, compression=None, process_set=None):
-    tensor = _as_array(tensor)
-    output = _empty_like(tensor)
-    h = ops.allreduce_async(tensor, output, name, _resolve_op(average, op), prescale_factor,
-                            postscale_factor, compression, process_set=process_set)
-    return _track(h, lambda _: output)
-
-
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, compression=None, process_set=None):
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, compression, process_set))
-
-
-def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, compression=None, process_set=None):
-    h = ops.allreduce_async(tensor, tensor, name, _resolve_op(average, op), prescale_factor,
-                            postscale_factor, compression, process_set=process_set)
-    return _track(h, lambda _: tensor)
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, compression=None, process_set=None):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, compression, process_set))
-
-
-def _grouped(tensors, outputs, name, op, prescale_factor, postscale_factor, compression, process_set=None):
-    names = None if name is None else [f"{name}.{i}" for i in range(len(tensors))]
-    handles = ops.grouped_allreduce_async(tensors, outputs, names, op, prescale_factor,
-                                          postscale_factor, compression, process_set=process_set)
-    return handles
-
-
-# The handle of an empty group: nothing was enqueued, synchronize returns [].
-_EMPTY_GROUP = -1
+def _first_array(results):
+    return results[0].array()
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, compression=None, process_set=None):
     tensors = [_as_array(t) for t in tensors]
     outputs = [_empty_like(t) for t in tensors]
-    handles = _grouped(tensors, outputs, name, _resolve_op(average, op), prescale_factor,
-                       postscale_factor, compression, process_set)
-    return _track_group(handles, outputs)
+    return ops.grouped_allreduce_async(
+        tensors, outputs, group_names(name, len(tensors)), resolve_op(op, average),
+        prescale_factor, postscale_factor, compression, process_set, _outputs(outputs))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, compression=None, process_set=None):
     tensors = list(tensors)
-    handles = _grouped(tensors, tensors, name, _resolve_op(average, op), prescale_factor,
-                       postscale_factor, compression, process_set)
-    return _track_group(handles, tensors)
-
-
-def _track_group(handles, outputs):
-    if not handles:
-        return _EMPTY_GROUP
-    # One handle stands for the group (as in Horovod): its last; synchronizing it waits for
-    # every member.
-    rest = handles[:-1]
-
-    def finish(_):
-        for h in rest:
-            ops.wait(h)
-        return outputs
-    return _track(handles[-1], finish)
+    return ops.grouped_allreduce_async(
+        tensors, tensors, group_names(name, len(tensors)), resolve_op(op, average),
+        prescale_factor, postscale_factor, compression, process_set, _outputs(tensors))
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, compression=None, process_set=None):
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, compression, process_set))
+    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                   postscale_factor, compression, process_set).wait()
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, compression=None, process_set=None):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, compression, process_set))
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, compression, process_set).wait()
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, compression=None, process_set=None):
+    tensor = _as_array(tensor)
+    output = _empty_like(tensor)
+    return ops.allreduce_async(tensor, output, name, resolve_op(op, average), prescale_factor,
+                               postscale_factor, compression, process_set,
+                               lambda _: output)
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, compression=None, process_set=None):
+    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                           compression, process_set).wait()
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, compression=None, process_set=None):
+    return ops.allreduce_async(tensor, tensor, name, resolve_op(op, average), prescale_factor,
+                               postscale_factor, compression, process_set, lambda _: tensor)
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, compression=None, process_set=None):
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            compression, process_set).wait()
 
 
 def allgather_async(tensor, name=None, process_set=None):
-    return _track(ops.allgather_async(_as_array(tensor), name, process_set=process_set),
-                  _result_array)
+    return ops.allgather_async(_as_array(tensor), name, process_set, _first_array)
 
 
 def allgather(tensor, name=None, process_set=None):
     """Concatenate every rank's array along dimension 0 (sizes of dimension 0 may differ)."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    return allgather_async(tensor, name, process_set).wait()
+
+
+def grouped_allgather_async(tensors, name=None, process_set=None):
+    tensors = [_as_array(t) for t in tensors]
+    return ops.grouped_allgather_async(tensors, group_names(name, len(tensors), "allgather"),
+                                       process_set, _arrays)
+
+
+def grouped_allgather(tensors, name=None, process_set=None):
+    return grouped_allgather_async(tensors, name, process_set).wait()
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=None):
     tensor = _as_array(tensor)
     output = _empty_like(tensor)
-    return _track(ops.broadcast_async(tensor, root_rank, output, name, process_set=process_set),
-                  lambda _: output)
+    return ops.broadcast_async(tensor, root_rank, output, name, process_set, lambda _: output)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=None):
-    return _track(ops.broadcast_async(tensor, root_rank, tensor, name, process_set=process_set),
-                  lambda _: tensor)
+    return ops.broadcast_async(tensor, root_rank, tensor, name, process_set, lambda _: tensor)
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=None):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=None):
-    def finish(result):
-        out = _result_array(result)
-        return out if splits is None else (out, np.asarray(result.received_splits, dtype=np.int64))
-    return _track(ops.alltoall_async(_as_array(tensor), splits, name, process_set=process_set),
-                  finish)
+    def finish(results):
+        out = results[0].array()
+        if splits is None:
+            return out
+        return out, np.asarray(results[0].received_splits, dtype=np.int64)
+    return ops.alltoall_async(_as_array(tensor), splits, name, process_set, finish)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=None):
@@ -198,23 +162,38 @@ def alltoall(tensor, splits=None, name=None, process_set=None):
 
     Returns the received rows, and with ``splits`` also the rows received from each rank.
     """
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
+    return alltoall_async(tensor, splits, name, process_set).wait()
 
 
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return _track(ops.reducescatter_async(_as_array(tensor), name, op, prescale_factor,
-                                          postscale_factor, process_set=process_set),
-                  _result_array)
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=None):
+    return ops.reducescatter_async(_as_array(tensor), name, op, prescale_factor,
+                                   postscale_factor, process_set, _first_array)
 
 
-def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0, process_set=None):
-    return synchronize(reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                                           process_set))
+def reducescatter(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=None):
+    return reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                               process_set).wait()
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=None):
+    tensors = [_as_array(t) for t in tensors]
+    return ops.grouped_reducescatter_async(
+        tensors, group_names(name, len(tensors), "reducescatter"), op, prescale_factor,
+        postscale_factor, process_set, _arrays)
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=None):
+    return grouped_reducescatter_async(tensors, name, op, prescale_factor, postscale_factor,
+                                       process_set).wait()
 
 
 def barrier(process_set=None):
-    """Return once every rank (of ``process_set``, default all) has called barrier()."""
-    synchronize(ops.barrier_async(process_set=process_set))
+    """Return once every rank (of ``process_set``) has called barrier()."""
+    ops.barrier_async(process_set=process_set).wait()
 
 
 def join():
@@ -222,4 +201,36 @@ def join():
 
     Until then this rank contributes zeros to the all-reduces the other ranks still run.
     """
-    return ops.wait(ops.join_async()).last_joined_rank
+    return ops.join_async(finish=ops.last_joined_rank).wait()
+
+
+# --------------------------------------------------------------------- Python objects
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=None):
+    """Pickle ``obj`` on ``root_rank`` and return it (unpickled) on every rank.
+
+    Unnamed calls are numbered in call order, so every rank must make them in the same order.
+    """
+    from .basics import rank
+    name = auto_name("broadcast_object", name)
+    is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
+    payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8) if is_root else None
+    length = np.array([0 if payload is None else payload.size], dtype=np.int64)
+    ops.broadcast_async(length, root_rank, None, f"{name}.sz", process_set).wait()
+    data = payload.copy() if is_root else np.empty(int(length[0]), dtype=np.uint8)
+    ops.broadcast_async(data, root_rank, None, f"{name}.t", process_set).wait()
+    return obj if is_root else _pickler.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=None):
+    """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
+    name = auto_name("allgather_object", name)
+    payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8)
+    sizes = allgather(np.array([payload.size], dtype=np.int64), f"{name}.sz", process_set)
+    data = allgather(payload, f"{name}.t", process_set)
+    out, start = [], 0
+    for n in sizes.tolist():
+        out.append(_pickler.loads(data[start:start + n].tobytes()))
+        start += n
+    return out
+

@@ -1,76 +1,33 @@
 """Framework-free collectives: the layer every adapter (numpy, torch, TensorFlow) calls.
 
 Tensors are any contiguous CPU array the core can read without a copy: numpy arrays
-(buffer protocol) and objects with ``__dlpack__`` (torch, TF, JAX tensors). Each
-``*_async`` call enqueues one request on the core's background thread and returns an int
-handle at once; ``poll(handle)`` says whether it finished and ``wait(handle)`` blocks for
-it, raising an :class:`~hvdlite.exceptions.HvdliteError` subclass on failure.
+(buffer protocol) and objects with ``__dlpack__`` (torch, TF, JAX tensors). Each call
+enqueues its request(s) on the core's background thread and returns a
+:class:`~hvdlite.work.Work` at once; ``work.wait()`` returns what ``finish`` makes of the
+core's results (by default the list of :class:`~hvdlite.work.Result`) or raises an
+:class:`~hvdlite.exceptions.HvdliteError` subclass. A grouped call is ONE Work: its
+members negotiate and fuse together, and waiting for it waits for all of them.
 
 Who owns the output:
 - allreduce and broadcast write into a caller-provided ``output`` (which may be the input
   itself, for the in-place forms);
 - allgather, alltoall and reducescatter produce outputs whose size only the negotiation
-  knows, so the core allocates them and ``wait`` returns them as a numpy array
-  (``Result.output``). bfloat16 outputs come back as ``numpy.uint16`` holding the bits,
-  with ``Result.bfloat16`` set: adapters view them as their framework's bfloat16.
+  knows, so the core allocates them (``Result.output``; ``Result.array()`` views bfloat16).
 
-References to every array passed in are held here until ``wait`` returns, so callers may
-drop theirs.
+The Work keeps every array passed in referenced until the core is done with it, so
+callers may drop theirs. Policies (op resolution, names, compression) live in
+:mod:`hvdlite._policy`.
 """
 
-import itertools
 import operator
-import threading
-from typing import Any, List, NamedTuple, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from . import _core
-from .process_sets import process_set_id as _set_id
-
-# Reduce ops, numbered as in Horovod so existing scripts that compare them keep working.
-Average = 0
-Sum = 1
-Adasum = 2
-Min = 3
-Max = 4
-Product = 5
-
-_REDUCE_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
-                    Product: "Product"}
-
-# Wire compression understood by the core (float32/float64 tensors travel as 16-bit floats).
-_COMPRESSION_CODES = {None: 0, "none": 0, "fp16": 1, "float16": 1, "bf16": 2, "bfloat16": 2}
-
-
-class Result(NamedTuple):
-    """What ``wait`` returns. Fields that do not apply to the op are None."""
-    output: Any                      # core-allocated numpy array (allgather/alltoall/reducescatter)
-    bfloat16: bool                   # output holds bfloat16 bits in a uint16 array
-    received_splits: Optional[List[int]]  # alltoall: rows received from each rank
-    last_joined_rank: Optional[int]  # join: the rank that joined last
-
-
-_inflight_refs = {}   # handle -> arrays the core reads or writes until the handle completes
-_refs_lock = threading.Lock()
-_name_counters = {}
-_counter_lock = threading.Lock()
-
-
-def auto_name(kind: str, name: Optional[str], process_set: int = 0) -> str:
-    """Horovod-style generated names: ranks that call ops in the same order get the same names.
-
-    Counted per process set: members of a set agree on its order only.
-    """
-    if name is not None:
-        return str(name)
-    with _counter_lock:
-        counter = _name_counters.setdefault((kind, process_set), itertools.count())
-        return f"{kind}.noname.{next(counter)}"
-
-
-def reset_name_counters() -> None:
-    """Called by init/shutdown so a re-initialised job starts its generated names afresh."""
-    with _counter_lock:
-        _name_counters.clear()
+from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name,  # noqa: F401
+                      group_names, resolve_op, wire_code)
+from .exceptions import HvdliteInvalidArgumentError
+from .process_sets import process_set_id
+from .work import Result, Work, wait_all as _wait_all  # noqa: F401
 
 
 def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
@@ -81,14 +38,14 @@ def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> i
     a truncation or a generic TypeError.
     """
     if isinstance(value, bool):
-        raise _core_error(1, f"{what} must be an integer, got the bool {value!r}")
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got the bool {value!r}")
     try:
         v = operator.index(value)
     except TypeError:
-        raise _core_error(1, f"{what} must be an integer, got {value!r} "
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got {value!r} "
                              f"({type(value).__name__})") from None
     if not low <= v <= high:
-        raise _core_error(1, f"{what} {v} is out of range [{low}, {high}]")
+        raise HvdliteInvalidArgumentError(f"{what} {v} is out of range [{low}, {high}]")
     return v
 
 
@@ -96,159 +53,178 @@ def root_rank_arg(root_rank) -> int:
     """A broadcast root: an integer rank of this job."""
     root = integer_arg(root_rank, "root_rank")
     if not 0 <= root < _core.size():
-        raise _core_error(1, f"root rank {root} is out of range for {_core.size()} ranks")
+        raise HvdliteInvalidArgumentError(f"root rank {root} is out of range for {_core.size()} ranks")
     return root
 
 
 def splits_arg(splits) -> List[int]:
     """alltoall splits: a sequence of non-negative integers (numpy arrays and lists alike)."""
     if isinstance(splits, (str, bytes)) or not hasattr(splits, "__iter__"):
-        raise _core_error(1, f"splits must be a sequence of integers, got {splits!r}")
+        raise HvdliteInvalidArgumentError(f"splits must be a sequence of integers, got {splits!r}")
     return [integer_arg(s, "each split", 0) for s in splits]
 
 
-def _check_reduce_op(op) -> int:
-    op = integer_arg(op, "op")
-    if op == Adasum:
-        raise _core_error(1, "op=Adasum is not supported by hvdlite; use Average or Sum")
-    if op not in _REDUCE_OP_NAMES:
-        raise _core_error(1, f"unknown reduce op {op!r}; use hvdlite.Average, Sum, Min, Max or Product")
-    return op
+_set_id = process_set_id  # a ProcessSet, an id, or None (the world) -> the core's id
 
 
-def _compression_code(compression) -> int:
-    key = getattr(compression, "wire_dtype", compression)
-    if key not in _COMPRESSION_CODES:
-        raise _core_error(1, f"unknown compression {compression!r}; use None, 'fp16' or 'bf16'")
-    return _COMPRESSION_CODES[key]
-
-
-def _core_error(status: int, message: str):
-    from .exceptions import STATUS_TO_ERROR
-    return STATUS_TO_ERROR[status](message)
-
-
-def _hold(handles: Sequence[int], refs) -> None:
-    with _refs_lock:
-        for h in handles:
-            _inflight_refs[h] = refs
-
-
-def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
-                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    compression=None, process_set=None) -> int:
-    """All-reduce ``tensor`` into ``output`` (default: in place)."""
-    return grouped_allreduce_async([tensor], None if output is None else [output],
-                                   None if name is None else [name], op, prescale_factor,
-                                   postscale_factor, compression, process_set=process_set)[0]
+def _names(names, n, kind, process_set=None):
+    if names is None:
+        return [auto_name(kind, None, _set_id(process_set)) for _ in range(n)]
+    names = [str(x) for x in names]
+    if len(names) != n:
+        raise HvdliteInvalidArgumentError(f"grouped {kind} got {n} tensors but {len(names)} names")
+    return names
 
 
 def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = None,
                             names: Optional[Sequence[str]] = None, op: int = Average,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                            compression=None, process_set=None) -> List[int]:
-    """All-reduce many tensors; they are enqueued together so they negotiate and fuse together."""
-    ps = _set_id(process_set)
+                            compression=None, process_set=None,
+                            finish: Optional[Callable] = None) -> Work:
+    """All-reduce many tensors into ``outputs`` (default: in place) as one group."""
     tensors = list(tensors)
     outputs = tensors if outputs is None else list(outputs)
     if len(outputs) != len(tensors):
-        raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
-    if names is None:
-        names = [auto_name("allreduce", None, ps) for _ in tensors]
-    names = [str(n) for n in names]
-    if len(names) != len(tensors):
-        raise _core_error(1, f"grouped_allreduce got {len(tensors)} tensors but {len(names)} names")
-    handles = _core.enqueue_allreduce(names, tensors, outputs, _check_reduce_op(op),
-                                      float(prescale_factor), float(postscale_factor),
-                                      _compression_code(compression), process_set=ps)
-    _hold(handles, (tensors, outputs))
-    return handles
+        raise HvdliteInvalidArgumentError(
+            f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
+    handles = _core.enqueue_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
+                                      resolve_op(op), float(prescale_factor),
+                                      float(postscale_factor), wire_code(compression),
+                                      **_set_kw(process_set))
+    return Work(handles, (tensors, outputs), finish)
+
+
+def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    compression=None, process_set=None, finish=None) -> Work:
+    """All-reduce ``tensor`` into ``output`` (default: in place)."""
+    return grouped_allreduce_async([tensor], None if output is None else [output],
+                                   None if name is None else [name], op, prescale_factor,
+                                   postscale_factor, compression, process_set, finish)
 
 
 def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None,
-                    process_set=None) -> int:
-    """Broadcast ``tensor`` from global rank ``root_rank`` into ``output`` (default: in place)."""
+                    process_set=None, finish=None) -> Work:
+    """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
-    ps = _set_id(process_set)
-    h = _core.enqueue_broadcast(auto_name("broadcast", name, ps), tensor, output,
-                                root_rank_arg(root_rank), process_set=ps)
-    _hold([h], (tensor, output))
-    return h
+    h = _core.enqueue_broadcast(auto_name("broadcast", name, _set_id(process_set)), tensor, output, root_rank_arg(root_rank),
+                                **_set_kw(process_set))
+    return Work([h], (tensor, output), finish)
 
 
-def allgather_async(tensor, name: Optional[str] = None, process_set=None) -> int:
+def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
+                            process_set=None, finish=None) -> Work:
+    """Broadcast many tensors from ``root_rank`` (one Work)."""
+    tensors = list(tensors)
+    outputs = tensors if outputs is None else list(outputs)
+    names = _names(names, len(tensors), "broadcast", process_set)
+    kw, root = _set_kw(process_set), root_rank_arg(root_rank)
+    handles = _each((tensors, outputs), [
+        (lambda n=n, t=t, o=o: _core.enqueue_broadcast(n, t, o, root, **kw))
+        for n, t, o in zip(names, tensors, outputs)])
+    return Work(handles, (tensors, outputs), finish)
+
+
+def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish=None) -> Work:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
-    ps = _set_id(process_set)
-    h = _core.enqueue_allgather(auto_name("allgather", name, ps), tensor, process_set=ps)
-    _hold([h], tensor)
-    return h
+    h = _core.enqueue_allgather(auto_name("allgather", name, _set_id(process_set)), tensor, **_set_kw(process_set))
+    return Work([h], tensor, finish)
+
+
+def grouped_allgather_async(tensors, names=None, process_set=None, finish=None) -> Work:
+    """All-gather many tensors as one group."""
+    tensors = list(tensors)
+    handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather", process_set), tensors,
+                                              **_set_kw(process_set))
+    return Work(handles, tensors, finish)
 
 
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
-                   process_set=None) -> int:
-    """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise.
-
-    In a process set, i counts the set's members.
-    """
-    ps = _set_id(process_set)
+                   process_set=None, finish=None) -> Work:
+    """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
     split_list = [] if splits is None else splits_arg(splits)
-    h = _core.enqueue_alltoall(auto_name("alltoall", name, ps), tensor, split_list, process_set=ps)
-    _hold([h], tensor)
-    return h
+    h = _core.enqueue_alltoall(auto_name("alltoall", name, _set_id(process_set)), tensor, split_list,
+                               **_set_kw(process_set))
+    return Work([h], tensor, finish)
 
 
 def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                        process_set=None) -> int:
+                        process_set=None, finish=None) -> Work:
     """Reduce ``tensor`` across ranks and give rank r its share of dimension 0.
 
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
     ``n % size`` ranks one more.
     """
-    ps = _set_id(process_set)
-    h = _core.enqueue_reducescatter(auto_name("reducescatter", name, ps), tensor,
-                                    _check_reduce_op(op), float(prescale_factor),
-                                    float(postscale_factor), process_set=ps)
-    _hold([h], tensor)
-    return h
+    h = _core.enqueue_reducescatter(auto_name("reducescatter", name, _set_id(process_set)), tensor, resolve_op(op),
+                                    float(prescale_factor), float(postscale_factor),
+                                    **_set_kw(process_set))
+    return Work([h], tensor, finish)
 
 
-def barrier_async(name: Optional[str] = None, process_set=None) -> int:
-    ps = _set_id(process_set)
-    return _core.enqueue_barrier(auto_name("barrier", name, ps), process_set=ps)
+def grouped_reducescatter_async(tensors, names=None, op: int = Average,
+                                prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                                process_set=None, finish=None) -> Work:
+    """Reduce-scatter many tensors as one group."""
+    tensors = list(tensors)
+    handles = _core.enqueue_grouped_reducescatter(
+        _names(names, len(tensors), "reducescatter", process_set), tensors, resolve_op(op),
+        float(prescale_factor), float(postscale_factor), **_set_kw(process_set))
+    return Work(handles, tensors, finish)
 
 
-def join_async(name: Optional[str] = None, process_set=None) -> int:
+def barrier_async(name: Optional[str] = None, process_set=None) -> Work:
+    return Work([_core.enqueue_barrier(auto_name("barrier", name, _set_id(process_set)), **_set_kw(process_set))])
+
+
+def join_async(name: Optional[str] = None, finish=None) -> Work:
     """This rank has no more data: it contributes zeros to others' all-reduces until all join."""
-    ps = _set_id(process_set)
-    return _core.enqueue_join(auto_name("join", name, ps), process_set=ps)
+    return Work([_core.enqueue_join(auto_name("join", name))], None, finish)
 
 
-def poll(handle: int) -> bool:
-    """True once the operation behind ``handle`` has finished (successfully or not)."""
-    return _core.poll(integer_arg(handle, "handle"))
+def last_joined_rank(results) -> int:
+    """join's value: the rank that joined last (-1 if the core did not say)."""
+    last = results[0].last_joined_rank
+    return -1 if last is None else int(last)
 
 
-def wait(handle: int) -> Result:
-    """Block until ``handle`` finishes; return its Result or raise its error. Frees the handle."""
+def wait(work) -> Result:
+    """The Result of a Work of one request made without a finish step."""
+    return Work.lookup(work, "wait").wait()[0]
+
+
+def wait_all(works) -> list:
+    """Results of a group's Work, or of a list of Works (each without a finish step); every
+    one is waited for before the first error is raised."""
+    if isinstance(works, Work):
+        return works.wait()
+    return [r for results in _wait_all(list(works)) for r in results]
+
+
+def poll(handle) -> bool:
+    """True once the operation behind ``handle`` (a Work or its int) has finished."""
+    return Work.lookup(handle, "poll").poll()
+
+
+def synchronize(handle):
+    """Wait for ``handle`` (a Work or its int); return its value or raise its error."""
+    return Work.lookup(handle, "synchronize").synchronize()
+
+
+def _each(refs, enqueues):
+    """Run one enqueue per member; if one fails, the members already enqueued stay
+    referenced (as a dropped Work) until the core is done with them."""
+    handles = []
     try:
-        output, is_bf16, splits, last_rank = _core.wait(integer_arg(handle, "handle"))
-    finally:
-        with _refs_lock:
-            _inflight_refs.pop(handle, None)
-    return Result(output, bool(is_bf16), splits, last_rank)
+        for enqueue in enqueues:
+            handles.append(enqueue())
+    except Exception:
+        Work(handles, refs)
+        raise
+    return handles
 
 
-def wait_all(handles: Sequence[int]) -> List[Result]:
-    """Wait for every handle (so none is left pending), then raise the first error, if any."""
-    results, error = [], None
-    for h in handles:
-        try:
-            results.append(wait(h))
-        except Exception as e:  # noqa: BLE001 - re-raised below, after the rest are freed
-            results.append(None)
-            if error is None:
-                error = e
-    if error is not None:
-        raise error
-    return results
+def _set_kw(process_set):
+    """``process_set=`` for the core, passed only for a non-world set."""
+    set_id = _set_id(process_set)
+    return {"process_set": set_id} if set_id else {}

@@ -20,6 +20,8 @@ have torch || pip_install "torch==2.13.0"
 if [ "$what" = "all" ]; then
   pip_install "pytest>=7" "pytest-timeout>=2"
   have tensorflow || pip_install "tensorflow-cpu>=2.16"
+  # JAX (CPU build from PyPI) for the Keras tests and example on KERAS_BACKEND=jax only.
+  have jax || pip_install "jax[cpu]>=0.4.30"
   have mpi4py || pip_install "mpi4py>=3.1" || echo "setup: mpi4py unavailable; benchmark baselines will be skipped"
 fi
 # No build isolation: the extension must link the MPI of this environment, not of a

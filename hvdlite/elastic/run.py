@@ -4,7 +4,7 @@ import functools
 import sys
 import time
 
-from hvdlite import _core, ops, process_sets
+from hvdlite import _core, _policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
 
@@ -30,7 +30,7 @@ def _rebuild():
     started = time.perf_counter()
     lost = _core.rebuild()
     process_sets._refresh_after_rebuild()
-    ops.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
+    _policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
     after = _core.size()
     if lost and _core.rank() == 0:

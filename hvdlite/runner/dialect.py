@@ -7,7 +7,7 @@ Three dialects:
 =================  ==========================  ============================================
 rank-tagged output ``--tag-output`` (4) /      ``-prepend-pattern '[%r]<hvdl>: '``
                    ``--output tag`` (5)         (Intel MPI: ``-prepend-rank``)
-environment        ``-x NAME`` per variable     ``-genvlist A,B,...``
+environment        ``-x NAME`` per variable     ``-genv NAME VALUE`` per variable
 oversubscription   ``--oversubscribe``          always allowed (nothing to say)
 binding            ``--bind-to none``           ``-bind-to none``
 run as root        OMPI_ALLOW_RUN_AS_ROOT(...)  nothing needed
@@ -42,6 +42,7 @@ class Dialect:
     """How one MPI family spells what hvdlite-run asks of it."""
 
     name = "?"
+    chunked_tags = False   # True where the tag marks each chunk a rank writes, not each line
     # The prefix the launcher's output carries for each rank's line; group "rank".
     tag: Pattern[bytes]
 
@@ -55,7 +56,8 @@ class Dialect:
     def tag_output(self) -> List[str]:
         raise NotImplementedError
 
-    def forward_env(self, names: Sequence[str]) -> List[str]:
+    def forward_env(self, names: Sequence[str], env: Dict[str, str]) -> List[str]:
+        """Arguments that give every rank, on every host, these variables of ``env``."""
         raise NotImplementedError
 
     def oversubscribe(self) -> List[str]:
@@ -118,7 +120,7 @@ class OpenMPI(Dialect):
         # Open MPI 5 ships ULFM; with it, a killed rank is reported to the survivors.
         return ["--with-ft", "ulfm"] if self.major >= 5 else None
 
-    def forward_env(self, names):
+    def forward_env(self, names, env):
         return [word for name in names for word in ("-x", name)]
 
     def oversubscribe(self):
@@ -157,6 +159,7 @@ class Hydra(Dialect):
     """MPICH's process manager, also Intel MPI's (and MVAPICH's)."""
 
     name = "MPICH (Hydra)"
+    chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
 
     def __init__(self, version: str, name: str = "MPICH (Hydra)"):
@@ -166,8 +169,10 @@ class Hydra(Dialect):
     def tag_output(self):
         return ["-prepend-pattern", "[%r]<hvdl>: "]
 
-    def forward_env(self, names):
-        return ["-genvlist", ",".join(names)] if names else []
+    def forward_env(self, names, env):
+        # Values, not -genvlist names: with -genvlist, MPICH 5.0's remote proxies were seen
+        # to drop the variables under some PATHs (tests/multihost), -genv never.
+        return [word for name in names for word in ("-genv", name, env[name])]
 
     def oversubscribe(self):
         return []   # Hydra places ranks round-robin over the slots and wraps around

@@ -383,7 +383,7 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     if args.network_interface:
         cmd += dialect.network_interface(args.network_interface)
     cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)
-    cmd += dialect.forward_env(forwarded)
+    cmd += dialect.forward_env(forwarded, env)
     return cmd + extra + program, env
 
 
@@ -622,7 +622,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             sys.stderr.write("".join(f"{PROG}: {n}\n" for n in notes)
                              + f"{PROG}: running: {' '.join(shlex.quote(c) for c in cmd)}\n")
         router = OutputRouter(tag=dialect.tag if dialect else None, prefix=not args.no_prefix,
-                              verbose=args.verbose, size=args.np)
+                              verbose=args.verbose, size=args.np,
+                              chunked_tags=bool(dialect and dialect.chunked_tags))
         min_np = (args.min_np or 1) if elastic.is_elastic(args) else None
         return run_job(cmd, env, router, min_np=min_np)
     finally:

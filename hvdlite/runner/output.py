@@ -57,13 +57,18 @@ class OutputRouter:
     """Parses tagged mpirun output; thread-safe across one reader thread per stream."""
 
     def __init__(self, tag: Optional[Pattern[bytes]] = None, prefix: bool = True,
-                 verbose: bool = False, size: int = 0, tail_keep: int = TAIL_KEEP):
+                 verbose: bool = False, size: int = 0, chunked_tags: bool = False,
+                 tail_keep: int = TAIL_KEEP):
         from .dialect import OpenMPI
         self.tag = tag if tag is not None else OpenMPI.tag
         self.prefix = prefix
         self.verbose = verbose
         self.size = size   # number of ranks, when known
         self.on_exit = None   # called with (rank, Exit) when a rank's program has ended
+        # Hydra tags each chunk a rank writes, not each line: a line may arrive in pieces,
+        # with other ranks' chunks between them.
+        self.chunked_tags = chunked_tags
+        self._partial: Dict[Tuple[int, str], bytes] = {}
         self._tail_keep = tail_keep
         self._lock = threading.Lock()
         self._seq = itertools.count()
@@ -135,10 +140,21 @@ class OutputRouter:
             # Open MPI sometimes sends a NUL byte with an aborting rank's stderr.
             line = line.replace(b"\x00", b"")
             out = []
-            for rank, text in self.split_line(line):
+            pieces = self.split_line(line)
+            for i, (rank, text) in enumerate(pieces):
+                if rank is not None and (rank, stream) in self._partial:
+                    text = self._partial.pop((rank, stream)) + text
+                if self.chunked_tags and rank is not None and i + 1 < len(pieces) \
+                        and pieces[i + 1][0] not in (None, rank):
+                    # Another rank's chunk came before this line's end: wait for the rest.
+                    self._partial[(rank, stream)] = text
+                    continue
                 out.extend(self._route(rank, stream, text))
             self._write(dst, out)
-        self._write(dst, self._flush_held(stream))
+        out = []
+        for key in [k for k in self._partial if k[1] == stream]:
+            out.extend(self._route(key[0], stream, self._partial.pop(key)))
+        self._write(dst, out + self._flush_held(stream))
 
     @staticmethod
     def _write(dst, pieces: List[bytes]) -> None:
@@ -201,8 +217,10 @@ class OutputRouter:
             self._traceback[rank] = [text]
             return []
         lines.append(text)
-        if not text or text[:1].isspace() or text.startswith((b"During handling",
-                                                              b"The above exception")):
+        # Open MPI 4 may break a long line where a chunk ended: a bare "^^^" marker line
+        # still belongs to the traceback.
+        if not text.strip(b" ^~") or text[:1].isspace() or text.startswith(
+                (b"During handling", b"The above exception")):
             return [] if len(lines) < 400 else self._release(rank, None)
         if text.strip() == _TRACEBACK:
             return []
@@ -237,7 +255,10 @@ class OutputRouter:
         if stream == "stderr":
             for rank in list(self._traceback):
                 del self._traceback[rank]
-                # The rank was ended while printing it (MPI killed it after another failed).
+                # The rank was ended while printing it (MPI killed it after another failed):
+                # it had an error, but not the first (or it would have finished printing).
+                with self._lock:
+                    self.errors.setdefault(rank, Error(next(self._seq), b"(cut off)", True))
                 out.append(self.format_piece(rank, b"(a traceback, cut off when the job "
                                              b"ended; --verbose shows it)"))
         return out

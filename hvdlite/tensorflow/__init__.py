@@ -25,58 +25,28 @@ Typical custom training loop::
     hvd.broadcast_variables(model.variables, root_rank=0)
 """
 
-import hvdlite as _hvd
-from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,  # noqa: F401
-                                HvdliteInvalidArgumentError, HvdliteMismatchError,
-                                HvdliteNotInitializedError, HvdliteShutdownError)
-from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from hvdlite._policy import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
+                            ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                            is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
+                            start_timeline, stop_timeline)
+from hvdlite.exceptions import HvdliteError  # noqa: F401
 
+from . import util  # noqa: F401
 from .compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
                           FP16Compressor, NoneCompressor)
-from .distributed import DistributedGradientTape  # noqa: F401
+from .distributed import (DistributedGradientTape,  # noqa: F401
+                          PartialDistributedGradientTape)
+from .errors import (HvdliteInternalError, HvdliteInvalidArgumentError,  # noqa: F401
+                     HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError,
+                     HvdliteUnsupportedError)
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
+from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa: F401
+                      alltoall, barrier, broadcast, broadcast_, global_process_set, grouped_allgather, grouped_allreduce,
+                      grouped_reducescatter, join, local_rank_op, local_size_op,
+                      process_set_included_op, rank_op, reducescatter, remove_process_set,
+                      size_op)
+from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
+from .util import _executing_eagerly  # noqa: F401
 from . import elastic  # noqa: F401,E402
-from .mpi_ops import (SUPPORTED_DTYPES, allgather, allreduce, alltoall,  # noqa: F401
-                      barrier, broadcast, grouped_allreduce, join, reducescatter)
-
-# Basics, re-exported from the framework-free package.
-init = _hvd.init
-shutdown = _hvd.shutdown
-is_initialized = _hvd.is_initialized
-rank = _hvd.rank
-size = _hvd.size
-local_rank = _hvd.local_rank
-local_size = _hvd.local_size
-cross_rank = _hvd.cross_rank
-cross_size = _hvd.cross_size
-mpi_built = _hvd.mpi_built
-nccl_built = _hvd.nccl_built
-start_timeline = _hvd.start_timeline
-stop_timeline = _hvd.stop_timeline
-
-
-def _optional(name, default):
-    return getattr(_hvd, name, default)
-
-
-mpi_enabled = _optional("mpi_enabled", mpi_built)
-mpi_threads_supported = _optional("mpi_threads_supported", lambda: True)
-gloo_built = _optional("gloo_built", lambda: False)
-gloo_enabled = _optional("gloo_enabled", lambda: False)
-cuda_built = _optional("cuda_built", lambda: False)
-rocm_built = _optional("rocm_built", lambda: False)
-ccl_built = _optional("ccl_built", lambda: False)
-ddl_built = _optional("ddl_built", lambda: False)
-
-
-def is_homogeneous():
-    """True when every host runs the same number of ranks (Horovod API)."""
-    fn = getattr(_hvd, "is_homogeneous", None)
-    if fn is not None:
-        return fn()
-    return size() % local_size() == 0 if local_size() else True
-
-
-def _executing_eagerly():
-    import tensorflow as tf
-    return tf.executing_eagerly()

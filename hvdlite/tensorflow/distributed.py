@@ -1,16 +1,18 @@
 """Gradient all-reduction shared by ``DistributedGradientTape`` and the Keras
 ``DistributedOptimizer``: every dense gradient of a step goes to the core in ONE grouped
-request (one crossing from a ``tf.function``)."""
+request (one crossing from a graph). Also ``PartialDistributedGradientTape`` and
+``register_local_source`` for gradients that stay local."""
 
 import warnings
 
 import tensorflow as tf
 
-import hvdlite as _hvd
-from hvdlite.ops import Average, Sum
+from hvdlite import _policy
+from hvdlite._policy import Average
 
 from .compression import Compression
-from .mpi_ops import _allreduce_dense, _sparse_allreduce, check_dtype, resolve_op
+from .mpi_ops import (_allreduce_dense, _resolve_op, _set, _sparse_allreduce, check_dtype,
+                      global_process_set)
 
 _warned_sparse = set()
 
@@ -23,8 +25,14 @@ def _label(variables, i):
     return f"gradient {i} ({label})" if label else f"gradient {i}"
 
 
+def _var_key(v):
+    """A hashable identity for tf.Variables (``ref()``) and Keras variables alike."""
+    return v.ref() if hasattr(v, "ref") else id(v)
+
+
 def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=False,
-                            op=Average, gradient_predivide_factor=1.0, what=None):
+                            op=Average, gradient_predivide_factor=1.0, what=None,
+                            process_set=global_process_set):
     """Return ``allreduce_grads(grads, variables=None) -> list`` with Horovod's semantics.
 
     * ``None`` gradients stay None.
@@ -34,39 +42,32 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
       the sum and by f/size after it.
     """
     what = what or name
-    op = resolve_op(op, None, what)
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError(f"{what}: gradient_predivide_factor is only supported with "
-                         f"op=Average")
-    if gradient_predivide_factor <= 0:
-        raise ValueError(f"{what}: gradient_predivide_factor must be > 0")
+    op = _resolve_op(op, None, what)
+    _policy.check_predivide(op, gradient_predivide_factor, what)
 
     def allreduce_grads(grads, variables=None):
         grads = list(grads)
         variables = None if variables is None else list(variables)
-        if op == Average and gradient_predivide_factor != 1.0:
-            true_op, prescale = Sum, 1.0 / gradient_predivide_factor
-            postscale = gradient_predivide_factor / _hvd.size()
-        else:
-            true_op, prescale, postscale = op, 1.0, 1.0
+        true_op, prescale, postscale = _policy.predivide(op, gradient_predivide_factor,
+                                                         _set(process_set).size())
         out = [None] * len(grads)
         dense_idx, dense = [], []
         for i, g in enumerate(grads):
             if g is None:
                 continue
-            if isinstance(g, tf.IndexedSlices):
-                if not sparse_as_dense:
-                    label = _label(variables, i)
-                    if label not in _warned_sparse:
-                        _warned_sparse.add(label)
-                        warnings.warn(
-                            f"{what}: {label} is a tf.IndexedSlices (sparse gradient); "
-                            f"all-gathering its rows as Horovod does. Pass "
-                            f"sparse_as_dense=True to all-reduce it densely, which is "
-                            f"faster unless the rows touched are few.", stacklevel=3)
-                    out[i] = _sparse_allreduce(g, op, f"{name}.{i}", what)
-                    continue
-                g = tf.convert_to_tensor(g)
+            if isinstance(g, tf.IndexedSlices) and not sparse_as_dense:
+                label = _label(variables, i)
+                if label not in _warned_sparse:
+                    _warned_sparse.add(label)
+                    warnings.warn(
+                        f"{what}: {label} is a tf.IndexedSlices (sparse gradient); "
+                        f"all-gathering its rows as Horovod does. Pass sparse_as_dense=True "
+                        f"to all-reduce it densely, which is faster unless the rows touched "
+                        f"are few.", stacklevel=3)
+                # the predivide factors only split Average's 1/size: the gathered rows
+                # divided by size are the same result
+                out[i] = _sparse_allreduce(g, op, f"{name}.{i}", what, process_set)
+                continue
             g = tf.convert_to_tensor(g)
             check_dtype(g, what, _label(variables, i))
             dense_idx.append(i)
@@ -74,7 +75,7 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
         names = [f"{name}.{i}" for i in dense_idx]
         labels = {n: _label(variables, i) for n, i in zip(names, dense_idx)}
         reduced = _allreduce_dense(dense, true_op, prescale, postscale, compression, names,
-                                   what, labels)
+                                   what, process_set, labels)
         for i, r in zip(dense_idx, reduced):
             out[i] = r
         return out
@@ -82,30 +83,68 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
     return allreduce_grads
 
 
-class _DistributedGradientTape:
-    """Mixed in before the wrapped tape's class: ``gradient`` all-reduces the gradients."""
+def reduce_except_local(allreduce_grads, grads, sources, local_keys, scale_local, set_size):
+    """All-reduce ``grads`` except those of sources whose key is in ``local_keys``; those
+    stay local, divided by ``set_size`` when ``scale_local`` (as Horovod)."""
+    local = [_var_key(s) in local_keys for s in sources]
+    shared = [i for i, is_local in enumerate(local) if not is_local]
+    out = list(grads)
+    for i, r in zip(shared, allreduce_grads([grads[i] for i in shared],
+                                            [sources[i] for i in shared])):
+        out[i] = r
+    if scale_local:
+        for i, is_local in enumerate(local):
+            g = out[i]
+            if is_local and g is not None:
+                out[i] = (tf.IndexedSlices(g.values / set_size, g.indices, g.dense_shape)
+                          if isinstance(g, tf.IndexedSlices) else g / set_size)
+    return out
 
-    def __init__(self, tape, allreduce_grads, persistent=False, watch_accessed_variables=True):
+
+class _DistributedGradientTape:
+    """Mixed in before the wrapped tape's class: ``gradient`` all-reduces the gradients,
+    except those of sources registered as local (divided by size when
+    ``scale_local_gradients``, as Horovod)."""
+
+    def __init__(self, tape, allreduce_grads, process_set, scale_local_gradients,
+                 persistent=False, watch_accessed_variables=True):
         super().__init__(persistent=persistent,
                          watch_accessed_variables=watch_accessed_variables)
         # Take over what the user's tape recorded.
         self._tape = tape._tape
         self._watched_variables = getattr(tape, "_watched_variables", ())
         self._hvd_allreduce_grads = allreduce_grads
+        self._hvd_process_set = process_set
+        self._hvd_scale_local = scale_local_gradients
+        self._local_sources = set()
+
+    def register_local_source(self, source):
+        """Keep ``source``'s gradient local: it is not all-reduced."""
+        self._local_sources.add(_var_key(source))
 
     def gradient(self, target, sources, output_gradients=None,
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
-        flat_grads = tf.nest.flatten(grads)
-        flat_sources = tf.nest.flatten(sources)
-        reduced = self._hvd_allreduce_grads(flat_grads, flat_sources)
-        return tf.nest.pack_sequence_as(grads, reduced)
+        out = reduce_except_local(self._hvd_allreduce_grads, tf.nest.flatten(grads),
+                                  tf.nest.flatten(sources), self._local_sources,
+                                  self._hvd_scale_local, _set(self._hvd_process_set).size())
+        return tf.nest.pack_sequence_as(grads, out)
+
+    def get_local_and_global_gradients(self, target, sources, output_gradients=None):
+        """(``[(local source, gradient)]``, ``[(global source, gradient)]``)."""
+        grads = self.gradient(target, sources, output_gradients)
+        pairs = list(zip(tf.nest.flatten(sources), tf.nest.flatten(grads)))
+        is_local = [_var_key(s) in self._local_sources for s, _ in pairs]
+        return ([p for p, loc in zip(pairs, is_local) if loc],
+                [p for p, loc in zip(pairs, is_local) if not loc])
 
 
 def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
                             compression=Compression.none, sparse_as_dense=False, op=Average,
-                            gradient_predivide_factor=1.0, name=None):
+                            gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                            process_set=global_process_set, scale_local_gradients=True,
+                            name=None):
     """Wrap a ``tf.GradientTape`` so that ``gradient()`` returns all-reduced gradients.
 
     Use it after recording::
@@ -115,17 +154,41 @@ def DistributedGradientTape(gradtape, device_dense='', device_sparse='',
         tape = hvd.DistributedGradientTape(tape)
         grads = tape.gradient(loss, model.trainable_variables)
 
-    All dense gradients are all-reduced in one grouped request named
-    ``<name>.<index>`` (default name "DistributedGradientTape"), eagerly and inside
-    ``tf.function`` alike. ``device_dense``/``device_sparse`` are accepted for Horovod
-    compatibility and ignored.
+    All dense gradients are all-reduced in one grouped request named ``<name>.<index>``
+    (default name "DistributedGradientTape"), eagerly and inside ``tf.function`` alike,
+    over ``process_set``. ``tape.register_local_source(v)`` keeps ``v``'s gradient local.
+    ``device_dense``/``device_sparse``/``num_groups``/``groups`` are accepted for Horovod
+    compatibility (every gradient already goes in one group).
     """
     if not isinstance(gradtape, tf.GradientTape):
         raise TypeError(f"hvdlite.tensorflow.DistributedGradientTape expects a "
                         f"tf.GradientTape, got {type(gradtape).__name__}")
     allreduce_grads = make_allreduce_grads_fn(
         name or "DistributedGradientTape", compression, sparse_as_dense, op,
-        gradient_predivide_factor, what="DistributedGradientTape")
+        gradient_predivide_factor, what="DistributedGradientTape", process_set=process_set)
     cls = type(gradtape.__class__.__name__, (_DistributedGradientTape, gradtape.__class__), {})
-    return cls(gradtape, allreduce_grads, persistent=gradtape._persistent,
+    return cls(gradtape, allreduce_grads, process_set, scale_local_gradients,
+               persistent=gradtape._persistent,
                watch_accessed_variables=gradtape._watch_accessed_variables)
+
+
+def PartialDistributedGradientTape(gradtape, device_dense='', device_sparse='',
+                                   compression=Compression.none, sparse_as_dense=False,
+                                   op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                                   groups=None, process_set=global_process_set,
+                                   local_layers=None, scale_local_gradients=True):
+    """A ``DistributedGradientTape`` whose ``local_layers``' trainable weights keep local
+    gradients (divided by size when ``scale_local_gradients``, as Horovod)."""
+    tape = DistributedGradientTape(gradtape, device_dense, device_sparse, compression,
+                                   sparse_as_dense, op, gradient_predivide_factor, num_groups,
+                                   groups, process_set, scale_local_gradients)
+    for layer in _as_list(local_layers):
+        for var in layer.trainable_weights:
+            tape.register_local_source(var)
+    return tape
+
+
+def _as_list(layers):
+    if layers is None:
+        return []
+    return list(layers) if isinstance(layers, (list, tuple)) else [layers]

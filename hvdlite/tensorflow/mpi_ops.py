@@ -1,50 +1,51 @@
-"""TensorFlow collectives over the hvdlite C++ core, eagerly and inside ``tf.function``.
+"""TensorFlow collectives over the hvdlite C++ core, eagerly and inside graphs.
 
 How a TensorFlow tensor reaches the core
 ----------------------------------------
 * Eagerly, ``tensor.numpy()`` of a CPU tensor is a zero-copy view; the core writes its
-  result into a fresh numpy array that ``tf.convert_to_tensor`` then adopts (also without
-  a copy when the buffer is aligned).
-* Inside a ``tf.function`` every collective is ONE stateful ``tf.numpy_function`` op:
-  TensorFlow hands the Python function numpy views of the inputs, the function enqueues
-  the request(s) on the core, waits for them (the core drops the GIL while waiting) and
-  returns the results, whose shapes are then set on the graph tensors. ``tf.function``'s
-  automatic control dependencies run stateful ops in program order, so every rank submits
-  its collectives in the same order. A crossing costs about 50 us (see
-  examples/keras_bench.py); that is why gradients are all-reduced in one grouped crossing.
+  result into a fresh 64-byte-aligned numpy array that TensorFlow then adopts without a
+  copy.
+* Inside a ``tf.function`` (or a TF1-style graph) every collective is ONE stateful
+  ``tf.numpy_function`` op: it enqueues the request(s), waits for them (the core drops the
+  GIL while waiting) and returns the results, whose shapes are then set on the graph
+  tensors. ``tf.function``'s automatic control dependencies run stateful ops in program
+  order, so every rank submits its collectives in the same order. In a TF1-style graph
+  there are no such dependencies: there every hvdlite op gets a control dependency on the
+  hvdlite op created before it in the same graph. They then run one at a time, in the
+  same order on every rank, and can never hold all of TensorFlow's inter-op threads
+  waiting for each other (a deadlock with 8+ independent collectives otherwise). Fetching
+  one of them also runs those created before it.
 * XLA cannot compile ``tf.numpy_function``: compile Keras models with
   ``jit_compile=False`` on machines with a GPU (on CPU-only machines Keras already does).
 
 Names
 -----
-Requests are matched across ranks by name. A ``name=`` you pass is used as is (grouped
-calls append ``.0``, ``.1``, ...). Otherwise: eagerly the core generates names in call
-order; inside a ``tf.function`` a name is fixed when the function is traced,
-``tf.<kind>.<k>`` with ``k`` counting the collectives of that traced function, so ranks
-that trace the same code agree without depending on TensorFlow's op names (which embed
-Keras' per-process model counters).
+A ``name=`` you pass is used as is (grouped calls append ``.0``, ``.1``, ...). Otherwise:
+eagerly the core generates names in call order; in a graph a name is fixed when the graph
+is built, ``tf.<kind>.<k>`` with ``k`` counting the collectives of that graph, so ranks
+that build the same code agree without depending on TensorFlow's op names.
 
-Gradients
----------
-As in Horovod: allreduce -> allreduce of the gradient with the same op and scale factors;
-allgather -> this rank's rows of the Average-allreduced gradient; broadcast -> the
-Average-allreduced gradient on the root rank and zeros elsewhere; alltoall -> alltoall of
-the gradient with the received splits; reducescatter -> allgather of the gradient
-(multiplied by the number of ranks for op=Sum, as Horovod does).
+Errors and gradients
+--------------------
+Errors are :mod:`hvdlite.tensorflow.errors` classes (hvdlite's and ``tf.errors``' at once).
+Gradients follow :data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with torch).
 """
 
-import warnings
+import functools
 import weakref
 
 import numpy as np
 import tensorflow as tf
 
-import hvdlite as _hvd
-from hvdlite import ops as _ops
-from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum
+from hvdlite import _core, _policy, ops as _ops
+from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+                             resolve_op, wire_format)
+from hvdlite.exceptions import HvdliteError
+from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
+                                  global_process_set, remove_process_set)
 
-from .compression import Compression, NoneCompressor
+from . import errors as _errors
+from .compression import Compression
 
 try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
     import ml_dtypes as _ml_dtypes
@@ -52,28 +53,20 @@ try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
 except ImportError:  # pragma: no cover
     _BF16 = None
 
-__all__ = ["allreduce", "grouped_allreduce", "allgather", "broadcast", "alltoall",
-           "reducescatter", "barrier", "join", "Average", "Sum", "Adasum", "Min", "Max",
-           "Product"]
+__all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
+           "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier",
+           "join", "rank_op", "size_op", "local_rank_op", "local_size_op",
+           "process_set_included_op", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
 
-#: dtypes the core can move; anything else is rejected before reaching it.
-SUPPORTED_DTYPES = (tf.uint8, tf.int8, tf.int32, tf.int64, tf.float16, tf.bfloat16,
-                    tf.float32, tf.float64, tf.bool)
-_SUPPORTED_NAMES = ", ".join(d.name for d in SUPPORTED_DTYPES)
-_WIRE_DTYPES = (tf.float32, tf.float64)
-_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max",
-             Product: "Product"}
+
+def _set(process_set):
+    return global_process_set if process_set is None else process_set
 
 
 # ----------------------------------------------------------------------------- helpers
 
-
-def _executing_eagerly():
-    return tf.executing_eagerly()
-
-
 def _describe(tensor, name=None):
-    """How error messages name a tensor: the name given, the graph name, or its signature."""
+    """How error messages name a tensor: the name given, the graph name, or its shape."""
     if name is not None:
         return f"'{name}'"
     try:
@@ -82,66 +75,61 @@ def _describe(tensor, name=None):
         graph_name = None
     shape = getattr(tensor, "shape", None)
     shape = shape.as_list() if hasattr(shape, "as_list") and shape.rank is not None else shape
-    if graph_name:
-        return f"'{graph_name}' (shape {shape})"
-    return f"tensor of shape {shape}"
+    return f"'{graph_name}' (shape {shape})" if graph_name else f"tensor of shape {shape}"
 
 
 def check_dtype(tensor, what, name=None):
     """Raise a clear error naming ``tensor`` unless the core supports its dtype."""
-    dtype = tensor.dtype.base_dtype if hasattr(tensor.dtype, "base_dtype") else tensor.dtype
-    if dtype not in SUPPORTED_DTYPES:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.tensorflow.{what}: {_describe(tensor, name)} has dtype {dtype.name}, "
-            f"which hvdlite does not support (supported: {_SUPPORTED_NAMES})")
+    dtype = getattr(tensor.dtype, "base_dtype", tensor.dtype)
+    try:
+        _policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
+    except HvdliteError as e:
+        raise _errors.native(e) from None
 
 
-def resolve_op(op, average=None, what="allreduce"):
-    """Horovod's ``average=`` / ``op=`` handling; returns a validated reduce op."""
-    if op is not None and average is not None:
-        raise ValueError(f"hvdlite.tensorflow.{what}: pass either op= or the deprecated "
-                         f"average=, not both")
-    if average is not None:
-        warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
-                      DeprecationWarning, stacklevel=3)
-        op = Average if average else Sum
-    if op is None:
-        op = Average
-    op = _ops.integer_arg(op, f"hvdlite.tensorflow.{what}: op")
-    if op == Adasum:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.tensorflow.{what}: op=Adasum is not supported by hvdlite; use Average or Sum")
-    if op not in _OP_NAMES:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.tensorflow.{what}: unknown reduce op {op!r}; use hvdlite.tensorflow."
-            f"Average, Sum, Min, Max or Product")
-    return int(op)
+def _resolve_op(op, average, what):
+    try:
+        return resolve_op(op, average, f"hvdlite.tensorflow.{what}")
+    except HvdliteError as e:
+        raise _errors.native(e) from None
 
 
 _graph_counters = weakref.WeakKeyDictionary()
+_last_op = weakref.WeakKeyDictionary()   # TF1 graph -> its latest hvdlite op
 
 
 def _outermost_function_graph(graph):
-    try:
-        from tensorflow.python.framework.func_graph import FuncGraph
-    except ImportError:  # pragma: no cover
-        return graph
+    from tensorflow.python.framework.func_graph import FuncGraph
     while isinstance(getattr(graph, "outer_graph", None), FuncGraph):
         graph = graph.outer_graph
     return graph
 
 
+def _is_tf1_graph(graph):
+    from tensorflow.python.framework.func_graph import FuncGraph
+    return not isinstance(graph, FuncGraph)
+
+
 def op_name(kind, name=None):
-    """The request name: ``name`` if given; None eagerly (the core numbers calls); else a
-    name fixed at trace time, counted per outermost traced function."""
+    """The request name: ``name`` if given; None eagerly (the core numbers calls); in a
+    graph a name fixed at build time, counted per outermost graph."""
     if name is not None:
         return str(name)
-    if _executing_eagerly():
+    if tf.executing_eagerly():
         return None
     graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
     k = _graph_counters.get(graph, 0)
     _graph_counters[graph] = k + 1
     return f"tf.{kind}.{k}"
+
+
+def _names(base, n, kind, grouped=True):
+    """Request names of a call's tensors: ``base`` for a single-tensor call, ``base.i`` for
+    a grouped one; None eagerly without a name (the core numbers them)."""
+    base = op_name(kind, base)
+    if base is None:
+        return None
+    return [f"{base}.{i}" for i in range(n)] if grouped else [base]
 
 
 def _as_array(a):
@@ -154,10 +142,9 @@ _ALIGN = 64   # TensorFlow adopts a numpy buffer without copying only if it is 6
 def aligned_empty_like(a):
     """``np.empty_like(a)`` on a 64-byte boundary, so that TensorFlow takes the result over
     without a copy (for a 4 MiB tensor that is ~1.5 ms per crossing saved)."""
-    nbytes = a.nbytes
-    buf = np.empty(nbytes + _ALIGN, dtype=np.uint8)
+    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
     offset = (-buf.ctypes.data) % _ALIGN
-    return buf[offset:offset + nbytes].view(a.dtype).reshape(a.shape)
+    return buf[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
 
 
 def _to_tensor(array, dtype):
@@ -174,14 +161,22 @@ def _to_tensor(array, dtype):
     return tf.convert_to_tensor(array, dtype=dtype)
 
 
-def _result_array(res):
-    out = res.output
-    if res.bfloat16:
-        out = out.view(_BF16)
-    return out
+def _arrays(results):
+    return [_as_array(r.array()) for r in results]
 
 
-wait_all = _ops.wait_all
+def _native_errors(fn):
+    """Core errors leave a crossing as TensorFlow-flavoured classes."""
+    @functools.wraps(fn)
+    def wrapped(*args):
+        try:
+            return fn(*args)
+        except HvdliteError as e:
+            native = _errors.native(e)
+            if native is e:
+                raise
+            raise native from None
+    return wrapped
 
 
 def cross(fn, inputs, touts, shapes, label):
@@ -190,13 +185,18 @@ def cross(fn, inputs, touts, shapes, label):
     Eagerly it is a plain call; in a graph it becomes one stateful ``tf.numpy_function``
     whose outputs get ``shapes`` (None entries: leave unknown).
     """
-    if _executing_eagerly():
+    fn = _native_errors(fn)
+    if tf.executing_eagerly():
         outs = fn(*[np.asarray(t) for t in inputs])   # zero-copy views of CPU tensors
         return [_to_tensor(_as_array(o), d) for o, d in zip(outs, touts)]
-    outs = tf.numpy_function(fn, list(inputs), list(touts), stateful=True, name=label)
-    if not isinstance(outs, (list, tuple)):
-        outs = [outs]
-    outs = list(outs)
+    graph = tf.compat.v1.get_default_graph()
+    chained = _is_tf1_graph(graph)
+    deps = [_last_op[graph]] if chained and graph in _last_op else []
+    with tf.control_dependencies(deps):
+        outs = tf.numpy_function(fn, list(inputs), list(touts), stateful=True, name=label)
+    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    if chained:
+        _last_op[graph] = outs[0].op
     for o, s in zip(outs, shapes):
         if s is not None:
             o.set_shape(s)
@@ -205,7 +205,7 @@ def cross(fn, inputs, touts, shapes, label):
 
 def _tape_may_record():
     """False when no gradient tape can see an eager op, so custom gradients can be skipped."""
-    if not _executing_eagerly():
+    if not tf.executing_eagerly():
         return True
     try:
         from tensorflow.python.eager import record
@@ -214,14 +214,10 @@ def _tape_may_record():
         return True
 
 
-def _differentiable(tensors):
-    return _tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
-                                      for t in tensors)
-
-
 def _with_gradient(forward, grad_fn, tensors):
     """Apply ``forward(list) -> list`` with ``grad_fn(inputs, outputs, dys) -> dxs``."""
-    if not _differentiable(tensors):
+    if not (_tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
+                                        for t in tensors)):
         return forward(list(tensors))
 
     @tf.custom_gradient
@@ -236,37 +232,33 @@ def _with_gradient(forward, grad_fn, tensors):
     return list(_fn(*tensors))
 
 
-def _split_names(base, n):
-    if base is None:
-        return None
-    return [f"{base}.{i}" for i in range(n)]
+def _grad_names(names):
+    return None if names is None or tf.executing_eagerly() else [f"{n}.grad" for n in names]
+
+
+def _scaled(tensors, factor):
+    return tensors if factor == 1.0 else [t * tf.cast(factor, t.dtype) for t in tensors]
 
 
 # ----------------------------------------------------------------------- the crossings
 
 def _with_labels(error, names, labels):
-    """Re-raise a core error adding what the request names in it stand for."""
+    """A core error naming a request, with what the request name stands for added."""
     if not labels or names is None:
         return error
     text = str(error)
     hits = [f"'{n}' is the {labels[n]}" for n in names if n in labels and f"'{n}'" in text]
-    if not hits:
-        return error
-    try:
-        return type(error)(f"{text} ({'; '.join(hits)})")
-    except Exception:  # noqa: BLE001 - an error type with another constructor
-        return error
+    return type(error)(f"{text} ({'; '.join(hits)})") if hits else error
 
 
-def _allreduce_cross(tensors, op, prescale, postscale, wire, names, labels=None):
+def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set, labels=None):
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
         try:
-            handles = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale,
-                                                   postscale, wire)
-            wait_all(handles)
-        except Exception as e:
+            _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale, wire,
+                                         process_set).wait()
+        except HvdliteError as e:
             labelled = _with_labels(e, names, labels)
             if labelled is e:
                 raise
@@ -276,128 +268,141 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, labels=None)
                  "HvdliteAllreduce")
 
 
-def _allgather_cross(tensors, names):
+def _allgather_cross(tensors, names, process_set):
     def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
-        handles = [_ops.allgather_async(a, name=None if names is None else names[i])
-                   for i, a in enumerate(arrays)]
-        return [_result_array(r) for r in wait_all(handles)]
+        return _ops.grouped_allgather_async([_as_array(a) for a in arrays], names, process_set,
+                                            _arrays).wait()
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in tensors]
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
 
-def _broadcast_cross(tensors, root_rank, names, label="HvdliteBroadcast"):
+def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroadcast"):
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
-        handles = [_ops.broadcast_async(a, root_rank, output=o,
-                                        name=None if names is None else names[i])
-                   for i, (a, o) in enumerate(zip(arrays, outs))]
-        wait_all(handles)
+        _ops.grouped_broadcast_async(arrays, root_rank, outs, names, process_set).wait()
         return outs
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors], label)
 
 
+def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
+    ps = _set(process_set)
+    shapes = []
+    for t in tensors:
+        n0 = t.shape[0] if t.shape.rank else None
+        rows = None if n0 is None else _policy.reducescatter_rows(n0, ps.size(), ps.rank())
+        shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
+
+    def fn(*arrays):
+        return _ops.grouped_reducescatter_async([_as_array(a) for a in arrays], names, op,
+                                                prescale, postscale, process_set,
+                                                _arrays).wait()
+    return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
+
+
 # ------------------------------------------------------------------------- allreduce
 
-def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what, labels=None):
+def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what,
+                     process_set=None, labels=None):
     """All-reduce dense tensors in one crossing, applying ``compression``; differentiable."""
     for i, t in enumerate(tensors):
         check_dtype(t, what, None if names is None else names[i])
-    wire_name = getattr(compression, "wire_dtype", None)
-    python_compression = compression is not None and compression is not NoneCompressor \
-        and not isinstance(compression, str)
-    if isinstance(compression, str):
-        wire_name = compression
-    ctxs = [None] * len(tensors)
-    send = list(tensors)
-    use_wire = False
-    for i, t in enumerate(tensors):
-        if wire_name and t.dtype in _WIRE_DTYPES:
-            use_wire = True      # the core packs float32/float64 itself
-        elif python_compression:
-            send[i], ctxs[i] = compression.compress(t)
+    send, ctxs, wire = list(tensors), [None] * len(tensors), None
+    formats = [wire_format(compression, t.dtype.name) for t in tensors]
+    for i, (w, python_side) in enumerate(formats):
+        wire = wire or w
+        if python_side:
+            send[i], ctxs[i] = compression.compress(tensors[i])
             check_dtype(send[i], what + " (compressed)", None if names is None else names[i])
-    wire = wire_name if use_wire else None
-
-    reduced = _allreduce_differentiable(send, op, prescale, postscale, wire, names, labels)
-    if python_compression:
-        reduced = [r if (wire_name and t.dtype in _WIRE_DTYPES)
-                   else compression.decompress(r, ctx)
-                   for r, t, ctx in zip(reduced, tensors, ctxs)]
-    return reduced
+    reduced = _allreduce_differentiable(send, op, prescale, postscale, wire, names,
+                                        process_set, labels)
+    return [compression.decompress(r, c) if python_side else r
+            for r, c, (_, python_side) in zip(reduced, ctxs, formats)]
 
 
-def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, labels=None):
+def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, process_set,
+                              labels=None):
     if not tensors:
         return []
-    if names is None and not _executing_eagerly():
-        names = _split_names(op_name("allreduce"), len(tensors)) if len(tensors) > 1 \
-            else [op_name("allreduce")]
+    if names is None and not tf.executing_eagerly():
+        names = _names(None, len(tensors), "allreduce")
+    rule = GRADIENTS["allreduce"]
 
     def forward(xs):
-        return _allreduce_cross(xs, op, prescale, postscale, wire, names, labels)
+        return _allreduce_cross(xs, op, prescale, postscale, wire, names, process_set, labels)
 
     def grad(xs, ys, dys):
-        grad_names = None if names is None or _executing_eagerly() else \
-            [f"{n}.grad" for n in names]
-        return _allreduce_differentiable(dys, op, prescale, postscale, wire, grad_names)
+        return _allreduce_differentiable(dys, rule.op(op), prescale, postscale, wire,
+                                         _grad_names(names), process_set)
 
     return _with_gradient(forward, grad, tensors)
 
 
-def _sparse_allreduce(slices, op, name, what):
-    """Horovod's sparse allreduce: all-gather the rows (values and indices) of every rank."""
+def _sparse_allreduce(slices, op, name, what, process_set=None):
+    """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
     if op not in (Average, Sum):
-        raise HvdliteInvalidArgumentError(
+        raise _errors.HvdliteUnsupportedError(
             f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
             f"(sparse gradient); its rows can only be all-gathered for op=Average or Sum, not "
-            f"{_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or tf.convert_to_tensor it) "
-            f"to reduce it densely")
+            f"{_policy.REDUCE_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or "
+            f"tf.convert_to_tensor it) to reduce it densely")
     check_dtype(slices.values, what, name)
-    indices = slices.indices
-    base = op_name("sparse_allreduce", name)
-    values, indices = _allgather_cross([slices.values, indices], _split_names(base, 2))
+    values, indices = grouped_allgather([slices.values, slices.indices],
+                                        name=op_name("sparse_allreduce", name),
+                                        process_set=process_set)
     if op == Average:
-        values = values / tf.cast(_hvd.size(), values.dtype)
+        values = values / tf.cast(_set(process_set).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
+def _check_sparse_scales(prescale_factor, postscale_factor, what):
+    if prescale_factor != 1.0 or postscale_factor != 1.0:
+        raise _errors.HvdliteUnsupportedError(
+            f"hvdlite.tensorflow.{what}: prescale_factor and postscale_factor are not "
+            f"supported for tf.IndexedSlices (as in Horovod); scale the values yourself or "
+            f"pass a dense tensor")
 
 
 def allreduce(tensor, average=None, device_dense='', device_sparse='',
               compression=Compression.none, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, name=None):
+              postscale_factor=1.0, name=None, process_set=global_process_set,
+              ignore_name_scope=False):
     """All-reduce ``tensor`` over all ranks (default op: Average), as ``hvd.allreduce``.
 
     ``tf.IndexedSlices`` are reduced as in Horovod by all-gathering their rows (Average
-    divides the values by the number of ranks). ``device_dense``/``device_sparse`` are
-    accepted for Horovod compatibility and ignored (the core works on host memory).
+    divides the values by the number of ranks; other ops and scale factors raise
+    NotImplementedError). ``device_dense``/``device_sparse``/``ignore_name_scope`` are
+    accepted for Horovod compatibility.
     """
-    op = resolve_op(op, average)
+    op = _resolve_op(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
-        return _sparse_allreduce(tensor, op, name, "allreduce")
+        _check_sparse_scales(prescale_factor, postscale_factor, "allreduce")
+        return _sparse_allreduce(tensor, op, name, "allreduce", process_set)
     tensor = tf.convert_to_tensor(tensor)
     return _allreduce_dense([tensor], op, prescale_factor, postscale_factor, compression,
-                            None if name is None else [str(name)], "allreduce")[0]
+                            None if name is None else [str(name)], "allreduce", process_set)[0]
 
 
 def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       compression=Compression.none, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, name=None):
+                      postscale_factor=1.0, process_set=global_process_set,
+                      ignore_name_scope=False, name=None):
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
-    op = resolve_op(op, average, "grouped_allreduce")
+    op = _resolve_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    out = [None] * len(tensors)
-    dense_idx = []
+    names = _policy.group_names(name, len(tensors)) if name is not None else None
+    out, dense_idx = [None] * len(tensors), []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            out[i] = _sparse_allreduce(t, op, None if name is None else f"{name}.{i}",
-                                       "grouped_allreduce")
+            _check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
+            out[i] = _sparse_allreduce(t, op, None if names is None else names[i],
+                                       "grouped_allreduce", process_set)
         else:
             dense_idx.append(i)
     dense = [tf.convert_to_tensor(tensors[i]) for i in dense_idx]
-    names = None if name is None else [f"{name}.{i}" for i in dense_idx]
     reduced = _allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
-                               names, "grouped_allreduce")
+                               None if names is None else [names[i] for i in dense_idx],
+                               "grouped_allreduce", process_set)
     for i, r in zip(dense_idx, reduced):
         out[i] = r
     return out
@@ -405,55 +410,89 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
 
 # ------------------------------------------------------------------------- allgather
 
-def allgather(tensor, name=None):
+def _allgather_group(tensors, name, what, process_set, grouped=True):
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        check_dtype(t, what, name)
+    # a scalar is gathered as a vector of one element per rank
+    xs = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
+    names = _names(name, len(xs), "allgather", grouped)
+    ps = _set(process_set)
+
+    def forward(inputs):
+        return _allgather_cross(inputs, names, process_set)
+
+    def grad(inputs, ys, dys):
+        rule = GRADIENTS["allgather"]
+        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None,
+                                            _grad_names(names), process_set)
+        dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
+        sizes = _allgather_cross([tf.reshape(dims, [1, -1])],
+                                 None if names is None else [f"{names[0]}.grad_sizes"],
+                                 process_set)[0]
+        start = tf.reduce_sum(sizes[:ps.rank()], axis=0)
+        return [g[start[i]:start[i] + dims[i]] for i, g in enumerate(reduced)]
+
+    return _with_gradient(forward, grad, xs)
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ).
+    A scalar is gathered as a vector of one element per rank."""
+    return _allgather_group([tensor], name, "allgather", process_set, grouped=False)[0]
 
-    A scalar is gathered as a vector of one element per rank.
-    """
-    tensor = tf.convert_to_tensor(tensor)
-    check_dtype(tensor, "allgather", name)
-    scalar = tensor.shape.rank == 0
-    x_in = tf.reshape(tensor, [1]) if scalar else tensor
-    gname = op_name("allgather", name)
 
-    def forward(xs):
-        return _allgather_cross(xs, None if gname is None else [gname])
-
-    def grad(xs, ys, dys):
-        x = xs[0]
-        g = _allreduce_differentiable([dys[0]], Average, 1.0, 1.0, None, None)[0]
-        d0 = tf.shape(x, out_type=tf.int64)[:1]
-        sizes = _allgather_cross([d0], None if _executing_eagerly() else
-                                 [op_name("allgather_grad_sizes")])[0]
-        start = tf.reduce_sum(sizes[:_hvd.rank()])
-        return [g[start:start + d0[0]]]
-
-    out = _with_gradient(forward, grad, [x_in])[0]
-    return out
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """All-gather a list of tensors as one group; returns a list."""
+    tensors = list(tensors)
+    return _allgather_group(tensors, name, "grouped_allgather", process_set) if tensors else []
 
 
 # ------------------------------------------------------------------------- broadcast
 
-def broadcast(tensor, root_rank, name=None):
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
+              process_set=global_process_set):
     """Every rank gets ``root_rank``'s ``tensor``."""
     tensor = tf.convert_to_tensor(tensor)
     check_dtype(tensor, "broadcast", name)
     root_rank = _ops.root_rank_arg(root_rank)
-    bname = op_name("broadcast", name)
+    names = _names(name, 1, "broadcast", grouped=False)
+    rule = GRADIENTS["broadcast"]
 
     def forward(xs):
-        return _broadcast_cross(xs, root_rank, None if bname is None else [bname])
+        return _broadcast_cross(xs, root_rank, names, process_set)
 
     def grad(xs, ys, dys):
-        g = _allreduce_differentiable([dys[0]], Average, 1.0, 1.0, None, None)[0]
-        return [g if _hvd.rank() == root_rank else g * 0]
+        g = _allreduce_differentiable([dys[0]], rule.op(Sum), 1.0, 1.0, None,
+                                      _grad_names(names), process_set)[0]
+        from hvdlite import rank
+        return [g if rank() == root_rank else g * 0]     # roots are global ranks
 
     return _with_gradient(forward, grad, [tensor])[0]
 
 
+def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
+    """Overwrite ``variables`` with ``root_rank``'s values (one crossing for all of them);
+    returns their new values."""
+    variables = list(variables)
+    values = [tf.convert_to_tensor(v) for v in variables]
+    for v, t in zip(variables, values):
+        check_dtype(t, "broadcast_", getattr(v, "name", None))
+    new = _broadcast_cross(values, int(root_rank), _names(name, len(values), "broadcast_"),
+                           process_set, "HvdliteBroadcastInplace")
+    assigns = [v.assign(n) for v, n in zip(variables, new)]
+    if tf.executing_eagerly():
+        return [v.read_value() if hasattr(v, "read_value") else tf.convert_to_tensor(v)
+                for v in variables]
+    with tf.control_dependencies([a for a in assigns if a is not None]):
+        return [tf.identity(n) for n in new]
+
+
 # -------------------------------------------------------------------------- alltoall
 
-def alltoall(tensor, splits=None, name=None):
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
+             process_set=global_process_set):
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts).
 
     Returns the received rows concatenated in rank order, and, when ``splits`` is given,
@@ -473,13 +512,14 @@ def alltoall(tensor, splits=None, name=None):
     received = []
 
     def fn(arr, spl):
-        arr = _as_array(arr)
         spl = [int(s) for s in np.asarray(spl).reshape(-1)]
-        h = _ops.alltoall_async(arr, splits=spl or None, name=aname)
-        res = _ops.wait(h)
-        rs = np.asarray(res.received_splits if res.received_splits is not None else [],
-                        dtype=np.int32)
-        return [_result_array(res), rs]
+
+        def finish(results):
+            rs = results[0].received_splits
+            return [_as_array(results[0].array()),
+                    np.asarray(rs if rs is not None else [], dtype=np.int32)]
+        return _ops.alltoall_async(_as_array(arr), spl or None, aname, process_set,
+                                   finish).wait()
 
     def forward(xs):
         out, rsplits = cross(fn, [xs[0], splits_t], [tensor.dtype, tf.int32],
@@ -489,8 +529,8 @@ def alltoall(tensor, splits=None, name=None):
         return [out]
 
     def grad(xs, ys, dys):
-        g = alltoall(dys[0], splits=received[0],
-                     name=None if aname is None or _executing_eagerly() else aname + ".grad")
+        g = alltoall(dys[0], splits=received[0], process_set=process_set,
+                     name=None if aname is None or tf.executing_eagerly() else aname + ".grad")
         return [g[0]]
 
     out = _with_gradient(forward, grad, [tensor])[0]
@@ -499,76 +539,113 @@ def alltoall(tensor, splits=None, name=None):
 
 # --------------------------------------------------------------------- reducescatter
 
+def _reducescatter_group(tensors, compression, op, name, prescale_factor, postscale_factor,
+                         process_set, what, grouped=True):
+    op = _resolve_op(op, None, what)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        check_dtype(t, what, name)
+        if t.shape.rank == 0:
+            raise _errors.HvdliteInvalidArgumentError(
+                f"hvdlite.tensorflow.{what}: {_describe(t, name)} is a scalar; reducescatter "
+                f"splits dimension 0 and needs at least one dimension")
+    python_side = compression is not None and not getattr(compression, "is_identity", False)
+    ctxs = [None] * len(tensors)
+    if python_side:
+        pairs = [compression.compress(t) for t in tensors]
+        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
+    names = _names(name, len(tensors), "reducescatter", grouped)
+
+    def forward(xs):
+        return _reducescatter_cross(xs, op, prescale_factor, postscale_factor, names,
+                                    process_set)
+
+    def grad(xs, ys, dys):
+        scale = _policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
+                                       _set(process_set).size())
+        gnames = _grad_names(names)
+        return [_allgather_group([g], None if gnames is None else gnames[i], what,
+                                 process_set, grouped=False)[0]
+                for i, g in enumerate(_scaled(dys, scale))]
+
+    outs = _with_gradient(forward, grad, tensors)
+    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)] if python_side else outs
+
+
 def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average,
-                  name=None, prescale_factor=1.0, postscale_factor=1.0):
+                  name=None, process_set=global_process_set, ignore_name_scope=False,
+                  prescale_factor=1.0, postscale_factor=1.0):
     """Reduce ``tensor`` over ranks and give each rank its share of dimension 0.
 
     Rank r gets ``n // size`` rows plus one more if ``r < n % size``.
     """
-    op = resolve_op(op, None, "reducescatter")
-    tensor = tf.convert_to_tensor(tensor)
-    check_dtype(tensor, "reducescatter", name)
-    ctx = None
-    send = tensor
-    python_compression = compression is not None and compression is not NoneCompressor
-    if python_compression:
-        send, ctx = compression.compress(tensor)
-        check_dtype(send, "reducescatter (compressed)", name)
-    rname = op_name("reducescatter", name)
-    n0 = tensor.shape[0] if tensor.shape.rank else None
-    rows = None
-    if n0 is not None:
-        size, rank = _hvd.size(), _hvd.rank()
-        rows = n0 // size + (1 if rank < n0 % size else 0)
+    return _reducescatter_group([tensor], compression, op, name, prescale_factor,
+                                postscale_factor, process_set, "reducescatter",
+                                grouped=False)[0]
 
-    def fn(arr):
-        h = _ops.reducescatter_async(_as_array(arr), name=rname, op=op,
-                                     prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor)
-        return [_result_array(_ops.wait(h))]
 
-    def forward(xs):
-        return cross(fn, xs, [xs[0].dtype],
-                     [tf.TensorShape([rows]).concatenate(xs[0].shape[1:])],
-                     "HvdliteReducescatter")
+def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0, name=None):
+    """Reduce-scatter a list of tensors as one group; returns a list."""
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    return _reducescatter_group(tensors, compression, op, name, prescale_factor,
+                                postscale_factor, process_set, "grouped_reducescatter")
 
-    def grad(xs, ys, dys):
-        g = dys[0]
-        if op == Sum:
-            g = g * tf.cast(_hvd.size(), g.dtype)
-        return [allgather(g, name=None if rname is None or _executing_eagerly()
-                          else rname + ".grad")]
 
-    out = _with_gradient(forward, grad, [send])[0]
-    if python_compression:
-        out = compression.decompress(out, ctx)
+# ------------------------------------------------------------ barrier, join, queries
+
+def _scalar_op(fn, label, dtype=tf.int32):
+    """``fn() -> int`` as an eager constant, or as a graph op that calls it when run."""
+    if tf.executing_eagerly():
+        return tf.constant(_native_errors(fn)(), dtype=dtype)
+    out = cross(lambda: [np.asarray(fn(), dtype=dtype.as_numpy_dtype)], [], [dtype],
+                [tf.TensorShape([])], label)[0]
     return out
 
 
-# ------------------------------------------------------------------- barrier and join
-
-def barrier(name=None):
-    """Block until every rank reaches the barrier (inside tf.function: an op doing so)."""
+def barrier(process_set=global_process_set, name=None):
+    """Block until every rank reaches the barrier (in a graph: an op doing so)."""
     bname = op_name("barrier", name)
 
     def fn():
-        _ops.wait(_ops.barrier_async(bname))
-        return [np.int32(0)]
-    if _executing_eagerly():
-        fn()
-        return None
-    return tf.numpy_function(fn, [], [tf.int32], stateful=True, name="HvdliteBarrier")[0].op
+        _ops.barrier_async(bname, process_set).wait()
+        return 0
+    out = _scalar_op(fn, "HvdliteBarrier")
+    return None if tf.executing_eagerly() else out.op
 
 
 def join():
     """This rank has no more data: it contributes zeros to the other ranks' all-reduces
     until every rank has joined. Returns the last rank that joined (int32 scalar)."""
-    def fn():
-        res = _ops.wait(_ops.join_async())
-        last = -1 if res.last_joined_rank is None else res.last_joined_rank
-        return [np.int32(last)]
-    if _executing_eagerly():
-        return tf.constant(fn()[0], dtype=tf.int32)
-    out = tf.numpy_function(fn, [], [tf.int32], stateful=True, name="HvdliteJoin")[0]
-    out.set_shape([])
-    return out
+    return _scalar_op(lambda: _ops.join_async(finish=_ops.last_joined_rank).wait(),
+                      "HvdliteJoin")
+
+
+def rank_op(name=None):
+    """This process's rank, as an int32 tensor (evaluated when run, in a graph)."""
+    from hvdlite import rank
+    return _scalar_op(rank, name or "HvdliteRank")
+
+
+def local_rank_op(name=None):
+    from hvdlite import local_rank
+    return _scalar_op(local_rank, name or "HvdliteLocalRank")
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks (of process set ``process_set_id``), as an int32 tensor."""
+    return _scalar_op(lambda: _process_set(process_set_id).size(), name or "HvdliteSize")
+
+
+def local_size_op(name=None):
+    from hvdlite import local_size
+    return _scalar_op(local_size, name or "HvdliteLocalSize")
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this rank belongs to process set ``process_set_id`` else 0 (int32 tensor)."""
+    return _scalar_op(lambda: int(_core.process_set_included(int(process_set_id))),
+                      name or "HvdliteProcessSetIncluded")

@@ -20,10 +20,12 @@ hvdlite is built without NCCL). See :mod:`hvdlite.torch.mpi_ops` for the rules o
 contiguity.
 """
 
-import hvdlite as _hvd
-from hvdlite import (cross_rank, cross_size, is_initialized, local_rank, local_size,
-                     mpi_built, nccl_built, rank, size, start_timeline, stop_timeline)
-from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,
+from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
+                            ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                            is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
+                            mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
+                            start_timeline, stop_timeline)
+from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,  # noqa: F401
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
                                 HvdliteNotInitializedError, HvdliteShutdownError)
 
@@ -33,9 +35,11 @@ from .functions import (allgather_object, broadcast_object, broadcast_optimizer_
 from .mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, allgather,
                       allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
                       alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
-                      broadcast_async_, global_process_set, grouped_allreduce,
-                      grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
-                      init, join, poll, reducescatter, reducescatter_async, shutdown,
+                      broadcast_async_, add_process_set, global_process_set, grouped_allgather,
+                      grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
+                      grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+                      grouped_reducescatter_async, join, poll, reducescatter,
+                      reducescatter_async, remove_process_set, sparse_allreduce_async,
                       synchronize)
 from .optimizer import DistributedOptimizer, GradientAccumulationError
 from .sync_batch_norm import SyncBatchNorm
@@ -43,46 +47,6 @@ from . import elastic
 
 # Horovod's names for the same errors, for scripts that catch them.
 HorovodInternalError = HvdliteInternalError
-
-
-def mpi_enabled():
-    """hvdlite always runs over MPI."""
-    return True
-
-
-def mpi_threads_supported():
-    return True
-
-
-def gloo_built():
-    return False
-
-
-def gloo_enabled():
-    return False
-
-
-def cuda_built():
-    """GPU tensors are supported by staging through host memory; no CUDA code is built."""
-    return False
-
-
-def rocm_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def is_homogeneous():
-    """True when every node runs the same number of ranks."""
-    return _hvd.size() % _hvd.local_size() == 0 and _hvd.cross_size() * _hvd.local_size() == _hvd.size()
-
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
@@ -96,10 +60,12 @@ __all__ = [
     "Compression", "Compressor",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
-    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "grouped_allreduce_async_", "sparse_allreduce_async", "allgather", "allgather_async",
+    "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_",
     "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
-    "reducescatter_async", "barrier", "join", "poll", "synchronize",
-    "ProcessSet", "global_process_set",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "barrier", "join", "poll", "synchronize",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "DistributedOptimizer", "SyncBatchNorm",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
 ]

@@ -1,35 +1,26 @@
 """Model/optimizer/object broadcast helpers, as ``horovod.torch.functions``."""
 
-import pickle
 from collections import namedtuple
 
 import torch
 
 import hvdlite as _hvd
-from hvdlite import ops as _ops
+from hvdlite import numpy_api as _np_api, ops as _ops
+from hvdlite.numpy_api import allgather_object, broadcast_object  # noqa: F401
+from hvdlite.work import wait_all
 
-from .mpi_ops import (_check_process_set, _copy_back, _register, allgather, broadcast_,
-                      broadcast_async, broadcast_async_, global_process_set, synchronize)
-
-try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod
-    import cloudpickle as _pickler
-except ImportError:  # pragma: no cover - cloudpickle is optional
-    _pickler = pickle
+from .mpi_ops import _check_tensor, _copy_back, _host, global_process_set
 
 
-def _broadcast_into_async(tensor, root_rank, name):
+def _broadcast_into_async(tensor, root_rank, name, process_set=global_process_set):
     """Start broadcasting into ``tensor`` in place, staging non-contiguous/CUDA tensors."""
-    if tensor.device.type == "cpu" and tensor.is_contiguous():
-        return broadcast_async_(tensor, root_rank, name)
-    inner = broadcast_async(tensor, root_rank, name)
-
-    def finish(_results):
-        _copy_back(tensor, synchronize(inner))
-        return tensor
-    return _register([], finish)
+    _check_tensor(tensor, name, "broadcast_parameters")
+    host, copied = _host(tensor)
+    finish = (lambda _: _copy_back(tensor, host)) if copied else None
+    return _ops.broadcast_async(host, root_rank, host, name, process_set, finish)
 
 
-def broadcast_parameters(params, root_rank):
+def broadcast_parameters(params, root_rank, prefix=None):
     """Overwrite parameters/buffers on every rank with ``root_rank``'s values, in place.
 
     ``params``: ``model.state_dict()`` (a dict; entries are broadcast under their keys),
@@ -43,112 +34,86 @@ def broadcast_parameters(params, root_rank):
             items = [p if isinstance(p, tuple) else (None, p) for p in params]
         except TypeError:
             raise ValueError("invalid params of type: %s" % type(params)) from None
-    handles = []
+    works = []
     for name, p in items:
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"broadcast_parameters: entry {name!r} is a {type(p).__name__}, "
                              f"not a tensor")
-        handles.append(_broadcast_into_async(p, root_rank, name))
-    for h in handles:
-        synchronize(h)
+        if prefix is not None and name is not None:
+            name = f"{prefix}{name}"
+        works.append(_broadcast_into_async(p, root_rank, name))
+    wait_all(works)
 
 
 _TensorSlot = namedtuple("_TensorSlot", "index shape dtype")
 
 
-def _strip_tensors(obj, tensors):
-    """Copy of ``obj`` with every tensor replaced by a _TensorSlot (appended to ``tensors``)."""
-    if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return _TensorSlot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+def _map_structure(obj, leaf):
+    """``obj`` with ``leaf(x)`` applied to every tensor / _TensorSlot in dicts, lists, tuples."""
+    if isinstance(obj, (torch.Tensor, _TensorSlot)):
+        return leaf(obj)
     if isinstance(obj, dict):
-        return {k: _strip_tensors(v, tensors) for k, v in obj.items()}
+        return {k: _map_structure(v, leaf) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_strip_tensors(v, tensors) for v in obj]
+        return [_map_structure(v, leaf) for v in obj]
     if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_strip_tensors(v, tensors) for v in obj)
+        return tuple(_map_structure(v, leaf) for v in obj)
     return obj
 
 
-def _fill_tensors(obj, tensors):
-    if isinstance(obj, _TensorSlot):
-        return tensors[obj.index]
-    if isinstance(obj, dict):
-        return {k: _fill_tensors(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_fill_tensors(v, tensors) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_fill_tensors(v, tensors) for v in obj)
-    return obj
+def _initialize_state(optimizer, model):
+    """A fresh optimizer has no state yet: take one step with zero gradients so that it
+    exists on every rank (as Horovod), then broadcast it like any other state."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
+                    p.grad = p.grad.to_sparse()
+    from .optimizer import _DistributedOptimizer
+    if isinstance(optimizer, _DistributedOptimizer):
+        # the wrapped optimizer's own step: no all-reduce that other ranks would not join
+        super(_DistributedOptimizer, optimizer).step()
+    else:
+        optimizer.step()
 
 
-def broadcast_optimizer_state(optimizer, root_rank):
+def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Make every rank's optimizer state and hyper-parameters equal to ``root_rank``'s.
 
-    Works for any ``torch.optim.Optimizer`` (plain or DistributedOptimizer): the structure
-    of root's ``state_dict()`` (with scalars and hyper-parameters such as ``lr``) is sent as
-    one pickled object, its tensors by in-place broadcasts, and the other ranks load the
-    result with ``load_state_dict``. An optimizer whose state is still empty on root leaves
-    every rank with empty state (no parameter is touched).
+    Works for any ``torch.optim.Optimizer`` (plain or DistributedOptimizer): a fresh
+    optimizer's state is first created by a step with zero gradients (as Horovod); then the
+    structure of root's ``state_dict()`` (with scalars and hyper-parameters such as ``lr``)
+    is sent as one pickled object, its tensors by in-place broadcasts, and the other ranks
+    load the result with ``load_state_dict``. ``model`` identifies sparse embeddings.
     """
     if getattr(optimizer, "_hvd_sharded", False):
         return optimizer._broadcast_state(root_rank)   # each rank holds a different shard
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise ValueError("cannot broadcast torch.optim.LBFGS state")
+    if not optimizer.state_dict()["state"]:
+        _initialize_state(optimizer, model)
+    state = optimizer.state_dict()
+    if not state["state"]:
+        return  # a stateless optimizer: hyper-parameters only
     is_root = _hvd.rank() == root_rank
     tensors = []
-    structure = _strip_tensors(optimizer.state_dict(), tensors) if is_root else None
-    structure = broadcast_object(structure, root_rank, name="broadcast_optimizer_state.structure")
+
+    def slot(t):
+        tensors.append(t)
+        return _TensorSlot(len(tensors) - 1, tuple(t.shape), t.dtype)
+    structure = _map_structure(state, slot) if is_root else None
+    structure = _np_api.broadcast_object(structure, root_rank,
+                                         name="broadcast_optimizer_state.structure")
     if not is_root:
-        def collect(obj):
-            if isinstance(obj, _TensorSlot):
-                tensors.append(torch.empty(obj.shape, dtype=obj.dtype))
-            elif isinstance(obj, dict):
-                for v in obj.values():
-                    collect(v)
-            elif isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-                for v in obj:
-                    collect(v)
-        collect(structure)
-    handles = [_broadcast_into_async(t, root_rank, f"broadcast_optimizer_state.{i}")
-               for i, t in enumerate(tensors)]
-    for h in handles:
-        synchronize(h)
+        _map_structure(structure, lambda s: tensors.append(torch.empty(s.shape, dtype=s.dtype)))
+    wait_all([_broadcast_into_async(t, root_rank, f"broadcast_optimizer_state.{i}")
+              for i, t in enumerate(tensors)])
     if not is_root:
-        optimizer.load_state_dict(_fill_tensors(structure, tensors))
+        optimizer.load_state_dict(_map_structure(structure, lambda s: tensors[s.index]))
 
-
-def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Pickle ``obj`` on ``root_rank`` and return it (unpickled) on every rank.
-
-    Unnamed calls are numbered in call order, so every rank must make them in the same order.
-    """
-    _check_process_set(process_set)
-    name = _ops.auto_name("broadcast_object", name)
-    if _hvd.rank() == root_rank:
-        payload = _pickler.dumps(obj)
-        size = torch.tensor([len(payload)], dtype=torch.int64)
-    else:
-        size = torch.zeros(1, dtype=torch.int64)
-    broadcast_(size, root_rank, name + ".sz")
-    if _hvd.rank() == root_rank:
-        data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
-    else:
-        data = torch.empty(int(size.item()), dtype=torch.uint8)
-    broadcast_(data, root_rank, name + ".t")
-    if _hvd.rank() == root_rank:
-        return obj
-    return _pickler.loads(data.numpy().tobytes())
-
-
-def allgather_object(obj, name=None, process_set=global_process_set):
-    """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
-    _check_process_set(process_set)
-    name = _ops.auto_name("allgather_object", name)
-    payload = _pickler.dumps(obj)
-    sizes = allgather(torch.tensor([len(payload)], dtype=torch.int64), name=name + ".sz")
-    data = allgather(torch.frombuffer(bytearray(payload), dtype=torch.uint8), name=name + ".t")
-    raw = data.numpy().tobytes()
-    out, start = [], 0
-    for n in sizes.tolist():
-        out.append(_pickler.loads(raw[start:start + n]))
-        start += n
-    return out

@@ -13,14 +13,14 @@ from contextlib import contextmanager
 import torch
 
 import hvdlite as _hvd
-from hvdlite import ops as _ops
+from hvdlite import _policy, ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.work import wait_all
 
 from . import extended as _extended
-from .compression import Compression, NoneCompressor
-from .mpi_ops import (Adasum, Average, Sum, _check_process_set, _check_tensor, _host,
-                      _wire_compression, allgather_async, global_process_set,
-                      synchronize as _synchronize_handle)
+from .compression import Compression
+from .mpi_ops import (Average, _check_tensor, _dtype_name, _host, global_process_set,
+                      sparse_allreduce_async)
 
 
 class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
@@ -33,28 +33,15 @@ class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
 class _GradReduction:
     """The all-reduce of one parameter's gradient, or of one group of them."""
 
-    __slots__ = ("core_handles", "items", "sparse")
+    __slots__ = ("works", "items", "sparse")
 
     def __init__(self):
-        self.core_handles = []
+        self.works = []     # the dense group's Work, then one per sparse gradient
         self.items = []     # (grad, sent, buf, copied, ctx, dense_of_sparse_param)
-        self.sparse = []    # (param, grad, indices handle, values handle)
+        self.sparse = []    # (param, Work of sparse_allreduce_async)
 
     def finish(self, opt):
-        error = None
-        for h in self.core_handles:
-            try:
-                _ops.wait(h)
-            except BaseException as e:  # noqa: B036 - re-raised below
-                error = error or e
-        sparse_results = []
-        for p, grad, hi, hv in self.sparse:
-            try:
-                sparse_results.append((p, grad, _synchronize_handle(hi), _synchronize_handle(hv)))
-            except BaseException as e:  # noqa: B036
-                error = error or e
-        if error is not None:
-            raise error
+        wait_all(self.works)
         with torch.no_grad():
             for grad, sent, buf, copied, ctx, sparse_param in self.items:
                 if copied:
@@ -68,11 +55,8 @@ class _GradReduction:
                     param.grad = out.to_sparse(sparse_dim)
                 elif out is not grad:
                     grad.copy_(out)
-            for p, grad, indices, values in sparse_results:
-                if opt.op == Average:
-                    values = values / opt._hvd_size
-                p.grad = torch.sparse_coo_tensor(indices.t(), values, grad.size(),
-                                                 check_invariants=False).coalesce()
+            for p, work in self.sparse:
+                p.grad = work.wait()
 
 
 def _split_list(items, n):
@@ -127,17 +111,16 @@ class _DistributedOptimizer:
     # -- setup --------------------------------------------------------------------------
 
     def _hvd_setup(self, named_parameters, compression, backward_passes_per_step, op,
-                   gradient_predivide_factor, groups, sparse_as_dense):
+                   gradient_predivide_factor, groups, sparse_as_dense, process_set):
         self._compression = compression
         self.backward_passes_per_step = int(backward_passes_per_step)
         self.op = op
         self.gradient_predivide_factor = float(gradient_predivide_factor)
         self.sparse_as_dense = bool(sparse_as_dense)
-        self._hvd_size = _hvd.size()
-        self._hvd_wire = getattr(compression, "wire_dtype", None)
-        self._hvd_python_compression = (compression is not None
-                                        and compression is not NoneCompressor
-                                        and self._hvd_wire is None)
+        self._hvd_process_set = process_set
+        self._hvd_size = process_set.size()
+        # float32 stands for the gradients here: the built-in compressors go to the core
+        self._hvd_python_compression = _policy.wire_format(compression, "float32")[1]
 
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -251,12 +234,6 @@ class _DistributedOptimizer:
 
     # -- reductions ---------------------------------------------------------------------
 
-    def _hvd_scales(self):
-        if self.op == Average and self.gradient_predivide_factor != 1.0:
-            f = self.gradient_predivide_factor
-            return Sum, 1.0 / f, f / self._hvd_size
-        return self.op, 1.0, 1.0
-
     def _hvd_start(self, indices):
         """Enqueue the all-reduce of the gradients of parameters ``indices`` (one group)."""
         red = _GradReduction()
@@ -272,28 +249,27 @@ class _DistributedOptimizer:
             sparse_param = None
             if grad.is_sparse:
                 if not self.sparse_as_dense:
-                    g = grad.coalesce()
-                    hi = allgather_async(g.indices().t().contiguous(), name=f"{name}.indices")
-                    hv = allgather_async(g.values().contiguous(), name=f"{name}.values")
-                    red.sparse.append((p, g, hi, hv))
+                    work = sparse_allreduce_async(grad, name, self.op, self._hvd_process_set)
+                    red.works.append(work)
+                    red.sparse.append((p, work))
                     continue
                 sparse_param = (p, grad.sparse_dim())
                 grad = grad.to_dense()
             sent, ctx = grad, None
             if self._hvd_python_compression:
                 sent, ctx = self._compression.compress(grad)
-            elif self._hvd_wire is not None:
-                w, _ = _wire_compression(self._compression, grad)
-                wire = wire or w
+            else:
+                wire = wire or _policy.wire_format(self._compression, _dtype_name(grad.dtype))[0]
             _check_tensor(sent, name, "DistributedOptimizer")
             buf, copied = _host(sent)
             bufs.append(buf)
             names.append(name)
             red.items.append((grad, sent, buf, copied, ctx, sparse_param))
         if bufs:
-            op, pre, post = self._hvd_scales()
-            red.core_handles = _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
-                                                            wire)
+            op, pre, post = _policy.predivide(self.op, self.gradient_predivide_factor,
+                                              self._hvd_size)
+            red.works.insert(0, _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
+                                                             wire, self._hvd_process_set))
         return red
 
     def _hvd_raise_too_many_passes(self, i):
@@ -459,18 +435,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
     ``fp16(error_feedback=True)``.
     """
-    _check_process_set(process_set)
     if isinstance(optimizer, _DistributedOptimizer) or _extended.is_wrapped(optimizer):
         raise ValueError("optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
-    if op == Adasum:
-        raise ValueError("op=Adasum is not supported by hvdlite; use Average or Sum")
-    if gradient_predivide_factor != 1.0 and op != Average:
-        raise ValueError("gradient_predivide_factor not supported with op != Average")
-    if gradient_predivide_factor <= 0:
-        raise ValueError("gradient_predivide_factor must be > 0")
+    op = _policy.resolve_op(op, None, "DistributedOptimizer")
+    _policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     if num_groups:
@@ -502,5 +473,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     dist.__dict__.update({k: v for k, v in optimizer.__dict__.items()
                           if k not in ("step", "zero_grad")})
     dist._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                    gradient_predivide_factor, groups, sparse_as_dense)
+                    gradient_predivide_factor, groups, sparse_as_dense,
+                    process_set or global_process_set)
     return dist

@@ -227,7 +227,7 @@ class ShardedOptimizer(SynchronizeProtocol):
                 # This rank's reduced slice goes where its local gradient was (no longer
                 # needed): the shard's gradient costs no memory of its own.
                 own = b.flat_grad[b.begin:b.end]
-                own.copy_(_from_core(r.output, r.bfloat16))
+                own.copy_(_from_core(r, torch.device("cpu")))
                 b.shard.grad = own
                 del r
         finally:
@@ -297,7 +297,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for i, b in enumerate(buckets):
                 start(i + 1)
                 r = _ops.wait(handles.pop(i))
-                flat = _from_core(r.output, r.bfloat16)
+                flat = _from_core(r, torch.device("cpu"))
                 with torch.no_grad():
                     for pc in b.pieces:
                         flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
@@ -374,7 +374,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for k in keys:
                 if _is_elementwise(st[k], b.shard):
                     r = next(results)
-                    flat = _from_core(r.output, r.bfloat16)
+                    flat = _from_core(r, torch.device("cpu"))
                     for pc in b.pieces:
                         per_param[pc.param][k] = (
                             flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))

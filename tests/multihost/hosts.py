@@ -18,7 +18,8 @@ reaches the other host over a real ssh.
 
 Usage (as root; the context manager cleans everything up, also after a failure)::
 
-    from tests.multihost.hosts import two_hosts, namespaces_unavailable_reason
+    sys.path.insert(0, "<repo>/tests/multihost")   # or, with <repo>/tests on sys.path
+    from hosts import two_hosts, namespaces_unavailable_reason   # (pytest's): multihost.hosts
 
     reason = namespaces_unavailable_reason()      # None, or why this machine cannot do it
     with two_hosts(rate="10gbit") as cluster:     # rate: optional tbf shaping of the link

@@ -152,9 +152,15 @@ for mode, wrap in MODES.items():
     check(close(g, np.full([2 * N, 2], N)), f"{mode} grad reducescatter Sum (Horovod: x size)")
     g = wrap(lambda t: grad_of(lambda v: hvd.reducescatter(v, op=hvd.Average) / w, t))(xr)
     check(close(g, np.ones([2 * N, 2])), f"{mode} grad reducescatter Average")
+    g = wrap(lambda t: grad_of(lambda v: hvd.reducescatter(v, op=hvd.Sum, prescale_factor=3.0,
+                                                           postscale_factor=0.5) / w, t))(xr)
+    check(close(g, np.full([2 * N, 2], 1.5 * N)), f"{mode} grad reducescatter Sum, scaled")
+    g = wrap(lambda t: grad_of(lambda v: hvd.reducescatter(v, op=hvd.Average,
+                                                           postscale_factor=0.25) / w, t))(xr)
+    check(close(g, np.full([2 * N, 2], 0.25)), f"{mode} grad reducescatter Average, scaled")
 
     # ---------------------------------------------------------------- errors name the tensor
-    for bad in [tf.complex(tf.ones([2]), tf.ones([2])), tf.ones([2], tf.int16),
+    for bad in [tf.complex(tf.ones([2]), tf.ones([2])), tf.ones([2], tf.uint32),
                 tf.constant(["a", "b"])]:
         def call(t=bad):
             return wrap(lambda v: hvd.allreduce(v, name="my_tensor"))(t)

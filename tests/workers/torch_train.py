@@ -118,6 +118,12 @@ def train(cfg, distributed):
             backward_passes_per_step=bpps, groups=groups,
             gradient_predivide_factor=cfg.get("predivide", 1.0))
         hvd.broadcast_optimizer_state(opt, root_rank=0)
+    else:
+        # what broadcast_optimizer_state does to a fresh optimizer (as Horovod): one step
+        # with zero gradients creates its state (Adam's step count starts at 1)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        opt.step()
     for step in range(STEPS):
         opt.zero_grad()
         for micro in range(bpps):

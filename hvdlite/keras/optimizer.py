@@ -1,0 +1,264 @@
+"""``DistributedOptimizer`` and ``load_model`` for Keras 3, on every backend.
+
+Keras 3's trainers hand each step's gradients to ``optimizer.apply(grads, variables)``:
+inside a ``tf.function`` on TensorFlow, eagerly on torch, and inside the jitted stateless
+step (through ``stateless_apply``) on JAX. ``DistributedOptimizer`` returns an instance of
+a subclass of your optimizer's class (same class name and module, so saved models load
+without hvdlite) whose ``apply`` all-reduces the gradients, all in ONE grouped request
+named ``<name>.<index>``, before the usual update. How the backend's tensors reach the
+core is the bridge's business (hvdlite/keras/bridges/).
+
+``backward_passes_per_step=N`` (Horovod's local gradient aggregation): every call adds the
+gradients to accumulators (optimizer variables, so they live in JAX's stateless state and
+in checkpoints); every N-th call all-reduces the sums (divided by N with
+``average_aggregated_gradients``), applies them and resets. The other calls only advance
+``iterations``, as in Horovod.
+"""
+
+import keras
+from keras import ops
+
+from hvdlite.ops import Average
+
+from . import policy
+from .backend import bridge
+
+
+class _HvdSettings:
+    """Per-optimizer settings; a plain object so Keras does not track it."""
+
+    def __init__(self, name, compression=None, sparse_as_dense=False, op=Average,
+                 gradient_predivide_factor=1.0, backward_passes_per_step=1,
+                 average_aggregated_gradients=False, process_set=None,
+                 scale_local_gradients=True):
+        self.name = name
+        self.process_set = process_set
+        self.scale_local_gradients = bool(scale_local_gradients)
+        self.local_variables = {}   # id -> variable whose gradient stays local
+        self.what = f"DistributedOptimizer({name})"
+        self.sparse_as_dense = bool(sparse_as_dense)
+        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.average_aggregated_gradients = bool(average_aggregated_gradients)
+        if self.backward_passes_per_step < 1:
+            raise ValueError(f"{self.what}: backward_passes_per_step must be >= 1, got "
+                             f"{backward_passes_per_step}")
+        op = policy.resolve_op(op, None, self.what)
+        policy.check_predivide(op, gradient_predivide_factor, self.what)
+        self.reduce_all = bridge().gradient_reducer(
+            name, op, float(gradient_predivide_factor),
+            bridge().Compression.none if compression is None else compression,
+            self.sparse_as_dense, process_set, self.what)
+
+    def reduce(self, grads, variables, when=None):
+        """All-reduce ``grads`` except those of local variables, which stay local (divided
+        by the number of ranks with ``scale_local_gradients``, as Horovod)."""
+        if not self.local_variables:
+            return self.reduce_all(grads, variables, when=when)
+        grads = list(grads)
+        shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
+        reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
+                                  when=when)
+        size = policy.set_size(self.process_set)
+        for i, v in enumerate(variables):
+            if id(v) in self.local_variables and grads[i] is not None \
+                    and self.scale_local_gradients:
+                grads[i] = grads[i] / size
+        for i, r in zip(shared, reduced):
+            grads[i] = r
+        return grads
+
+
+class _DistributedOptimizer:
+    """Mixed in before the wrapped optimizer's class (see ``DistributedOptimizer``)."""
+
+    _hvd = None
+    _hvd_accumulators = None   # one per trainable variable, in build order
+    _hvd_passes = None         # calls since the last all-reduce
+
+    def _hvd_settings(self):
+        if self._hvd is None:  # e.g. made by from_config on the dynamic class
+            self._hvd = _HvdSettings("Distributed" + type(self).__name__)
+        return self._hvd
+
+    @property
+    def hvdlite_reducer(self):
+        """The stateful compression's reducer (None for plain all-reduce)."""
+        return getattr(self._hvd_settings().reduce_all, "reducer", None)
+
+    def register_local_var(self, var):
+        """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
+        self._hvd_settings().local_variables[id(var)] = var
+
+    def build(self, variables):
+        super().build(variables)
+        self._hvd_make_accumulators(variables)
+
+    def _hvd_make_accumulators(self, variables):
+        if self._hvd_settings().backward_passes_per_step > 1 and \
+                self._hvd_accumulators is None:
+            self._hvd_accumulators = [
+                self.add_variable_from_reference(v, name="hvdlite_grad_accumulator")
+                for v in variables]
+            self._hvd_passes = self.add_variable((), initializer="zeros", dtype="int32",
+                                                 name="hvdlite_backward_passes")
+
+    def apply(self, grads, trainable_variables=None):
+        grads = list(grads)
+        if not grads:
+            return super().apply(grads, trainable_variables)
+        if trainable_variables is None:
+            if not self.built:
+                return super().apply(grads, trainable_variables)  # Keras' own error
+            variables = list(self._trainable_variables)
+        else:
+            trainable_variables = list(trainable_variables)
+            variables = trainable_variables
+            if not self.built:
+                with keras.name_scope(self.name, caller=self):
+                    self.build(variables)
+                self.built = True
+        settings = self._hvd_settings()
+        if settings.backward_passes_per_step == 1:
+            return super().apply(settings.reduce(grads, variables), trainable_variables)
+        return self._hvd_aggregate(settings, grads, variables, trainable_variables)
+
+    def _hvd_aggregate(self, settings, grads, variables, trainable_variables):
+        n = settings.backward_passes_per_step
+        accs = []
+        for i, (g, v) in enumerate(zip(grads, variables)):
+            if g is None:
+                accs.append(None)
+                continue
+            g = bridge().dense_gradient(g, policy.variable_label(v, i),
+                                        settings.sparse_as_dense, settings.what)
+            acc = self._hvd_accumulators[self._get_variable_index(v)]
+            acc.assign(acc + ops.cast(g, acc.dtype))
+            accs.append(acc)
+        passes = self._hvd_passes
+        passes.assign(passes + 1)
+        is_step = ops.equal(passes.value, n)
+        base_apply = super().apply
+
+        def apply_step():
+            summed = [None if a is None else a.value for a in accs]
+            reduced = settings.reduce(summed, variables, when=is_step)
+            if settings.average_aggregated_gradients:
+                reduced = [None if r is None else r / n for r in reduced]
+            base_apply(reduced, trainable_variables)
+            for a in accs:
+                if a is not None:
+                    a.assign(ops.zeros_like(a.value))
+            passes.assign(0)
+
+        def skip_step():
+            self.iterations.assign(self.iterations + 1)
+
+        state = list(variables) + list(self.variables)
+        bridge().cond(is_step, apply_step, skip_step, state)
+
+
+def _check_keras_optimizer(optimizer):
+    if isinstance(optimizer, type):
+        raise TypeError(f"hvdlite DistributedOptimizer expects an optimizer instance, got the "
+                        f"class {optimizer.__name__}; pass e.g. {optimizer.__name__}(...)")
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"hvdlite DistributedOptimizer wraps Keras 3 optimizers (keras.optimizers."
+            f"Optimizer); got {type(optimizer).__module__}.{type(optimizer).__name__}. "
+            f"Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
+            f"hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients for "
+            f"other optimizers.")
+    if isinstance(optimizer, _DistributedOptimizer):
+        raise ValueError("this optimizer is already an hvdlite DistributedOptimizer; wrapping "
+                         "it again would all-reduce every gradient twice")
+
+
+def _distributed_class(base):
+    return type(base.__name__, (_DistributedOptimizer, base),
+                {"__module__": base.__module__, "__qualname__": base.__qualname__})
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                         compression=None, sparse_as_dense=False,
+                         gradient_predivide_factor=1.0, op=Average,
+                         backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=None,
+                         scale_local_gradients=True):
+    """Wrap a Keras 3 optimizer so that gradients are all-reduced across ranks before
+    they are applied (Horovod's ``hvd.DistributedOptimizer``).
+
+    Args:
+        optimizer: a ``keras.optimizers.Optimizer`` instance (SGD, Adam, a
+            LossScaleOptimizer, your own subclass...). A new optimizer of the same class
+            and config is returned (state of an already built optimizer is copied).
+        name: prefix of the all-reduce request names (default "Distributed<Class>").
+        compression: ``Compression.none`` / ``fp16`` / ``bf16`` or a custom compressor.
+        sparse_as_dense: TensorFlow: densify ``tf.IndexedSlices`` gradients (else their
+            rows are all-gathered).
+        gradient_predivide_factor: with op=Average, scale by 1/f before the sum and f/size
+            after it.
+        op: Average (default), Sum, Min, Max or Product.
+        backward_passes_per_step: accumulate this many calls locally; all-reduce and apply
+            on every N-th call (``iterations`` still counts every call, as in Horovod).
+        average_aggregated_gradients: divide the accumulated sum by N before applying.
+        process_set: reduce over this process set only (default: all ranks).
+        scale_local_gradients: divide the gradients of variables registered with
+            ``register_local_var`` (which are not all-reduced) by the number of ranks.
+        device_dense, device_sparse, num_groups, groups: accepted for Horovod
+            compatibility (every gradient already goes in one group).
+    """
+    _check_keras_optimizer(optimizer)
+    settings = _HvdSettings(name or "Distributed" + type(optimizer).__name__, compression,
+                            sparse_as_dense, op, gradient_predivide_factor,
+                            backward_passes_per_step, average_aggregated_gradients,
+                            process_set, scale_local_gradients)
+    new = _distributed_class(type(optimizer)).from_config(optimizer.get_config())
+    new._hvd = settings
+    if getattr(optimizer, "built", False):
+        # Carry over the state (slots, iterations) of an optimizer that already stepped.
+        new.build(list(optimizer._trainable_variables))
+        for dst, src in zip(new.variables, optimizer.variables):
+            dst.assign(src)
+    return new
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sparse='',
+                                compression=None, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=None, local_layers=None,
+                                scale_local_gradients=True):
+    """A ``DistributedOptimizer`` that keeps the gradients of ``local_layers``' trainable
+    weights local (divided by the number of ranks when ``scale_local_gradients``)."""
+    if local_layers is None:
+        local_layers = []
+    elif isinstance(local_layers, keras.layers.Layer):
+        local_layers = [local_layers]
+    elif not all(isinstance(layer, keras.layers.Layer) for layer in local_layers):
+        raise ValueError("All local layers must be of keras.layers.Layer type.")
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                               sparse_as_dense, gradient_predivide_factor, op,
+                               groups=groups, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            opt.register_local_var(var)
+    return opt
+
+
+def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,
+               **distributed_kwargs):
+    """Load a Keras model saved with or without hvdlite and wrap its optimizer in a
+    ``DistributedOptimizer`` (keeping the optimizer state that was saved)."""
+    objects = dict(custom_objects or {})
+    for cls in custom_optimizers or []:
+        objects[cls.__name__] = cls
+    model = keras.models.load_model(filepath, custom_objects=objects or None)
+    opt = getattr(model, "optimizer", None)
+    if opt is not None and not isinstance(opt, _DistributedOptimizer):
+        name = distributed_kwargs.pop("name", None) or "Distributed" + type(opt).__name__
+        settings = _HvdSettings(name, compression, **distributed_kwargs)
+        opt.__class__ = _distributed_class(type(opt))  # keeps the loaded slots
+        opt._hvd = settings
+        if opt.built:
+            opt._hvd_make_accumulators(list(opt._trainable_variables))
+    return model

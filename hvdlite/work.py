@@ -1,0 +1,200 @@
+"""``Work``: one in-flight collective, or one group of them, as every adapter returns it.
+
+A Work holds the core's handle(s), references to every array the core reads or writes
+until they complete, and the step that turns the core's results into what the caller
+gets (a tensor, a list, a tuple). ``wait()`` waits for EVERY member, even after one has
+failed, so a failed group never leaves arrays or core handles behind; then it releases
+them and raises the first error.
+
+Horovod's API hands out int handles: ``int(work)`` registers the Work under a number that
+``Work.lookup`` (and so ``synchronize(handle)`` / ``poll(handle)``) accepts. A Work that
+is dropped without being waited for is finished in the background: its arrays stay
+referenced until the core is done with them, then everything is freed.
+"""
+
+import itertools
+import threading
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence
+
+from . import _core
+from .exceptions import HvdliteInvalidArgumentError
+
+
+class Result(NamedTuple):
+    """What the core reports for one request. Fields that do not apply to the op are None."""
+    output: Any                           # core-allocated numpy array (allgather, alltoall, reducescatter)
+    bfloat16: bool                        # output holds bfloat16 bits in a uint16 array
+    received_splits: Optional[List[int]]  # alltoall: rows received from each rank
+    last_joined_rank: Optional[int]       # join: the rank that joined last
+
+    def array(self):
+        """The output as numpy, bfloat16 viewed as ml_dtypes.bfloat16 when available."""
+        if self.bfloat16:
+            try:
+                import ml_dtypes
+                return self.output.view(ml_dtypes.bfloat16)
+            except ImportError:
+                pass  # stays as uint16 bits
+        return self.output
+
+
+_ids = itertools.count(1)
+_by_id = {}        # int handle -> Work, for Horovod's int handles (only once int() was asked)
+_orphans = []      # Works dropped before completion: finished on a later call
+_lock = threading.Lock()
+
+
+class Work:
+    """An in-flight collective or group of collectives (see the module docstring)."""
+
+    __slots__ = ("_handles", "_refs", "_finish", "_id", "_lock", "_done", "_value",
+                 "_error", "_taken", "__weakref__")
+
+    def __init__(self, handles: Sequence[int], refs: Any = None,
+                 finish: Optional[Callable[[List[Result]], Any]] = None):
+        self._handles = list(handles)
+        self._refs = refs
+        self._finish = finish
+        self._id = None
+        self._lock = threading.Lock()
+        self._done = False
+        self._value = None
+        self._error = None
+        self._taken = False
+        if _orphans:
+            _reap_orphans()
+
+    # -- Horovod's int handles ----------------------------------------------------------
+
+    def __int__(self) -> int:
+        with _lock:
+            if self._id is None:
+                self._id = next(_ids)
+                if not self._done:
+                    _by_id[self._id] = self
+            return self._id
+
+    __index__ = __int__
+
+    @staticmethod
+    def lookup(handle, what: str = "synchronize") -> "Work":
+        """The Work behind ``handle`` (a Work, or an int from ``int(work)``)."""
+        if isinstance(handle, Work):
+            return handle
+        with _lock:
+            work = _by_id.get(handle) if isinstance(handle, int) else None
+        if work is None:
+            raise HvdliteInvalidArgumentError(
+                f"{what}: unknown handle {handle!r} (already synchronized, or not returned by "
+                f"an hvdlite *_async function)")
+        return work
+
+    # -- completion -----------------------------------------------------------------------
+
+    def poll(self) -> bool:
+        """True once every member has finished (successfully or not); wait() won't block."""
+        with self._lock:
+            return self._done or all(_core.poll(h) for h in self._handles)
+
+    def wait(self):
+        """Block until every member finishes; return the finished value or raise the first
+        error. Everything the Work held is released either way."""
+        with self._lock:
+            if not self._done:
+                self._complete()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def synchronize(self, what: str = "synchronize"):
+        """Horovod's synchronize: wait() once; the handle is used up afterwards (its value
+        is no longer held here)."""
+        with self._lock:
+            if self._taken:
+                raise HvdliteInvalidArgumentError(
+                    f"{what}: unknown handle {self!r} (already synchronized)")
+            self._taken = True
+        try:
+            return self.wait()
+        finally:
+            self._value = self._error = None
+
+    def __call__(self):
+        """Horovod's sparse_allreduce_async hands out a function to call for the result."""
+        return self.synchronize()
+
+    def _complete(self):
+        results, error = [], None
+        for h in self._handles:
+            try:
+                output, is_bf16, splits, last = _core.wait(h)
+                results.append(Result(output, bool(is_bf16), splits, last))
+            except Exception as e:  # noqa: BLE001 - every member is waited for first
+                results.append(None)
+                error = error or e
+        self._handles, self._refs, self._done = [], None, True
+        with _lock:
+            _by_id.pop(self._id, None)
+        if error is None and self._finish is not None:
+            try:
+                self._value = self._finish(results)
+            except Exception as e:  # noqa: BLE001 - raised by wait()
+                error = e
+        elif error is None:
+            self._value = results
+        self._finish = None
+        self._error = error
+
+    def __del__(self):
+        # Dropped unfinished: the core may still write into the arrays, so keep them until
+        # it is done (reaped on a later Work's creation).
+        try:
+            if self._handles and not self._done:
+                with _lock:
+                    _orphans.append((self._handles, self._refs))
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def __repr__(self):
+        state = "done" if self._done else f"{len(self._handles)} pending"
+        return f"<hvdlite Work {state}>"
+
+
+def _reap_orphans():
+    with _lock:
+        pending = list(_orphans)
+        _orphans.clear()
+    keep = []
+    for handles, refs in pending:
+        if all(_core.poll(h) for h in handles):
+            for h in handles:
+                try:
+                    _core.wait(h)
+                except Exception:  # noqa: BLE001 - nobody is left to tell
+                    pass
+        else:
+            keep.append((handles, refs))
+    if keep:
+        with _lock:
+            _orphans.extend(keep)
+
+
+def forget_all() -> None:
+    """init()/shutdown(): int handles and orphans of the previous job mean nothing now."""
+    with _lock:
+        _by_id.clear()
+        _orphans.clear()
+
+
+def wait_all(works: Sequence["Work"]) -> list:
+    """Wait for every Work (none is left pending), then raise the first error, if any."""
+    values, error = [], None
+    for w in works:
+        try:
+            values.append(w.wait())
+        except Exception as e:  # noqa: BLE001 - re-raised after the rest are waited for
+            values.append(None)
+            error = error or e
+    if error is not None:
+        raise error
+    return values

@@ -477,6 +477,21 @@ NB_MODULE(_core, m) {
     ctx.reset();
     Timeline::get().stop();
   });
+  // Elastic recovery (see Engine::rebuild): the survivors' new engine replaces the old one.
+  // Returns the lost ranks, numbered as before.
+  m.def("rebuild", [] {
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    std::shared_ptr<Engine> old = context_ref();
+    std::vector<int> lost;
+    std::shared_ptr<Engine> fresh;
+    {
+      nb::gil_scoped_release release;
+      fresh = old->rebuild(&lost);
+    }
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    g_context = std::move(fresh);
+    return lost;
+  });
   m.def("finalize", [] {
     if (!in_forked_child()) finalize_mpi_if_owned();
   });
@@ -517,6 +532,7 @@ NB_MODULE(_core, m) {
     d["mpicxx"] = HVDLITE_MPICXX;
     d["mpi_library_version"] = std::string(mpi_library_version());
     d["nccl"] = nccl_built();
+    d["fault_tolerant"] = mpi_fault_tolerant();
     return d;
   });
 

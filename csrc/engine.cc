@@ -20,7 +20,23 @@ std::string request_subject(const EntryList& entries) {
 }  // namespace
 
 Engine::Engine(std::unique_ptr<Transport> world, Config config)
+    : Engine(std::move(world), config, SetTable{}) {}
+
+Engine::Engine(std::unique_ptr<Transport> world, Config config, const SetTable& sets)
     : config_(config), topology_(world->topology()) {
+  for (const auto& kv : sets.ranks) {
+    const std::vector<int>& ranks = kv.second;
+    const auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
+    const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
+    std::unique_ptr<Transport> sub = world->split(index < 0 ? -1 : 0, index);
+    set_ranks_[kv.first] = ranks;
+    if (sub) {
+      groups_[kv.first] = std::make_shared<Group>(Membership{kv.first, ranks}, std::move(sub),
+                                                  config_, handles_);
+    }
+  }
+  free_ids_ = sets.free_ids;
+  next_id_ = sets.next_id;
   std::vector<int> everyone(topology_.size);
   for (int r = 0; r < topology_.size; ++r) everyone[r] = r;
   set_ranks_[0] = everyone;
@@ -45,6 +61,38 @@ void Engine::shutdown() {
   for (auto& g : groups) g->request_stop();
   for (auto& g : groups) g->join();
   world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
+}
+
+std::shared_ptr<Engine> Engine::rebuild(std::vector<int>* lost) {
+  shutdown();  // every loop has ended: nothing else uses the old transports now
+  std::vector<int> gone;
+  std::unique_ptr<Transport> survivors = world_->transport().shrink(&gone);
+  // Old global rank -> new one (-1 for the lost), the order of the survivors kept.
+  std::vector<int> renumber(topology_.size, -1);
+  for (int r = 0, next = 0, g = 0; r < topology_.size; ++r) {
+    if (g < static_cast<int>(gone.size()) && gone[g] == r) {
+      ++g;
+    } else {
+      renumber[r] = next++;
+    }
+  }
+  SetTable sets;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    sets.free_ids = free_ids_;
+    sets.next_id = next_id_;
+    for (const auto& kv : set_ranks_) {
+      if (kv.first == 0) continue;
+      std::vector<int> kept;
+      for (int r : kv.second) {
+        if (renumber[r] >= 0) kept.push_back(renumber[r]);
+      }
+      if (kept.empty()) sets.free_ids.push_back(kv.first);
+      else sets.ranks[kv.first] = kept;
+    }
+  }
+  if (lost) *lost = gone;
+  return std::shared_ptr<Engine>(new Engine(std::move(survivors), config_, sets));
 }
 
 std::string Engine::unknown_set(int id) const {

@@ -48,6 +48,14 @@ class Engine {
   // Bytes this process sent and received, in every group.
   TransportStats& transport_stats() { return world_->transport().stats(); }
 
+  // Elastic recovery, after a request failed with Status::RanksLost. Collective over the
+  // surviving ranks, each calling it once: stops this engine (its pending requests fail),
+  // shrinks the world to the survivors (in their old order) and returns a new engine over
+  // them, with a fresh negotiation cache, fusion buffers and topology, and every process set
+  // kept under its id with its surviving members renumbered (a set with none left is removed).
+  // `lost` receives the ranks that are gone, in this engine's numbering.
+  std::shared_ptr<Engine> rebuild(std::vector<int>* lost);
+
   // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
   // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
   // the ranks passed differ across ranks.
@@ -64,6 +72,15 @@ class Engine {
   std::vector<int> process_set_ids() const;
 
  private:
+  struct SetTable {
+    std::map<int, std::vector<int>> ranks;  // id -> global ranks, the global set excluded
+    std::deque<int> free_ids;
+    int next_id = 1;
+  };
+  // A world with process sets already defined (rebuild): each set this rank is in gets its
+  // group over a split of `world`, made here, in id order, on every rank alike.
+  Engine(std::unique_ptr<Transport> world, Config config, const SetTable& sets);
+
   // Both run on group 0's loop thread.
   Outcome apply_change(const Response& r);
   void stop_process_sets();

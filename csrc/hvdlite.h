@@ -17,6 +17,7 @@ enum class Status : int {
   Mismatch = 3,         // ranks disagree about one tensor (shape, dtype, op, root...)
   ShutDown = 4,         // a rank shut down while the operation was pending
   Internal = 5,         // the transport failed
+  RanksLost = 6,        // a rank of the job died (elastic jobs recover: see Engine::rebuild)
 };
 
 class Error : public std::runtime_error {

@@ -8,6 +8,8 @@ backend's own multi-process data parallelism where it has one that runs here.
 Configurations (each in its own processes, so baselines never see hvdlite initialised;
 per-replica batch fixed, weak scaling), for each backend B in --backends:
   B/plain           one process, plain Keras, no hvdlite
+  B/nocomm-N        N plain processes at once: the no-communication step with every rank
+                    computing (the limit a data-parallel step is measured against)
   B/hvdlite-N       hvdlite.keras at N ranks (mpirun)
   tensorflow/mwms-N tf.distribute.MultiWorkerMirroredStrategy, N workers (TF_CONFIG, gRPC)
   jax/dataparallel-N keras.distribution.DataParallel over N processes (jax.distributed,
@@ -326,7 +328,7 @@ def mpirun():
 
 
 def launch(cmds, keras_backend, timeout):
-    """Start the processes, wait for all; return (rc, output of the first)."""
+    """Start the processes, wait for all; return (rc, [output of each])."""
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", KERAS_BACKEND=keras_backend)
     procs = [subprocess.Popen(["timeout", "--kill-after=10", str(timeout)] + c, env=env,
@@ -334,7 +336,7 @@ def launch(cmds, keras_backend, timeout):
              for c in cmds]
     outs = [p.communicate()[0] for p in procs]
     rc = max(p.returncode for p in procs)
-    return rc, outs[0]
+    return rc, outs
 
 
 def result_of(output):
@@ -351,6 +353,7 @@ def configs_for(b, args):
               "--threads", str(args.threads)]
     mpi = [mpirun(), "--oversubscribe", "--bind-to", "none"]
     configs = [("plain", [me + ["--mode", "plain"] + common]),
+               (f"nocomm-{args.np}", [me + ["--mode", "plain"] + common] * args.np),
                (f"hvdlite-{args.np}", [mpi + ["-np", str(args.np)] + me +
                                        ["--mode", "hvdlite"] + common])]
     own = {"tensorflow": ("mwms", f"mwms-{args.np}"),
@@ -368,8 +371,13 @@ def run_all(args):
     for b in [b for b in args.backends.split(",") if b]:
         for name, cmds in configs_for(b, args):
             t0 = time.time()
-            rc, out = launch(cmds, b, args.timeout)
+            rc, outs = launch(cmds, b, args.timeout)
+            out = outs[0]
             res = result_of(out)
+            if name.startswith("nocomm-"):   # N independent processes: the slowest one counts
+                each = [result_of(o) for o in outs]
+                res = (None if None in each else
+                       dict(max(each, key=lambda r: r["mean_ms"]), config=name))
             if res is None:
                 tail = "\n".join(out.strip().splitlines()[-15:])
                 print(f"{b}/{name}: FAILED (rc={rc}, {time.time() - t0:.0f}s)\n{tail}\n",
@@ -382,17 +390,21 @@ def run_all(args):
           f"{args.batch_size} per replica, {args.steps} timed steps, {args.threads} compute "
           f"thread(s) per process, {os.cpu_count()} CPU cores")
     print(f"{'backend':<11} {'config':<16} {'median ms':>10} {'mean ms':>9} {'p90 ms':>8} "
-          f"{'samples/s':>10} {'plain/this time':>16}")
+          f"{'samples/s':>10} {'plain/this time':>16} {'this/no-comm':>13}")
     plain = {r["backend"]: r["mean_ms"] for r in rows if r["config"] == "plain" and
              "error" not in r}
+    nocomm = {r["backend"]: r["mean_ms"] for r in rows
+              if r["config"] == f"nocomm-{args.np}" and "error" not in r}
     for r in rows:
         if "error" in r:
             print(f"{r['backend']:<11} {r['config']:<16} {'failed: ' + r['error']:>40}")
             continue
         ratio = plain.get(r["backend"], float("nan")) / r["mean_ms"]
+        over_nocomm = r["mean_ms"] / nocomm.get(r["backend"], float("nan"))
+        r["ratio_over_nocomm"] = over_nocomm
         print(f"{r['backend']:<11} {r['config']:<16} {r['median_ms']:>10.2f} "
               f"{r['mean_ms']:>9.2f} {r['p90_ms']:>8.2f} {r['samples_per_s']:>10.0f} "
-              f"{ratio:>16.2f}")
+              f"{ratio:>16.2f} {over_nocomm:>13.2f}")
     for r in rows:
         if "step_allreduce_us" in r:
             print(f"{r['backend']}/{r['config']}: gradients {r['grad_bytes'] / 1024:.0f} KiB; "

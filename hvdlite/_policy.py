@@ -148,11 +148,11 @@ def reset_name_counters() -> None:
         _name_counters.clear()
 
 
-def group_names(base: Optional[str], n: int, kind: str = "allreduce",
-                process_set: int = 0) -> List[str]:
-    """Names of the members of a grouped call: ``base.i``, or names generated in the set."""
+def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
+    """Names of the members of a grouped call: ``base.i``; None (the collective generates
+    names, counted in its process set) when there is no base name."""
     if base is None:
-        return [auto_name(kind, None, process_set) for _ in range(n)]
+        return None
     return [f"{base}.{i}" for i in range(n)]
 
 

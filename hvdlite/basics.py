@@ -2,10 +2,12 @@
 
 import atexit
 import os
+import signal
 import sys
 import threading
 
 from . import _core, _policy, config, work, process_sets as _process_sets
+from .elastic import settings as _elastic_settings
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
@@ -77,6 +79,9 @@ def _install_excepthook(abort_on_error):
     if not abort_on_error:
         return
     previous = sys.excepthook
+    if _elastic_settings.is_elastic_job():
+        sys.excepthook = _leave_elastic_job_hook(previous)
+        return
 
     def hook(exc_type, exc, tb):
         previous(exc_type, exc, tb)
@@ -86,6 +91,27 @@ def _install_excepthook(abort_on_error):
             _core.abort(1)
 
     sys.excepthook = hook
+
+
+def _leave_elastic_job_hook(previous):
+    """In an elastic job an unhandled exception ends only this rank; the others go on.
+
+    Under hvdlite-run's rank guard the rank exits with status 1 (the guard reports it, then
+    ends as killed). Alone, it ends itself by SIGKILL: Open MPI's runtime ends a
+    fault-tolerant job when a rank exits with an error status, and hangs when one exits 0
+    before MPI_Finalize, while a killed rank is reported to the survivors as a lost process.
+    """
+    def hook(exc_type, exc, tb):
+        previous(exc_type, exc, tb)
+        if exc_type is not KeyboardInterrupt and _core.is_initialized() and _core.size() > 1:
+            print(f"hvdlite: rank {_core.rank()} leaves the elastic job after an unhandled "
+                  f"{exc_type.__name__}", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            if os.environ.get("HVDLITE_RANK_GUARD") == "1":
+                os._exit(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return hook
 
 
 def is_initialized() -> bool:

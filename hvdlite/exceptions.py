@@ -44,6 +44,27 @@ class HvdliteInternalError(HvdliteError):
     """The transport (MPI) failed; the engine stops."""
 
 
+class HvdliteRanksLostError(HvdliteInternalError):
+    """A rank of the job died while this operation was pending.
+
+    In an elastic job (``hvdlite.elastic.run``) the survivors catch it, rebuild hvdlite over
+    themselves and roll back to the last commit; elsewhere it ends the job like any
+    :class:`HvdliteInternalError`.
+    """
+
+
+class HvdliteHostsUpdatedInterrupt(RuntimeError):
+    """Raised by ``state.commit()`` / ``check_host_updates()`` on every rank when hosts changed.
+
+    ``hvdlite.elastic.run`` catches it and re-forms the job. ``skip_sync`` is true when no
+    rank left (hosts only added): the survivors' state is already the same.
+    """
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the job's hosts changed")
+        self.skip_sync = skip_sync
+
+
 # Must match hvdlite::Status in csrc/hvdlite.h.
 STATUS_TO_ERROR = {
     1: HvdliteInvalidArgumentError,
@@ -51,4 +72,5 @@ STATUS_TO_ERROR = {
     3: HvdliteMismatchError,
     4: HvdliteShutdownError,
     5: HvdliteInternalError,
+    6: HvdliteRanksLostError,
 }

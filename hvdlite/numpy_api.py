@@ -15,7 +15,6 @@ import numpy as np
 from . import ops
 from ._policy import Average, auto_name, group_names, resolve_op
 from .ops import poll, synchronize  # noqa: F401
-from .process_sets import process_set_id
 
 try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod
     import cloudpickle as _pickler
@@ -61,18 +60,16 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
     tensors = [_as_array(t) for t in tensors]
     outputs = [_empty_like(t) for t in tensors]
     return ops.grouped_allreduce_async(
-        tensors, outputs, group_names(name, len(tensors), "allreduce", process_set_id(process_set)),
-        resolve_op(op, average), prescale_factor, postscale_factor, compression, process_set,
-        _outputs(outputs))
+        tensors, outputs, group_names(name, len(tensors)), resolve_op(op, average),
+        prescale_factor, postscale_factor, compression, process_set, _outputs(outputs))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, compression=None, process_set=None):
     tensors = list(tensors)
     return ops.grouped_allreduce_async(
-        tensors, tensors, group_names(name, len(tensors), "allreduce", process_set_id(process_set)),
-        resolve_op(op, average), prescale_factor, postscale_factor, compression, process_set,
-        _outputs(tensors))
+        tensors, tensors, group_names(name, len(tensors)), resolve_op(op, average),
+        prescale_factor, postscale_factor, compression, process_set, _outputs(tensors))
 
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -125,8 +122,8 @@ def allgather(tensor, name=None, process_set=None):
 
 def grouped_allgather_async(tensors, name=None, process_set=None):
     tensors = [_as_array(t) for t in tensors]
-    names = group_names(name, len(tensors), "allgather", process_set_id(process_set))
-    return ops.grouped_allgather_async(tensors, names, process_set, _arrays)
+    return ops.grouped_allgather_async(tensors, group_names(name, len(tensors)),
+                                       process_set, _arrays)
 
 
 def grouped_allgather(tensors, name=None, process_set=None):
@@ -184,8 +181,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=
                                 postscale_factor=1.0, process_set=None):
     tensors = [_as_array(t) for t in tensors]
     return ops.grouped_reducescatter_async(
-        tensors, group_names(name, len(tensors), "reducescatter",
-                    process_set_id(process_set)), op, prescale_factor,
+        tensors, group_names(name, len(tensors)), op, prescale_factor,
         postscale_factor, process_set, _arrays)
 
 
@@ -216,7 +212,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     Unnamed calls are numbered in call order, so every rank must make them in the same order.
     """
     from .basics import rank
-    name = auto_name("broadcast_object", name, process_set_id(process_set))
+    name = auto_name("broadcast_object", name)
     is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
     payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8) if is_root else None
     length = np.array([0 if payload is None else payload.size], dtype=np.int64)
@@ -228,7 +224,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 def allgather_object(obj, name=None, process_set=None):
     """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
-    name = auto_name("allgather_object", name, process_set_id(process_set))
+    name = auto_name("allgather_object", name)
     payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8)
     sizes = allgather(np.array([payload.size], dtype=np.int64), f"{name}.sz", process_set)
     data = allgather(payload, f"{name}.t", process_set)

@@ -12,6 +12,8 @@ ranks. ``global_process_set`` (id 0) holds every rank.
 import os
 from typing import List, Optional, Sequence, Union
 
+import weakref
+
 from . import _core
 
 
@@ -70,6 +72,21 @@ def _world_ranks_of(comm) -> List[int]:
                                           MPI.COMM_WORLD.Get_group()))
 
 
+# Every ProcessSet added on this rank, so an elastic rebuild can renumber their ranks.
+_added = weakref.WeakSet()
+
+
+def _refresh_after_rebuild() -> None:
+    """After an elastic rebuild: each set's surviving members, in the new numbering."""
+    existing = set(_core.process_set_ids())
+    for ps in list(_added):
+        if ps.process_set_id in existing:
+            ps.ranks = list(_core.process_set_ranks(ps.process_set_id))
+        else:   # none of its members survived
+            ps._invalidate()
+            _added.discard(ps)
+
+
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
@@ -106,6 +123,7 @@ def _init_process_sets(process_sets) -> None:
                              f"{index} is a duplicate: {ps}")
         seen.add(tuple(ps.ranks))
         ps.process_set_id = _core.add_process_set(ps.ranks)
+        _added.add(ps)
 
 
 def _require_dynamic(action: str) -> None:
@@ -126,6 +144,7 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
         raise ValueError("hvdlite has not been initialized; use hvdlite.init().")
     _require_dynamic("adding")
     process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    _added.add(process_set)
     return process_set
 
 

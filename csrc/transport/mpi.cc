@@ -10,6 +10,7 @@
 #include <string>
 
 #include "../hvdlite.h"
+#include "fault_tolerance.h"
 #include "transport.h"
 
 namespace hvdlite {
@@ -17,12 +18,16 @@ namespace {
 
 bool g_we_initialized_mpi = false;
 
-void check(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return;
+std::string error_string(int rc) {
   char msg[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, msg, &len);
-  throw Error(Status::Internal, std::string(what) + " failed: " + std::string(msg, len));
+  return std::string(msg, len);
+}
+
+void check(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  throw Error(Status::Internal, std::string(what) + " failed: " + error_string(rc));
 }
 
 int as_count(size_t bytes, const char* what) {
@@ -84,7 +89,7 @@ class MpiTransport : public Transport {
     MPI_Initialized(&initialized);
     if (!initialized) {
       int provided = 0;
-      check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+      hvdlite::check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
       g_we_initialized_mpi = true;
     }
     int provided = 0;
@@ -95,8 +100,8 @@ class MpiTransport : public Transport {
                   "needed: hvdlite calls MPI from its background thread)");
     }
     MPI_Comm control, data;
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
+    hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
+    hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
     return std::make_unique<MpiTransport>(control, data, max_transfer_bytes);
   }
 
@@ -110,6 +115,14 @@ class MpiTransport : public Transport {
   }
 
   const Topology& topology() const override { return topo_; }
+
+  std::unique_ptr<Transport> shrink(std::vector<int>* lost) override {
+    MPI_Comm data = fault_tolerance::shrink(data_);
+    MPI_Comm control;
+    check(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
+    if (lost) *lost = missing_from(data);
+    return std::make_unique<MpiTransport>(control, data, limit_);
+  }
 
   int post_send(const void* buf, size_t bytes, int peer) override {
     requests_.push_back(MPI_REQUEST_NULL);
@@ -295,6 +308,36 @@ class MpiTransport : public Transport {
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
  private:
+  // A failed call: when it failed because a rank died (ULFM), both channels are revoked first,
+  // so every survivor's pending and next call fails too and all of them reach recovery.
+  void check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    if (fault_tolerance::is_process_failure(rc)) {
+      fault_tolerance::revoke(data_);
+      fault_tolerance::revoke(control_);
+      throw Error(Status::RanksLost, std::string(what) + " failed: a rank of the job was lost (" +
+                  error_string(rc) + ")");
+    }
+    hvdlite::check(rc, what);
+  }
+
+  // This transport's ranks that are not in `survivors`.
+  std::vector<int> missing_from(MPI_Comm survivors) const {
+    MPI_Group mine, theirs;
+    MPI_Comm_group(data_, &mine);
+    MPI_Comm_group(survivors, &theirs);
+    std::vector<int> ranks(topo_.size), mapped(topo_.size);
+    for (int r = 0; r < topo_.size; ++r) ranks[r] = r;
+    MPI_Group_translate_ranks(mine, topo_.size, ranks.data(), theirs, mapped.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&theirs);
+    std::vector<int> lost;
+    for (int r = 0; r < topo_.size; ++r) {
+      if (mapped[r] == MPI_UNDEFINED) lost.push_back(r);
+    }
+    return lost;
+  }
+
   // Sends send_bytes[p] bytes from send + send_at[p] to every peer p and receives recv_bytes[p]
   // bytes from p into recv + recv_at[p], in pieces of at most limit_ bytes. Pieces between two
   // ranks on one tag arrive in order (MPI's non-overtaking rule), so they need no numbering.
@@ -364,6 +407,8 @@ const char* mpi_library_version() {
   }
   return version;
 }
+
+bool mpi_fault_tolerant() { return fault_tolerance::available(); }
 
 void finalize_mpi_if_owned() {
   int finalized = 0;

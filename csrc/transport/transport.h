@@ -9,6 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "../hvdlite.h"
+
 namespace hvdlite {
 
 struct Topology {
@@ -73,6 +75,13 @@ class Transport {
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;
 
+  // Elastic recovery. After a call failed with Status::RanksLost (on any rank), every
+  // survivor calls shrink(): a transport over the survivors, in the same order, with fresh
+  // channels. `lost` receives the ranks (of this transport) that are gone. Collective over
+  // the survivors; no other call of this transport may be running. Backends that cannot
+  // survive a lost rank throw InvalidArgument.
+  virtual std::unique_ptr<Transport> shrink(std::vector<int>* lost);
+
   // The process's counts: a transport made by split() counts into its parent's, so process
   // sets and the stages of hierarchical all-reduce are included.
   TransportStats& stats() { return *stats_; }
@@ -85,10 +94,16 @@ class Transport {
   TransportStats* stats_ = &own_stats_;
 };
 
+inline std::unique_ptr<Transport> Transport::shrink(std::vector<int>*) {
+  throw Error(Status::InvalidArgument, "this transport cannot recover from a lost rank");
+}
+
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
 // byte count one MPI collective call is given (Config::max_transfer_bytes).
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes);
 const char* mpi_library_version();
+// True when the MPI backend can survive a lost rank (built against an MPI with ULFM).
+bool mpi_fault_tolerant();
 // Finalizes MPI at process exit if hvdlite was the one that initialised it.
 void finalize_mpi_if_owned();
 

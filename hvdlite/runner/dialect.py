@@ -84,6 +84,10 @@ class Dialect:
     def ssh(self, port: Optional[int], identity: Optional[str], workdir: str) -> List[str]:
         raise NotImplementedError
 
+    def fault_tolerance(self) -> Optional[List[str]]:
+        """Flags for a job that survives lost ranks (ULFM), or None where the MPI has none."""
+        return None
+
 
 def _ssh_words(port: Optional[int], identity: Optional[str]) -> List[str]:
     words = []
@@ -111,6 +115,10 @@ class OpenMPI(Dialect):
 
     def tag_output(self):
         return ["--output", "tag"] if self.major >= 5 else ["--tag-output"]
+
+    def fault_tolerance(self):
+        # Open MPI 5 ships ULFM; with it, a killed rank is reported to the survivors.
+        return ["--with-ft", "ulfm"] if self.major >= 5 else None
 
     def forward_env(self, names, env):
         return [word for name in names for word in ("-x", name)]

@@ -40,8 +40,9 @@ import threading
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import dialect as dialects
+from . import elastic
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
-from .output import OutputRouter, failure_summary
+from .output import OutputRouter, failure_summary, how_exited
 
 PROG = "hvdlite-run"
 
@@ -49,6 +50,9 @@ PROG = "hvdlite-run"
 FORWARDED_VARS = ("PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "PYTHONUNBUFFERED")
 
 FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end the job itself
+# In an elastic job Open MPI 5's runtime sometimes stays up after every rank has ended (the
+# lost ranks confuse its bookkeeping): once all have ended, it gets this long, then is ended.
+ELASTIC_EXIT_GRACE_SECONDS = 5.0
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -159,6 +163,16 @@ def make_parser() -> argparse.ArgumentParser:
     knobs.add_argument("--log-level", type=str.lower, choices=LOG_LEVELS, metavar="LEVEL",
                        help="hvdlite's log level at every rank (HVDLITE_LOG_LEVEL): "
                             + ", ".join(LOG_LEVELS) + "; debug prints each collective")
+
+    el = p.add_argument_group("elastic (Open MPI 5 with ULFM; see hvdlite.elastic)")
+    el.add_argument("--min-np", type=_positive_int, metavar="N",
+                    help="make the job elastic: a lost rank does not end it while N ranks are "
+                         "left (the program uses hvdlite.elastic.run)")
+    el.add_argument("--max-np", type=_positive_int, metavar="N",
+                    help="make the job elastic, with at most N ranks")
+    el.add_argument("--host-discovery-script", metavar="SCRIPT",
+                    help="make the job elastic; SCRIPT prints its hosts, one host:slots a line "
+                         "(read once, at the start)")
 
     launch = p.add_argument_group("launch")
     launch.add_argument("--verbose", "-v", action="store_true",
@@ -334,6 +348,8 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     """
     env = dict(os.environ if base_env is None else base_env)
     env.update(hvdlite_settings(args))
+    if elastic.is_elastic(args):
+        env.update(elastic.environment(args))
     # Ranks write to pipes; unbuffered output keeps lines live and not lost when a rank dies.
     env.setdefault("PYTHONUNBUFFERED", "1")
     forwarded = _forwarded_names(args, env)
@@ -350,6 +366,8 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(dialect.root_env())
     cmd = [mpirun, "-np", str(args.np), *dialect.no_binding(), *dialect.tag_output()]
+    if elastic.is_elastic(args):
+        cmd += dialect.fault_tolerance()
     if hosts is None:
         cmd += dialect.oversubscribe()   # this machine only: -np may exceed the cores
     else:
@@ -395,8 +413,13 @@ def _start(cmd: List[str], env: Dict[str, str]) -> subprocess.Popen:
                             preexec_fn=preexec, restore_signals=False)
 
 
-def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
-    """Run mpirun, stream its output through ``router``, summarise a failure; return exit code."""
+def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
+            min_np: Optional[int] = None) -> int:
+    """Run mpirun, stream its output through ``router``, summarise a failure; return exit code.
+
+    ``min_np`` makes the job elastic: a failed rank is reported and the job goes on while
+    ``min_np`` ranks are left.
+    """
     try:
         proc = _start(cmd, env)
     except OSError as e:
@@ -405,6 +428,26 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
 
     received = []
     failed = []
+    too_few = []
+    lingered = []
+    err = getattr(sys.stderr, "buffer", sys.stderr)
+
+    def announce(text):
+        try:
+            err.write(f"{PROG}: {text}\n".encode())
+            err.flush()
+        except (OSError, ValueError):
+            pass
+
+    def end_elastic_job(message):
+        too_few.append(message)
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except OSError:
+            pass
+
+    membership = (elastic.Membership(router.size, min_np, announce, end_elastic_job)
+                  if min_np is not None else None)
 
     def end_job():
         if proc.poll() is None and not received:
@@ -414,7 +457,26 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
             except OSError:
                 pass
 
+    ended = {}
+
+    def end_lingering_mpirun():
+        if proc.poll() is None:
+            lingered.append(True)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def rank_ended(rank, how):
+        if membership is not None:
+            ended[rank] = how
+            if how.code or how.signal:
+                membership.on_lost(rank, how_exited(how).replace("was killed", "killed"))
+            if len(ended) == router.size:
+                timer = threading.Timer(ELASTIC_EXIT_GRACE_SECONDS, end_lingering_mpirun)
+                timer.daemon = True
+                timer.start()
+            return
         # Open MPI ends the job itself when a rank fails; Hydra waits for the others unless
         # the rank called MPI_Abort. Either way the job ends within FAIL_FAST_SECONDS.
         if how.code or how.signal:
@@ -444,7 +506,6 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
                 old_handlers[sig] = signal.signal(sig, forward)
 
     out = getattr(sys.stdout, "buffer", sys.stdout)
-    err = getattr(sys.stderr, "buffer", sys.stderr)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -471,6 +532,13 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter) -> int:
         rc = 128 - rc
     if failed and rc == 0:
         rc = 1
+    if too_few:
+        announce(f"error: {too_few[0]}")
+        return rc or 1
+    if lingered and not received:
+        # Every rank had ended: the job's result is the survivors' (the lost were reported).
+        survivors_failed = [r for r, x in ended.items() if x.code and r not in membership.lost]
+        return 1 if survivors_failed else 0
     if received:
         # Interrupted by the user (or a scheduler): report that, and a rank's error only if
         # one came before the signal.
@@ -508,6 +576,22 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
     info, why = _built_info()
     mpirun, source = find_mpirun(args.mpirun, info, [why] if why else [])
     dialect = choose_dialect(mpirun, info, args.mpi_args)
+    if elastic.is_elastic(args):
+        if args.host_discovery_script is not None:
+            if args.hosts is not None or args.hostfile is not None:
+                raise UsageError("give the hosts with --host-discovery-script or with "
+                                 "-H/--hostfile, not both")
+            try:
+                found = elastic.discover_hosts(args.host_discovery_script)
+            except elastic.ElasticError as e:
+                raise UsageError(str(e))
+            args.hosts = ",".join(h if s is None else f"{h}:{s}" for h, s in found)
+        try:
+            elastic.check_settings(args, dialect.fault_tolerance() if dialect else None,
+                                   dialect.describe() if dialect else "this MPI",
+                                   bool(info.get("fault_tolerant")))
+        except elastic.ElasticError as e:
+            raise UsageError(str(e))
     hosts = resolve_hosts(args)
     notes = [f"mpirun from {source}: {mpirun} ("
              + (dialect.describe() if dialect else "an MPI it does not know: plain mode") + ")"]
@@ -540,7 +624,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         router = OutputRouter(tag=dialect.tag if dialect else None, prefix=not args.no_prefix,
                               verbose=args.verbose, size=args.np,
                               chunked_tags=bool(dialect and dialect.chunked_tags))
-        return run_job(cmd, env, router)
+        min_np = (args.min_np or 1) if elastic.is_elastic(args) else None
+        return run_job(cmd, env, router, min_np=min_np)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -281,18 +281,18 @@ class OutputRouter:
         # A real error, or a rank ending abnormally without one: the earliest is the cause.
         events = [(e.seq, r, "raised " + _short(e.line)) for r, e in errors.items()
                   if not e.consequence]
-        events += [(x.seq, r, _how_exited(x)) for r, x in exits.items()
+        events += [(x.seq, r, how_exited(x)) for r, x in exits.items()
                    if (x.code or x.signal not in (0, *_TEARDOWN_SIGNALS)) and r not in errors]
         # SIGTERM/SIGKILL are how MPI ends the other ranks: a cause only before any error.
         first_error = min((e.seq for e in errors.values()), default=None)
-        events += [(x.seq, r, _how_exited(x)) for r, x in exits.items()
+        events += [(x.seq, r, how_exited(x)) for r, x in exits.items()
                    if x.signal in _TEARDOWN_SIGNALS and r not in errors
                    and (first_error is None or x.seq < first_error)]
         if events:
             _, rank, how = min(events)
             x = exits.get(rank)
             if x is not None and x.code and how.startswith("raised"):
-                how += f" and {_how_exited(x)}"
+                how += f" and {how_exited(x)}"
             return rank, how
         # Only errors caused by a rank leaving: blame the rank that left. The core names it
         # ("shut down: rank 0 called hvdlite.shutdown() or exited"); else the rank that ended
@@ -387,7 +387,7 @@ def _short(line: bytes, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _how_exited(x: Exit) -> str:
+def how_exited(x: Exit) -> str:
     if x.signal:
         import signal as _signal
         try:

@@ -12,7 +12,10 @@ stdout, stderr and environment) and stays its parent, so that:
   when it exited cleanly while the others still waited for it.
 
 Signals the guard receives (SIGTERM from mpirun, SIGINT, ...) are passed on to the program.
-The guard exits as the program did (same code, or killed by the same signal).
+The guard exits as the program did (same code, or killed by the same signal), except in an
+elastic job (HVDLITE_ELASTIC=1), where a program that exits with an error status makes the
+guard end by SIGKILL: Open MPI's fault-tolerant runtime ends the whole job when a rank exits
+with an error status, but reports a killed rank to the survivors as a lost process.
 """
 
 import os
@@ -22,6 +25,7 @@ import threading
 import time
 
 EXIT_MARKER = "hvdlite-run-rank-exit:"
+GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0
 _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGCONT")
@@ -52,6 +56,7 @@ def main(argv) -> int:
     if os.getppid() != parent:              # it died before the line above
         return 128 + signal.SIGTERM
     sys.stdout.flush()
+    os.environ[GUARDED_ENV] = "1"
     pid = os.fork()
     if pid == 0:   # the program
         try:
@@ -103,8 +108,11 @@ def main(argv) -> int:
         os.write(2, line.encode())
     except OSError:
         pass
+    if code > 0 and os.environ.get("HVDLITE_ELASTIC") == "1":
+        code = -signal.SIGKILL
     if code < 0:
-        signal.signal(-code, signal.SIG_DFL)
+        if -code != signal.SIGKILL:   # SIGKILL's handler cannot be set (nor caught)
+            signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         return 128 - code
     return code

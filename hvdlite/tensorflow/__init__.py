@@ -49,3 +49,4 @@ from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa
                       size_op)
 from .sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from .util import _executing_eagerly  # noqa: F401
+from . import elastic  # noqa: F401,E402

@@ -43,6 +43,7 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, allga
                       synchronize)
 from .optimizer import DistributedOptimizer, GradientAccumulationError
 from .sync_batch_norm import SyncBatchNorm
+from . import elastic
 
 # Horovod's names for the same errors, for scripts that catch them.
 HorovodInternalError = HvdliteInternalError

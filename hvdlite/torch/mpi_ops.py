@@ -27,7 +27,7 @@ from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
-                                  global_process_set, process_set_id, remove_process_set)
+                                  global_process_set, remove_process_set)
 
 from .compression import Compression
 
@@ -147,7 +147,7 @@ def _set_size(process_set):
 def _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
                      finish=None):
     staged = _Staged(list(tensors), names, opname, inplace)
-    core_names = [_policy.auto_name("allreduce", n, process_set_id(process_set)) for n in names]
+    core_names = [_policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names, op, pre, post, wire, process_set,
         staged.finish if finish is None else (lambda r: finish(staged.finish(r))))
@@ -332,7 +332,7 @@ def _start_allgather(tensors, names, process_set, opname, single):
     def finish(results):
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
-    core_names = [_policy.auto_name("allgather", n, process_set_id(process_set)) for n in names]
+    core_names = [_policy.auto_name("allgather", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allgather_async(hosts, core_names, process_set, finish)
 
 
@@ -522,7 +522,7 @@ def _start_reducescatter(tensors, names, op, pre, post, process_set, opname, sin
     def finish(results):
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
-    core_names = [_policy.auto_name("reducescatter", n, process_set_id(process_set)) for n in names]
+    core_names = [_policy.auto_name("reducescatter", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_reducescatter_async([_host(t)[0] for t in tensors], core_names, op,
                                             pre, post, process_set, finish)
 

@@ -50,8 +50,10 @@ expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2), op=hvd.
 expect(HvdliteInvalidArgumentError, "at least one dimension", hvd.reducescatter, np.float32(1.0))
 h = hvd.allreduce_async(np.ones(2), name="dup")
 expect(HvdliteInvalidArgumentError, r"'dup' is already in flight", hvd.allreduce_async, np.ones(2), name="dup")
-hvd.synchronize(h)
-expect(HvdliteInvalidArgumentError, "unknown or already synchronized handle", hvd.poll, h)
+handle = int(h)  # Horovod's int handle
+hvd.synchronize(handle)
+assert hvd.poll(h)  # a finished Work reports done; its int handle is gone
+expect(HvdliteInvalidArgumentError, "unknown handle", hvd.poll, handle)
 still_works("local")
 
 # Cross-rank mismatches: every rank gets the error, naming tensor, values and ranks.

@@ -94,16 +94,15 @@ for ps in mine + [solo] * solo.included():
     assert got.shape == (2 + (me == 0), 3) and (got == k).all(), got
     hvd.barrier(process_set=ps)
     # The grouped bindings take the set too (members negotiate in one round).
-    from hvdlite import _core, ops
-    inputs = [np.full((1, 2), R + i, np.int16) for i in range(2)]  # alive until waited for
-    hs = _core.enqueue_grouped_allgather([f"ga.{i}" for i in range(2)], inputs,
-                                         process_set=ps.process_set_id)
-    for i, res in enumerate(ops.wait_all(hs)):
+    from hvdlite import ops
+    inputs = [np.full((1, 2), R + i, np.int16) for i in range(2)]
+    work = ops.grouped_allgather_async(inputs, [f"ga.{i}" for i in range(2)], process_set=ps)
+    for i, res in enumerate(ops.wait_all(work)):
         assert np.array_equal(res.output[:, 0], np.array(ps.ranks, np.int16) + i), res
     inputs = [np.ones((k, 3), np.float32) for _ in range(2)]
-    hs = _core.enqueue_grouped_reducescatter([f"grs.{i}" for i in range(2)], inputs, 1, 1.0, 1.0,
-                                             process_set=ps.process_set_id)
-    assert all((res.output == k).all() and res.output.shape == (1, 3) for res in ops.wait_all(hs))
+    work = ops.grouped_reducescatter_async(inputs, [f"grs.{i}" for i in range(2)], op=hvd.Sum,
+                                           process_set=ps)
+    assert all((res.output == k).all() and res.output.shape == (1, 3) for res in ops.wait_all(work))
     # Unnamed collectives are numbered per set, so members agree whatever else they ran.
     h = hvd.allreduce_async(np.ones(1), op=hvd.Sum, process_set=ps)
     assert hvd.synchronize(h)[0] == k

@@ -38,6 +38,8 @@ from hvdlite.keras import (DistributedOptimizer, PartialDistributedOptimizer,  #
                            allgather, allreduce, broadcast, load_model)
 
 from . import callbacks  # noqa: F401,E402
+# Not `from . import elastic`: the star import above already bound hvdlite.tensorflow.elastic.
+elastic = __import__("importlib").import_module(".elastic", __name__)
 
 
 def reducescatter(value, name=None, op=Average):

@@ -1,0 +1,113 @@
+"""State objects: what elastic training commits, rolls back to, and broadcasts to the others."""
+
+import copy
+import pickle
+
+import numpy as np
+
+from hvdlite import _core, _policy, ops
+from hvdlite.exceptions import HvdliteHostsUpdatedInterrupt
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free)."""
+    prefix = name or _policy.auto_name("elastic.broadcast_object", None)
+    if _core.rank() == root_rank:
+        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
+        length = np.array([payload.size], dtype=np.int64)
+    else:
+        payload = None
+        length = np.zeros(1, dtype=np.int64)
+    ops.wait(ops.broadcast_async(length, root_rank, name=f"{prefix}.len"))
+    if payload is None:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    ops.wait(ops.broadcast_async(payload, root_rank, name=f"{prefix}.data"))
+    if _core.rank() == root_rank:
+        return obj
+    return pickle.loads(payload.tobytes())
+
+
+class State:
+    """Base class of elastic state: ``commit``, ``restore``, ``sync`` and reset callbacks.
+
+    ``bcast_object(obj)`` broadcasts from rank 0 and returns the object; ``get_rank()`` gives
+    this rank. Subclasses implement ``save``, ``restore`` and ``sync``.
+    """
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=_core.rank):
+        self._bcast_object = bcast_object
+        self._rank = get_rank
+        self._reset_callbacks = []
+        self._host_updates = []  # (timestamp, removed) from on_hosts_updated, oldest first
+
+    def register_reset_callbacks(self, callbacks):
+        """Functions called (no arguments) after every reset, e.g. to scale the LR by size()."""
+        self._reset_callbacks.extend(callbacks)
+
+    def on_reset(self):
+        self._host_updates = []
+        self.reset()
+        for callback in self._reset_callbacks:
+            callback()
+
+    def on_hosts_updated(self, timestamp, removed=False):
+        """Record that the set of hosts changed; the next commit/check_host_updates acts on it."""
+        self._host_updates.append((timestamp, bool(removed)))
+
+    def commit(self):
+        """Save the state (the point a failure rolls back to), then check for host updates."""
+        self.save()
+        self.check_host_updates()
+
+    def check_host_updates(self):
+        """Raise HostsUpdatedInterrupt on every rank when rank 0 has heard of a host update.
+
+        Collective: rank 0's view is broadcast, so every rank raises or none does.
+        """
+        mine = self._host_updates[-1] if self._host_updates else None
+        update = self._bcast_object(mine) if _core.size() > 1 else mine
+        self._host_updates = []
+        if update is not None:
+            _, removed = update
+            # Hosts only added: every surviving rank still holds the committed state.
+            raise HvdliteHostsUpdatedInterrupt(skip_sync=not removed)
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+    def reset(self):
+        """Called after hvdlite was rebuilt, before the reset callbacks."""
+
+
+class ObjectState(State):
+    """State made of picklable attributes: ``ObjectState(epoch=0, batch=0)``.
+
+    ``commit`` keeps a deep copy of every attribute, ``restore`` puts it back, ``sync``
+    broadcasts the committed values from rank 0.
+    """
+
+    def __init__(self, bcast_object=broadcast_object, get_rank=_core.rank, **kwargs):
+        self._saved_state = copy.deepcopy(kwargs)
+        self._set_attrs()
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank)
+
+    def save(self):
+        self._saved_state = {k: copy.deepcopy(getattr(self, k)) for k in self._saved_state}
+
+    def restore(self):
+        self._set_attrs()
+
+    def sync(self):
+        if self._saved_state:
+            self._saved_state = self._bcast_object(self._saved_state)
+            self._set_attrs()
+
+    def _set_attrs(self):
+        for k, v in self._saved_state.items():
+            setattr(self, k, copy.deepcopy(v))

@@ -1,0 +1,70 @@
+"""Elastic torch training on digits; one rank fails at FAIL_STEP (killed or raising).
+
+argv: mode (kill | raise | none), victim rank, fail step, output .npz path.
+The lowest surviving rank saves the final parameters, the (step, size) of every reset and
+the time from the failure to the first step completed at the new size.
+"""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+
+import elastic_digits as problem
+import hvdlite.torch as hvd
+
+torch.set_num_threads(1)
+mode, victim, fail_step, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+failure_clock = out + ".failed_at"
+
+hvd.init()
+first_rank = hvd.rank()
+x, y = problem.data()
+model, optimizer = problem.model_and_optimizer()
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+state = hvd.elastic.TorchState(model, optimizer, step=0)
+resets = []
+recovered = {"pending": False, "seconds": None}
+
+
+def on_reset():
+    resets.append((state.step, hvd.size()))
+    recovered["pending"] = True
+
+
+state.register_reset_callbacks([on_reset])
+
+
+@hvd.elastic.run
+def train(state):
+    while state.step < problem.STEPS:
+        n, r = hvd.size(), hvd.rank()
+        if state.step == fail_step and first_rank == victim and mode != "none":
+            with open(failure_clock, "w") as f:
+                f.write(repr(time.time()))
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected failure on rank {first_rank} at step {state.step}")
+        xb, yb = problem.global_batch(x, y, state.step, n)
+        optimizer.zero_grad()
+        problem.loss_fn(model, problem.shard(xb, r), problem.shard(yb, r)).backward()
+        optimizer.step()
+        state.step += 1
+        if recovered["pending"]:
+            recovered["pending"] = False
+            with open(failure_clock) as f:
+                recovered["seconds"] = time.time() - float(f.read())
+        if state.step % problem.COMMIT_EVERY == 0:
+            state.commit()
+
+
+train(state)
+if hvd.rank() == 0:
+    np.savez(out, *[p.detach().numpy() for p in model.parameters()],
+             resets=np.array(resets, dtype=np.int64).reshape(-1, 2),
+             recovery_seconds=np.array(recovered["seconds"] if recovered["seconds"] is not None
+                                       else -1.0),
+             final_size=np.array(hvd.size()))
+print(f"rank {first_rank} finished as rank {hvd.rank()} of {hvd.size()}", flush=True)

@@ -640,7 +640,7 @@ def local_rank_op(name=None):
 
 def size_op(process_set_id=0, name=None):
     """The number of ranks (of process set ``process_set_id``), as an int32 tensor."""
-    return _scalar_op(lambda: _process_set(process_set_id).size(), name or "HvdliteSize")
+    return _scalar_op(lambda: _core.process_set_size(int(process_set_id)), name or "HvdliteSize")
 
 
 def local_size_op(name=None):

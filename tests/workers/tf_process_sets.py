@@ -53,6 +53,8 @@ def check_set(ps, mode):
     members, n = ps.ranks, len(ps.ranks)
     me = members.index(R)
     assert ps.included() and ps.size() == n and ps.rank() == me
+    assert int(hvd.size_op(ps.process_set_id)) == n and int(hvd.size_op()) == N
+    assert int(hvd.process_set_included_op(ps.process_set_id)) == 1
     x, big = data(R), data(R, (2 * n, 3))
     rows = np.concatenate([np.full((me + 1, 2), 100 * R + j, np.float32) for j in range(n)])
     total = sum(data(r) for r in members)
@@ -140,6 +142,8 @@ def check_outsider(ps):
         else:
             raise AssertionError(f"rank {R} outside {ps} was not refused")
     assert ps.included() is False
+    assert int(hvd.process_set_included_op(ps.process_set_id)) == 0
+    assert int(hvd.size_op(ps.process_set_id)) == len(ps.ranks)
 
 
 for ps in (ps02, ps12):

@@ -18,7 +18,7 @@ pip_install "scikit-build-core>=0.10" "nanobind>=2.4" "numpy>=1.22" "scikit-lear
 # Pinned: the CPU build. An unpinned torch pulls a multi-GB CUDA build.
 have torch || pip_install "torch==2.13.0"
 if [ "$what" = "all" ]; then
-  pip_install "pytest>=7" "pytest-timeout>=2"
+  pip_install "pytest>=7" "pytest-timeout>=2" "pytest-rerunfailures>=14"
   have tensorflow || pip_install "tensorflow-cpu>=2.16"
   # JAX (CPU build from PyPI) for the Keras tests and example on KERAS_BACKEND=jax only.
   have jax || pip_install "jax[cpu]>=0.4.30"

@@ -212,7 +212,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     Unnamed calls are numbered in call order, so every rank must make them in the same order.
     """
     from .basics import rank
-    name = auto_name("broadcast_object", name)
+    name = auto_name("broadcast_object", name, ops.process_set_id(process_set))
     is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
     payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8) if is_root else None
     length = np.array([0 if payload is None else payload.size], dtype=np.int64)
@@ -224,7 +224,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
 
 def allgather_object(obj, name=None, process_set=None):
     """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
-    name = auto_name("allgather_object", name)
+    name = auto_name("allgather_object", name, ops.process_set_id(process_set))
     payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8)
     sizes = allgather(np.array([payload.size], dtype=np.int64), f"{name}.sz", process_set)
     data = allgather(payload, f"{name}.t", process_set)

@@ -27,6 +27,8 @@ from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,  # noqa: F40
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
                                 HvdliteNotInitializedError, HvdliteShutdownError)
 from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
+                                  global_process_set, remove_process_set)
 
 from . import callbacks  # noqa: F401
 from .backend import BACKEND, SUPPORTED_BACKENDS, bridge, check_supported  # noqa: F401

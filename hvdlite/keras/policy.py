@@ -4,35 +4,14 @@ and error messages that say which variable a request name stands for."""
 import inspect
 
 import hvdlite as _hvd
-from hvdlite.compression import NoneCompressor, is_stateful
-from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.ops import Adasum, Average, Max, Min, Product, Sum
+from hvdlite import _policy
+from hvdlite.compression import is_stateful
 
-
-_OPS = {Average: "Average", Sum: "Sum", Min: "Min", Max: "Max", Product: "Product"}
-
-
-def resolve_op(op, average, what):
-    """Horovod's ``op=`` / deprecated ``average=`` rules; returns a reduce op hvdlite has."""
-    if op is not None and average is not None:
-        raise ValueError(f"{what}: pass either op= or the deprecated average=, not both")
-    if average is not None:
-        op = Average if average else Sum
-    op = Average if op is None else op
-    if op == Adasum:
-        raise HvdliteInvalidArgumentError(f"{what}: op=Adasum is not supported by hvdlite; "
-                                          f"use Average or Sum")
-    if op not in _OPS:
-        raise HvdliteInvalidArgumentError(f"{what}: unknown reduce op {op!r}; use Average, "
-                                          f"Sum, Min, Max or Product")
-    return int(op)
-
-
-def check_predivide(op, predivide, what):
-    if predivide <= 0:
-        raise ValueError(f"{what}: gradient_predivide_factor must be > 0, got {predivide}")
-    if predivide != 1.0 and op != Average:
-        raise ValueError(f"{what}: gradient_predivide_factor is only supported with op=Average")
+# Op resolution, the predivide check and wire routing are hvdlite._policy's, shared by every
+# adapter; what is here is only what Keras' bridges need on top of it.
+resolve_op = _policy.resolve_op
+check_predivide = _policy.check_predivide
+wire_format = _policy.wire_format
 
 
 def set_size(process_set=None):
@@ -41,27 +20,9 @@ def set_size(process_set=None):
 
 
 def reduction(op, predivide, process_set=None):
-    """(op, prescale, postscale) for the core: with a predivide factor f, Average is a Sum
-    scaled by 1/f before and f/size after (Horovod's gradient_predivide_factor)."""
-    if op == Average and predivide != 1.0:
-        return Sum, 1.0 / predivide, predivide / set_size(process_set)
-    return op, 1.0, 1.0
-
-
-def wire_format(compression, packable, floating):
-    """(wire name for the core or None, whether compress/decompress runs in the framework).
-
-    The built-in fp16/bf16 compressors are packed by the core for float32/float64 tensors
-    (``packable``) and leave integer tensors alone; other compressors run as written."""
-    if compression is None or compression is NoneCompressor:
-        return None, False
-    wire = getattr(compression, "wire_dtype", None)
-    if wire is not None:
-        if packable:
-            return wire, False
-        if not floating:
-            return None, False
-    return None, True
+    """(op, prescale, postscale) for the core under ``gradient_predivide_factor``, over the
+    set's ranks."""
+    return _policy.predivide(op, predivide, set_size(process_set))
 
 
 def with_labels(error, labels):

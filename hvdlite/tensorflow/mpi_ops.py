@@ -287,10 +287,12 @@ def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroad
 
 def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
     ps = _set(process_set)
+    member = ps.included()  # outside the set the core's call below gives the error
     shapes = []
     for t in tensors:
         n0 = t.shape[0] if t.shape.rank else None
-        rows = None if n0 is None else _policy.reducescatter_rows(n0, ps.size(), ps.rank())
+        rows = (None if n0 is None or not member
+                else _policy.reducescatter_rows(n0, ps.size(), ps.rank()))
         shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
 
     def fn(*arrays):
@@ -475,7 +477,8 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     """Overwrite ``variables`` with ``root_rank``'s values (one crossing for all of them);
     returns their new values."""
-    variables = list(variables)
+    # one variable is iterable too (over its rows): take it as a list of one, not its rows
+    variables = [variables] if isinstance(variables, tf.Variable) else list(variables)
     values = [tf.convert_to_tensor(v) for v in variables]
     for v, t in zip(variables, values):
         check_dtype(t, "broadcast_", getattr(v, "name", None))
@@ -637,7 +640,7 @@ def local_rank_op(name=None):
 
 def size_op(process_set_id=0, name=None):
     """The number of ranks (of process set ``process_set_id``), as an int32 tensor."""
-    return _scalar_op(lambda: _process_set(process_set_id).size(), name or "HvdliteSize")
+    return _scalar_op(lambda: _core.process_set_size(int(process_set_id)), name or "HvdliteSize")
 
 
 def local_size_op(name=None):

@@ -171,8 +171,8 @@ for mode, wrap in MODES.items():
         def named_bad(v):
             return hvd.allgather(tf.identity(v, name="odd_one"))
         expect_error(hvd.HvdliteInvalidArgumentError,
-                     lambda: named_bad(tf.ones([2], tf.uint16)), ["odd_one", "uint16"],
-                     "graph allgather uint16 names the graph tensor")
+                     lambda: named_bad(tf.ones([2], tf.uint32)), ["odd_one", "uint32"],
+                     "graph allgather uint32 names the graph tensor")
     expect_error(hvd.HvdliteInvalidArgumentError, lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
                  ["Adasum"], "Adasum rejected")
 

@@ -38,7 +38,6 @@ Compression, FP16Compressor, BF16Compressor = cast_compressors(
 #: jax_enable_x64).
 SUPPORTED_DTYPES = tuple(np.dtype(jnp.bfloat16) if name == "bfloat16" else np.dtype(name)
                          for name in _core.supported_dtypes())
-_PACKABLE = (np.dtype("float32"), np.dtype("float64"))
 
 
 def _check_dtype(x, what, label):
@@ -74,8 +73,7 @@ def _grouped_allreduce(xs, names, op, prescale, postscale, compression, process_
                        labels=None, when=None, ordered=True):
     """All-reduce jax arrays (traced or not) as one request group; ``when`` (a boolean
     array) skips the collective where false, returning ``xs`` unchanged."""
-    routes = [wire_format(compression, np.dtype(x.dtype) in _PACKABLE,
-                          jnp.issubdtype(x.dtype, jnp.floating)) for x in xs]
+    routes = [wire_format(compression, np.dtype(x.dtype).name) for x in xs]
     wire = next((w for w, _ in routes if w is not None), None)
     ctxs = [None] * len(xs)
     send = list(xs)

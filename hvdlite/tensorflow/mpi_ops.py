@@ -505,7 +505,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     check_dtype(tensor, "alltoall", name)
     has_splits = splits is not None
     if has_splits and tf.is_tensor(splits) and not splits.dtype.is_integer:
-        raise HvdliteInvalidArgumentError(
+        raise _errors.HvdliteInvalidArgumentError(
             f"hvdlite.tensorflow.alltoall: splits must be integers, got a {splits.dtype.name} tensor")
     if has_splits and not tf.is_tensor(splits):
         _ops.splits_arg(np.asarray(splits).reshape(-1).tolist())  # no silent cast of 1.5 to 1

@@ -87,6 +87,14 @@ def check_dtype(tensor, what, name=None):
         raise _errors.native(e) from None
 
 
+def _check_arg(check, value):
+    """An hvdlite.ops argument check, raising the TF-native class of its error."""
+    try:
+        return check(value)
+    except HvdliteError as e:
+        raise _errors.native(e) from None
+
+
 def _resolve_op(op, average, what):
     try:
         return resolve_op(op, average, f"hvdlite.tensorflow.{what}")
@@ -458,7 +466,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     """Every rank gets ``root_rank``'s ``tensor``."""
     tensor = tf.convert_to_tensor(tensor)
     check_dtype(tensor, "broadcast", name)
-    root_rank = _ops.root_rank_arg(root_rank)
+    root_rank = _check_arg(_ops.root_rank_arg, root_rank)
     names = _names(name, 1, "broadcast", grouped=False)
     rule = GRADIENTS["broadcast"]
 
@@ -508,7 +516,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         raise _errors.HvdliteInvalidArgumentError(
             f"hvdlite.tensorflow.alltoall: splits must be integers, got a {splits.dtype.name} tensor")
     if has_splits and not tf.is_tensor(splits):
-        _ops.splits_arg(np.asarray(splits).reshape(-1).tolist())  # no silent cast of 1.5 to 1
+        _check_arg(_ops.splits_arg, np.asarray(splits).reshape(-1).tolist())  # no cast of 1.5 to 1
     splits_t = tf.cast(tf.convert_to_tensor(splits), tf.int32) if has_splits \
         else tf.constant([], dtype=tf.int32)
     aname = op_name("alltoall", name)

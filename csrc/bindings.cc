@@ -526,6 +526,7 @@ NB_MODULE(_core, m) {
     d["control_bytes_sent"] = read(s.control_bytes_sent);
     return d;
   }, nb::arg("reset") = false);
+  m.def("hierarchical_allreduce_active", [] { return context_ref()->hierarchical_allreduce(); });
   m.def("build_info", [] {
     nb::dict d;
     d["mpirun"] = HVDLITE_MPIRUN;

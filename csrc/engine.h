@@ -47,6 +47,8 @@ class Engine {
   void abort(int code) { world_->transport().abort(code); }
   // Bytes this process sent and received, in every group.
   TransportStats& transport_stats() { return world_->transport().stats(); }
+  // Whether the global set's all-reduce is hierarchical: the setting and the topology decide.
+  bool hierarchical_allreduce() const { return world_->hierarchical(); }
 
   // Elastic recovery, after a request failed with Status::RanksLost. Collective over the
   // surviving ranks, each calling it once: stops this engine (its pending requests fail),

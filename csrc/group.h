@@ -46,6 +46,8 @@ class Group {
   int id() const { return members_.set_id; }
   const Membership& members() const { return members_; }
   Transport& transport() { return *transport_; }
+  // True when this group's all-reduce runs in intra-/cross-host stages (hierarchical.h).
+  bool hierarchical() const { return hierarchy_ != nullptr; }
 
   // Queues the entries together (so a group negotiates in one round) and returns their
   // handles. Throws InvalidArgument for a name already in flight in this group, and the

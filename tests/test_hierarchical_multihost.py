@@ -3,6 +3,10 @@ tests/multihost/hosts.py): at 2 hosts x 2 ranks it is chosen by default and give
 bitwise-identical results while sending about 2/3 of the flat ring's bytes across hosts
 (counted by the kernel); HVDLITE_HIERARCHICAL_ALLREDUCE=0 forces the flat ring; at 2 hosts x 1
 rank it falls back to the flat ring even when forced on.
+
+The kernel counts link bytes: payload plus TCP/IP headers, ACKs and the barrier's messages.
+How much that adds depends on the segment sizes the stack picks (1-6% seen), so the byte bounds
+allow 12% over the payload; the 2/3 ratio still tells the two algorithms apart.
 """
 import os
 import re
@@ -45,25 +49,30 @@ def run_job(cluster, per_host, setting):
     return sent, out
 
 
+OVERHEAD = 1.12  # link bytes over payload bytes, at most (see the module's docstring)
+
+
 def test_two_hosts_two_ranks_each(cluster):
     hier, out = run_job(cluster, 2, None)      # the default: hierarchical here
-    assert "local 1/2 cross 1/2" in out, out
-    flat, _ = run_job(cluster, 2, "0")
+    assert "local 1/2 cross 1/2 all-reduce: hierarchical" in out, out
+    flat, out = run_job(cluster, 2, "0")
+    assert out.count("all-reduce: flat ring") == 4, out
     data = 16 << 20
     # Flat ring: 2 of its 4 links cross hosts, each carrying 6 steps of a quarter: 1.5 N per host.
     # Hierarchical: each host's 2 ranks all-reduce their half with their peer: N per host.
     for f, h in zip(flat, hier):
-        assert 1.5 * data <= f < 1.6 * data, (flat, hier)
-        assert 1.0 * data <= h < 1.07 * data, (flat, hier)
-        assert 0.62 < h / f < 0.70, (flat, hier)
+        assert 1.5 * data <= f < 1.5 * OVERHEAD * data, (flat, hier)
+        assert 1.0 * data <= h < OVERHEAD * data, (flat, hier)
+        assert 0.59 < h / f < 0.75, (flat, hier)
     print(f"bytes sent across hosts per host, 16 MiB all-reduce: flat {flat}, hierarchical {hier}, "
           f"ratio {sum(hier) / sum(flat):.3f}")
 
 
 def test_two_hosts_one_rank_each_falls_back_to_the_flat_ring(cluster):
-    forced, _ = run_job(cluster, 1, "1")
+    forced, out = run_job(cluster, 1, "1")
+    assert out.count("all-reduce: flat ring") == 2, out
     flat, _ = run_job(cluster, 1, "0")
     data = 16 << 20
     for f, h in zip(flat, forced):
         # 2 ranks: each sends half the data twice (reduce-scatter + all-gather): N per host.
-        assert 1.0 * data <= f < 1.07 * data and abs(h - f) < 0.02 * data, (flat, forced)
+        assert 1.0 * data <= f < OVERHEAD * data and 1.0 * data <= h < OVERHEAD * data, (flat, forced)

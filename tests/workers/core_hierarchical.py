@@ -24,8 +24,10 @@ def same_on_every_rank(x):
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()
-print(f"rank {R}: local {hvd.local_rank()}/{hvd.local_size()} cross {hvd.cross_rank()}/{hvd.cross_size()}",
-      flush=True)
+from hvdlite import _core
+algorithm = "hierarchical" if _core.hierarchical_allreduce_active() else "flat ring"
+print(f"rank {R}: local {hvd.local_rank()}/{hvd.local_size()} cross {hvd.cross_rank()}/{hvd.cross_size()}"
+      f" all-reduce: {algorithm}", flush=True)
 
 for count in (1, 3, 1001, 100003):
     base = np.arange(count) % 13

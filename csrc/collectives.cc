@@ -88,7 +88,7 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   }
   if (work.size() < total * es) work.resize(total * es);
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
-  const double post = r.reduce_op == ReduceOp::Average ? r.postscale / t.size() : r.postscale;
+  const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
   ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
                       scratch, piece_bytes);
   const int me = t.rank();

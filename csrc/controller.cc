@@ -23,7 +23,7 @@ bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) &
 
 Controller::Controller(Transport& transport, Config& config, const Membership& members)
     : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
-      stall_(transport, config), autotune_(config, transport.rank()) {}
+      stall_(transport, config, members), autotune_(config, transport.rank()) {}
 
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {

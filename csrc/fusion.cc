@@ -68,10 +68,6 @@ namespace {
 // out of the fusion buffer costs more than the extra messages of one more span.
 constexpr size_t kInPlaceBytes = 64 * 1024;
 
-double postscale_of(const Response& r, int size) {
-  return r.reduce_op == ReduceOp::Average ? r.postscale / size : r.postscale;  // as Horovod
-}
-
 }  // namespace
 
 void AllreduceExecutor::run(Batch& batch) {
@@ -117,7 +113,7 @@ void AllreduceExecutor::run(Batch& batch) {
 
   // Scaling after the reduction happens inside the ring (once per element, by its owner);
   // compressed data is scaled on its way back to full precision instead.
-  const double post = postscale_of(r, transport_.size());
+  const double post = applied_postscale(r.reduce_op, r.postscale, transport_.size());
   if (traced) times.packed = Clock::now();
   if (hierarchy_) {
     hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,

@@ -97,6 +97,10 @@ void reduce_into(void* dst, const void* src, size_t n, DataType dtype, ReduceOp 
   }
 }
 
+double applied_postscale(ReduceOp op, double postscale, int size) {
+  return op == ReduceOp::Average ? postscale / size : postscale;
+}
+
 void copy_scaled(void* dst, const void* src, size_t n, DataType dtype, double f) {
   if (f == 1.0 || dtype == DataType::Bool) {
     if (dst != src) std::memmove(dst, src, n * dtype_size(dtype));

@@ -8,8 +8,13 @@
 
 namespace hvdlite {
 
-// dst[i] = dst[i] (op) src[i]. Average reduces as Sum; the division happens in scale().
+// dst[i] = dst[i] (op) src[i]. Average reduces as Sum; applied_postscale() divides.
 void reduce_into(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
+
+// The factor a reduction's result is multiplied by once, after it: the request's postscale,
+// and for Average also 1/size (size: the ranks of the group, joined ones included). As in
+// Horovod, the two are one multiplication, so results match its tests bit for bit.
+double applied_postscale(ReduceOp op, double postscale, int size);
 
 // Copies count elements src -> dst (which may be the same) multiplying by factor.
 // Integers are multiplied in double and truncated toward zero (so Average of ints truncates).

@@ -52,18 +52,19 @@ struct Reader {
   }
 };
 
-// "rank 1" / "ranks 0, 2"
-std::string ranks_text(const std::vector<int>& ranks) {
+// "rank 1" / "ranks 0, 2": the global ranks of the group's members at these positions.
+std::string ranks_text(const std::vector<int>& members, const Membership& group) {
   std::ostringstream s;
-  s << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  s << (members.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < members.size(); ++i) s << (i ? ", " : "") << group.global(members[i]);
   return s.str();
 }
 
 }  // namespace
 
-StallInspector::StallInspector(Transport& transport, const Config& config)
-    : transport_(transport), config_(config) {
+StallInspector::StallInspector(Transport& transport, const Config& config,
+                               const Membership& members)
+    : transport_(transport), config_(config), members_(members) {
   const double check = config.stall_check_s, shutdown = config.stall_shutdown_s;
   threshold_s_ = check > 0 && shutdown > 0 ? std::min(check, shutdown) : std::max(check, shutdown);
   last_report_ = last_evaluation_ = Clock::now() - std::chrono::hours(1);
@@ -195,14 +196,15 @@ void StallInspector::evaluate(Clock::time_point now) {
     }
     oldest = std::max(oldest, t.age_s);
     msg << (i ? "; " : "") << "'" << stalled[i].first << "' waited " << std::lround(t.age_s)
-        << " s: " << ranks_text(have) << " submitted it; " << ranks_text(have_not)
+        << " s: " << ranks_text(have, members_) << " submitted it; " << ranks_text(have_not, members_)
         << (have_not.size() == 1 ? " has not" : " have not");
   }
   if (stalled.size() > 10) msg << "; and " << stalled.size() - 10 << " more";
   msg << ". A rank that has not submitted a tensor is stuck elsewhere, or its collectives "
          "differ (names, or the order of conditional collectives).";
   if (config_.stall_shutdown_s > 0 && oldest >= config_.stall_shutdown_s) {
-    const std::string text = "stalled for more than HVDLITE_STALL_SHUTDOWN_TIME_SECONDS (" +
+    const std::string text = "stalled" + members_.where() +
+                             " for more than HVDLITE_STALL_SHUTDOWN_TIME_SECONDS (" +
                              std::to_string(std::lround(config_.stall_shutdown_s)) + " s): " + msg.str();
     Writer stop(Kind::Stop);
     stop.put(text);
@@ -210,7 +212,8 @@ void StallInspector::evaluate(Clock::time_point now) {
     throw Error(Status::ShutDown, text);
   }
   if (config_.stall_check_s > 0 && oldest >= config_.stall_check_s) {
-    std::fprintf(stderr, "[hvdlite rank 0] warning: stall: %s\n", msg.str().c_str());
+    std::fprintf(stderr, "[hvdlite rank %d] warning: stall%s: %s\n", members_.global(0),
+                 members_.where().c_str(), msg.str().c_str());
   }
 }
 

@@ -1,5 +1,5 @@
 // The stall inspector: finds tensors that some ranks submitted and others have not, and says
-// which. A rank whose requests have waited longer than the check time tells the coordinator
+// which, by global rank (and which process set, outside the global one). A rank whose requests have waited longer than the check time tells the coordinator
 // (rank 0) over the transport's side channel; rank 0 then asks every rank for its pending
 // names and ages and, with every answer in, warns:
 //   'fc.weight' waited 60 s: ranks 0, 2 submitted it; ranks 1, 3 have not
@@ -18,12 +18,14 @@
 #include "config.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
+#include "validate.h"
 
 namespace hvdlite {
 
 class StallInspector {
  public:
-  StallInspector(Transport& transport, const Config& config);
+  // transport: the group's; members: who its ranks are (messages name global ranks).
+  StallInspector(Transport& transport, const Config& config, const Membership& members);
 
   bool enabled() const { return threshold_s_ > 0; }
   std::chrono::milliseconds poll_interval() const;
@@ -43,6 +45,7 @@ class StallInspector {
 
   Transport& transport_;
   const Config& config_;
+  const Membership& members_;
   double threshold_s_;              // the earlier of the check and shutdown times (0: off)
   Clock::time_point last_poll_, last_report_;
   // Coordinator only.

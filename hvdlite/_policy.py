@@ -130,15 +130,18 @@ _name_counters = {}
 _counter_lock = threading.Lock()
 
 
-def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0) -> str:
+def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
+              counters: Optional[dict] = None) -> str:
     """``name``, or a generated one: ranks that call ops in the same order get equal names.
 
-    Counted per process set: the members of a set agree on its order only.
+    Counted per process set: the members of a set agree on its order only. ``counters``:
+    where to count instead of the job-wide counters (TensorFlow counts per graph).
     """
     if name is not None:
         return str(name)
     with _counter_lock:
-        counter = _name_counters.setdefault((kind, process_set), itertools.count())
+        counters = _name_counters if counters is None else counters
+        counter = counters.setdefault((kind, process_set), itertools.count())
         return f"{kind}.noname.{next(counter)}"
 
 

@@ -17,6 +17,17 @@ def test_stall_warning_names_submitting_and_missing_ranks():
     assert proc.stdout.count("done") == 3, proc.stdout
 
 
+def test_stall_warning_in_a_process_set_names_global_ranks_and_the_set():
+    proc = run_mpi(3, "workers/core_stall.py", "set",
+                   env={"HVDLITE_STALL_CHECK_TIME_SECONDS": "1"}, timeout=120)
+    warnings = [l for l in proc.stdout.splitlines() if "warning: stall" in l]
+    # positions within the set would read "rank 0 submitted it; rank 1 has not"
+    expected = (r"^\[hvdlite rank 1\] warning: stall in process set 1 \(ranks 1, 2\): "
+                r"'ps\.weight' waited \d+ s: rank 1 submitted it; rank 2 has not")
+    assert warnings and re.search(expected, warnings[0]), proc.stdout
+    assert proc.stdout.count("done") == 3, proc.stdout
+
+
 def test_stall_shutdown_ends_the_job_on_every_rank_with_the_message():
     # The HOROVOD_* alias is accepted; the HVDLITE_* name wins over it.
     proc = run_mpi(3, "workers/core_stall.py", "shutdown",

@@ -22,8 +22,9 @@ Names
 -----
 A ``name=`` you pass is used as is (grouped calls append ``.0``, ``.1``, ...). Otherwise:
 eagerly the core generates names in call order; in a graph a name is fixed when the graph
-is built, ``tf.<kind>.<k>`` with ``k`` counting the collectives of that graph, so ranks
-that build the same code agree without depending on TensorFlow's op names.
+is built, ``tf.<kind>.noname.<k>`` with ``k`` counting that graph's collectives of that kind
+in that process set, so ranks that build the same code agree without depending on
+TensorFlow's op names, also where only some of them build a set's collectives.
 
 Errors and gradients
 --------------------
@@ -102,7 +103,7 @@ def _resolve_op(op, average, what):
         raise _errors.native(e) from None
 
 
-_graph_counters = weakref.WeakKeyDictionary()
+_graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
 _last_op = weakref.WeakKeyDictionary()   # TF1 graph -> its latest hvdlite op
 
 
@@ -118,23 +119,23 @@ def _is_tf1_graph(graph):
     return not isinstance(graph, FuncGraph)
 
 
-def op_name(kind, name=None):
-    """The request name: ``name`` if given; None eagerly (the core numbers calls); in a
-    graph a name fixed at build time, counted per outermost graph."""
+def op_name(kind, name=None, process_set=None):
+    """The request name: ``name`` if given; None eagerly (hvdlite.ops numbers calls); in a
+    graph a name fixed at build time, counted per outermost graph and process set."""
     if name is not None:
         return str(name)
     if tf.executing_eagerly():
         return None
     graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
-    k = _graph_counters.get(graph, 0)
-    _graph_counters[graph] = k + 1
-    return f"tf.{kind}.{k}"
+    counters = _graph_counters.setdefault(graph, {})
+    return _policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
+                             counters)
 
 
-def _names(base, n, kind, grouped=True):
+def _names(base, n, kind, process_set, grouped=True):
     """Request names of a call's tensors: ``base`` for a single-tensor call, ``base.i`` for
-    a grouped one; None eagerly without a name (the core numbers them)."""
-    base = op_name(kind, base)
+    a grouped one; None eagerly without a name (hvdlite.ops numbers them)."""
+    base = op_name(kind, base, process_set)
     if base is None:
         return None
     return [f"{base}.{i}" for i in range(n)] if grouped else [base]
@@ -335,7 +336,7 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, pro
     if not tensors:
         return []
     if names is None and not tf.executing_eagerly():
-        names = _names(None, len(tensors), "allreduce")
+        names = _names(None, len(tensors), "allreduce", process_set)
     rule = GRADIENTS["allreduce"]
 
     def forward(xs):
@@ -358,7 +359,7 @@ def _sparse_allreduce(slices, op, name, what, process_set=None):
             f"tf.convert_to_tensor it) to reduce it densely")
     check_dtype(slices.values, what, name)
     values, indices = grouped_allgather([slices.values, slices.indices],
-                                        name=op_name("sparse_allreduce", name),
+                                        name=op_name("sparse_allreduce", name, process_set),
                                         process_set=process_set)
     if op == Average:
         values = values / tf.cast(_set(process_set).size(), values.dtype)
@@ -426,7 +427,7 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
         check_dtype(t, what, name)
     # a scalar is gathered as a vector of one element per rank
     xs = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
-    names = _names(name, len(xs), "allgather", grouped)
+    names = _names(name, len(xs), "allgather", process_set, grouped)
     ps = _set(process_set)
 
     def forward(inputs):
@@ -467,7 +468,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     tensor = tf.convert_to_tensor(tensor)
     check_dtype(tensor, "broadcast", name)
     root_rank = _check_arg(_ops.root_rank_arg, root_rank)
-    names = _names(name, 1, "broadcast", grouped=False)
+    names = _names(name, 1, "broadcast", process_set, grouped=False)
     rule = GRADIENTS["broadcast"]
 
     def forward(xs):
@@ -490,7 +491,8 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     values = [tf.convert_to_tensor(v) for v in variables]
     for v, t in zip(variables, values):
         check_dtype(t, "broadcast_", getattr(v, "name", None))
-    new = _broadcast_cross(values, int(root_rank), _names(name, len(values), "broadcast_"),
+    new = _broadcast_cross(values, int(root_rank),
+                           _names(name, len(values), "broadcast_", process_set),
                            process_set, "HvdliteBroadcastInplace")
     assigns = [v.assign(n) for v, n in zip(variables, new)]
     if tf.executing_eagerly():
@@ -519,7 +521,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         _check_arg(_ops.splits_arg, np.asarray(splits).reshape(-1).tolist())  # no cast of 1.5 to 1
     splits_t = tf.cast(tf.convert_to_tensor(splits), tf.int32) if has_splits \
         else tf.constant([], dtype=tf.int32)
-    aname = op_name("alltoall", name)
+    aname = op_name("alltoall", name, process_set)
     received = []
 
     def fn(arr, spl):
@@ -565,7 +567,7 @@ def _reducescatter_group(tensors, compression, op, name, prescale_factor, postsc
     if python_side:
         pairs = [compression.compress(t) for t in tensors]
         tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
-    names = _names(name, len(tensors), "reducescatter", grouped)
+    names = _names(name, len(tensors), "reducescatter", process_set, grouped)
 
     def forward(xs):
         return _reducescatter_cross(xs, op, prescale_factor, postscale_factor, names,
@@ -619,7 +621,7 @@ def _scalar_op(fn, label, dtype=tf.int32):
 
 def barrier(process_set=global_process_set, name=None):
     """Block until every rank reaches the barrier (in a graph: an op doing so)."""
-    bname = op_name("barrier", name)
+    bname = op_name("barrier", name, process_set)
 
     def fn():
         _ops.barrier_async(bname, process_set).wait()

@@ -2,9 +2,8 @@
 classes, the *_op queries, broadcast_, grouped allgather / reducescatter and their
 gradients, IndexedSlices scaling, local gradients (register_local_source,
 PartialDistributedGradientTape, PartialDistributedOptimizer), SyncBatchNormalization,
-BroadcastGlobalVariablesCallback(local_variables=...), and a TF1-style graph with more
-independent collectives than TensorFlow has inter-op threads (it must not deadlock).
-Run by tests/tensorflow/test_parity.py at 2 and 3 ranks."""
+BroadcastGlobalVariablesCallback(local_variables=...). (TF1-style graphs that must not
+deadlock: tests/workers/tf_graph_order.py.) Run by tests/tensorflow/test_parity.py at 2 and 3 ranks."""
 import os
 import sys
 
@@ -146,15 +145,5 @@ kernel, bias = m.layers[0].kernel, m.layers[0].bias
 cb = hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[bias])
 m.fit(np.ones([2, 2]), np.ones([2, 1]), epochs=1, verbose=0, callbacks=[cb])
 check(close(kernel, np.zeros([2, 1])) and close(bias, [R]), "broadcast callback local_variables")
-
-# ----------------------- a TF1-style graph with more collectives than inter-op threads
-with tf.Graph().as_default():
-    tensors = [tf.fill([4], float(i + R)) for i in range(12)]
-    outs = [hvd.allreduce(t, op=hvd.Sum) for t in tensors]
-    outs.append(hvd.allgather(tf.fill([1], R)))
-    with tf.compat.v1.Session() as sess:
-        values = sess.run(outs)
-check(all(close(values[i], [N * i + N * (N - 1) / 2] * 4) for i in range(12))
-      and list(values[12]) == list(range(N)), "TF1 graph with 13 independent collectives")
 
 done("tf_parity", R)

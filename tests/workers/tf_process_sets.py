@@ -155,5 +155,16 @@ for ps in (ps02, ps12):
         check_outsider(ps)
     hvd.barrier()
 
+
+@tf.function
+def in_my_sets(x):
+    """Unnamed collectives of only the sets this rank is in (rank 2 builds both sets', ranks 0
+    and 1 one each): a graph's generated names must be counted per set to agree."""
+    return [hvd.allreduce(x, op=hvd.Sum, process_set=ps) for ps in (ps02, ps12) if ps.included()]
+
+
+mine = [ps for ps in (ps02, ps12) if ps.included()]
+for ps, got in zip(mine, in_my_sets(tf.constant(data(R)))):
+    equal(got, sum(data(r) for r in ps.ranks))
 equal(hvd.allreduce(tf.constant(data(R)), op=hvd.Average), sum(data(r) for r in range(N)) / N)
 print(f"rank {R}: tensorflow process sets ok", flush=True)

@@ -41,7 +41,8 @@ from .distributed import (DistributedGradientTape,  # noqa: F401
 from .errors import (HvdliteInternalError, HvdliteInvalidArgumentError,  # noqa: F401
                      HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError,
                      HvdliteUnsupportedError)
-from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
+from .functions import (allgather_object, broadcast_global_variables,  # noqa: F401
+                        broadcast_object, broadcast_variables)
 from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa: F401
                       alltoall, barrier, broadcast, broadcast_, global_process_set, grouped_allgather, grouped_allreduce,
                       grouped_reducescatter, join, local_rank_op, local_size_op,

@@ -1,4 +1,5 @@
-"""Elastic training for TensorFlow: ``hvd.elastic.TensorFlowKerasState`` and ``hvd.elastic.run``.
+"""Elastic training for TensorFlow: ``hvd.elastic.TensorFlowKerasState``,
+``hvd.elastic.TensorFlowState`` and ``hvd.elastic.run``.
 
 Inside a ``tf.function`` a collective's error reaches Python as a ``tf.errors.OpError``
 naming the hvdlite error; ``run`` turns those back into hvdlite's errors so a lost rank is
@@ -16,6 +17,7 @@ from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noq
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                              HvdliteRanksLostError, ObjectState, State)
 
+from . import errors as _errors
 from .functions import broadcast_object, broadcast_variables
 
 
@@ -51,51 +53,84 @@ def _values(variables):
     return [np.array(v) for v in variables]
 
 
-class TensorFlowKerasState(ObjectState):
-    """Elastic state of a Keras model, its optimizer and picklable attributes (epoch, batch...).
+class _VariablesState(ObjectState):
+    """Elastic state of some TensorFlow variables and picklable attributes (epoch, batch...).
 
-    ``commit`` keeps copies of the model's weights and the optimizer's variables, ``restore``
-    assigns them back, ``sync`` broadcasts them from rank 0.
+    ``commit`` keeps copies of the variables' values, ``restore`` assigns them back, ``sync``
+    broadcasts them from rank 0 and keeps the result as the committed state (as Horovod).
     """
+
+    def __init__(self, **kwargs):
+        self._save_variables()
+        super().__init__(bcast_object=broadcast_object, get_rank=_core.rank, **kwargs)
+
+    def _variables(self):
+        raise NotImplementedError
+
+    def _save_variables(self):
+        self._saved = _values(self._variables())
+
+    def _load_variables(self):
+        for v, value in zip(self._variables(), self._saved):
+            v.assign(value)
+
+    def save(self):
+        self._save_variables()
+        super().save()
+
+    def restore(self):
+        self._load_variables()
+        super().restore()
+
+    def sync(self):
+        variables = self._variables()
+        if variables:
+            broadcast_variables(variables, root_rank=0)
+        self._save_variables()
+        super().sync()
+
+
+class TensorFlowState(_VariablesState):
+    """Elastic state of a list of ``tf.Variable`` (eagerly), as Horovod's."""
+
+    def __init__(self, variables=None, session=None, **kwargs):
+        if variables is None or session is not None or not tf.executing_eagerly():
+            raise _errors.HvdliteUnsupportedError(
+                "hvdlite.tensorflow.elastic.TensorFlowState: pass the variables and run "
+                "eagerly (TF1 sessions and global variables are not supported)")
+        self.variables = list(variables)
+        super().__init__(**kwargs)
+
+    def _variables(self):
+        return self.variables
+
+
+class TensorFlowKerasState(_VariablesState):
+    """Elastic state of a Keras model, its optimizer and picklable attributes."""
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        self._saved_weights = _values(model.weights)
-        self._saved_optimizer = self._optimizer_values()
-        super().__init__(bcast_object=broadcast_object, get_rank=_core.rank, **kwargs)
+        super().__init__(**kwargs)
 
     def _optimizer_variables(self):
         return list(self.optimizer.variables) if self.optimizer is not None else []
 
-    def _optimizer_values(self):
-        return _values(self._optimizer_variables())
+    def _variables(self):
+        return list(self.model.weights) + self._optimizer_variables()
 
-    def save(self):
-        self._saved_weights = _values(self.model.weights)
-        self._saved_optimizer = self._optimizer_values()
-        super().save()
-
-    def restore(self):
-        for v, value in zip(self.model.weights, self._saved_weights):
+    def _load_variables(self):
+        weights, optimizer = list(self.model.weights), self._optimizer_variables()
+        if len(weights) + len(optimizer) == len(self._saved):
+            return super()._load_variables()
+        # The optimizer was built after the last commit: its state then was the initial
+        # one (all zeros).
+        for v, value in zip(weights, self._saved):
             v.assign(value)
-        variables = self._optimizer_variables()
-        if len(variables) == len(self._saved_optimizer):
-            for v, value in zip(variables, self._saved_optimizer):
-                v.assign(value)
-        else:
-            # Built after the last commit: its state then was the initial one (all zeros).
-            for v in variables:
-                v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
-        super().restore()
-
-    def sync(self):
-        variables = list(self.model.weights) + self._optimizer_variables()
-        if variables:
-            broadcast_variables(variables, root_rank=0)
-        super().sync()
+        for v in optimizer:
+            v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
 
 
-__all__ = ["TensorFlowKerasState", "ObjectState", "State", "run", "HorovodInternalError",
+__all__ = ["TensorFlowKerasState", "TensorFlowState", "ObjectState", "State", "run", "HorovodInternalError",
            "HostsUpdatedInterrupt", "HvdliteInternalError", "HvdliteRanksLostError",
            "HvdliteHostsUpdatedInterrupt"]

@@ -1,5 +1,6 @@
-"""Variable and Python-object helpers: ``broadcast_variables``, ``broadcast_object``,
-``allgather_object`` (the object collectives are hvdlite's numpy ones)."""
+"""Variable and Python-object helpers: ``broadcast_variables``,
+``broadcast_global_variables``, ``broadcast_object``, ``allgather_object`` (the object
+collectives are hvdlite's numpy ones)."""
 
 import tensorflow as tf
 
@@ -22,6 +23,19 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         return None if tf.executing_eagerly() else tf.no_op()
     values = broadcast_(variables, root_rank, name=name or None, process_set=process_set)
     return None if tf.executing_eagerly() else tf.group(*values)
+
+
+def broadcast_global_variables(root_rank):
+    """A TF1-style graph's op assigning ``root_rank``'s values to every global variable.
+
+    As in Horovod, eagerly there are no global variables to find: it raises RuntimeError
+    (use ``broadcast_variables(model.variables, root_rank)``).
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError("hvdlite.tensorflow.broadcast_global_variables() does not support "
+                           "eager execution; use broadcast_variables(<model/optimizer "
+                           "variables>, root_rank) instead")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
 
 
 def broadcast_object(obj, root_rank=0, session=None, name=None,

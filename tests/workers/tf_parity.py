@@ -146,4 +146,38 @@ cb = hvd_keras.callbacks.BroadcastGlobalVariablesCallback(0, local_variables=[bi
 m.fit(np.ones([2, 2]), np.ones([2, 1]), epochs=1, verbose=0, callbacks=[cb])
 check(close(kernel, np.zeros([2, 1])) and close(bias, [R]), "broadcast callback local_variables")
 
+# ------------------------------------- broadcast_global_variables; elastic states after sync
+try:
+    hvd.broadcast_global_variables(0)
+except RuntimeError as e:
+    check("eager" in str(e), "broadcast_global_variables eagerly says why it cannot")
+else:
+    check(False, "broadcast_global_variables eagerly raised nothing")
+with tf.Graph().as_default():
+    gv = tf.compat.v1.Variable(tf.fill([3], float(R)))
+    bcast = hvd.broadcast_global_variables(N - 1)
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(bcast)
+        check(close(sess.run(gv), [N - 1] * 3), "broadcast_global_variables in a TF1 graph")
+
+# sync() takes rank 0's values AND commits them: restore() after it goes back to them
+variables = [tf.Variable(np.full([2, 2], R + 1.0)), tf.Variable(np.full([2], R + 1.0))]
+state = hvd.elastic.TensorFlowState(variables, batch=20 + R)
+state.sync()
+check(close(variables[0], np.ones([2, 2])) and state.batch == 20, "TensorFlowState.sync")
+variables[0].assign(np.full([2, 2], 7.0))
+state.batch = 21
+state.restore()
+check(close(variables[0], np.ones([2, 2])) and state.batch == 20,
+      "TensorFlowState.restore after sync returns to the synced values")
+model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(2)])
+model.set_weights([np.full([2, 2], R + 1.0), np.full([2], R + 1.0)])
+kstate = hvd_keras.elastic.KerasState(model, keras.optimizers.Adam(0.1))
+kstate.sync()
+model.set_weights([np.zeros([2, 2]), np.zeros([2])])
+kstate.restore()
+check(all(close(w, np.ones_like(w)) for w in model.get_weights()),
+      "KerasState.restore after sync returns to the synced weights")
+
 done("tf_parity", R)

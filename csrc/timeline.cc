@@ -249,7 +249,7 @@ void Timeline::write_loop() {
 }
 
 void Timeline::note_decisions(const std::vector<std::vector<Request>>& requests_by_rank,
-                              const std::vector<Response>& decided) {
+                              const std::vector<Response>& decided, const Membership& members) {
   if (!active()) return;
   std::lock_guard<std::mutex> lk(late_mu_);
   std::unordered_map<std::string, std::vector<int>> now;
@@ -263,11 +263,17 @@ void Timeline::note_decisions(const std::vector<std::vector<Request>>& requests_
     std::set<int> early(it->second.begin(), it->second.end());
     std::vector<int> late;
     for (int r = 0; r < static_cast<int>(requests_by_rank.size()); ++r) {
-      if (!early.count(r)) late.push_back(r);
+      if (!early.count(r)) late.push_back(members.global(r));
     }
     late_[d.name] = std::move(late);
     first_seen_.erase(it);
   }
+}
+
+void Timeline::note_late_ranks(const std::string& name, std::vector<int> ranks) {
+  if (!active() || ranks.empty()) return;
+  std::lock_guard<std::mutex> lk(late_mu_);
+  late_[name] = std::move(ranks);
 }
 
 std::vector<int> Timeline::take_late_ranks(const std::string& name) {
@@ -334,14 +340,10 @@ void trace_negotiated(TensorEntry& entry) {
   if (entry.trace.drained < entry.enqueued) entry.trace.drained = entry.trace.decided;
   const std::string& name = entry.request.name;
   tl.span(name, "QUEUE", entry.enqueued, entry.trace.drained);
-  std::string args;
-  if (entry.state == TensorEntry::State::CacheHit) {
-    args = "\"path\":\"cache\"";
-  } else {
-    args = "\"path\":\"coordinator\"";
-    std::vector<int> late = tl.take_late_ranks(name);
-    if (!late.empty()) args += ",\"late_ranks\":" + rank_list(late);
-  }
+  std::string args = entry.state == TensorEntry::State::CacheHit ? "\"path\":\"cache\""
+                                                                 : "\"path\":\"coordinator\"";
+  std::vector<int> late = tl.take_late_ranks(name);
+  if (!late.empty()) args += ",\"late_ranks\":" + rank_list(late);
   tl.span(name, "NEGOTIATE", entry.trace.drained, entry.trace.decided, std::move(args));
 }
 

@@ -1,6 +1,7 @@
 // The timeline: a Chrome trace-event file (chrome://tracing, Perfetto) showing, per tensor,
 // where its time went: QUEUE (enqueued, not yet seen by the engine), NEGOTIATE (waiting for
-// the other ranks; on the coordinator its args name the ranks that submitted late),
+// the other ranks; its args name the ranks that submitted late: on the coordinator path
+// rank 0 knows them from the requests, on the cached path the round tells every rank),
 // WAIT_FOR_DATA (decided, waiting for its fusion batch), the fusion copy (or the zero-copy
 // span, or the 16-bit compression), the ring's reduce-scatter and all-gather, the copy out,
 // and completion, all nested in one span per request. Optional cycle markers mark every
@@ -28,6 +29,7 @@
 
 #include "message.h"
 #include "tensor_entry.h"
+#include "validate.h"
 
 namespace hvdlite {
 
@@ -55,9 +57,11 @@ class Timeline {
   void counter(const char* name, Clock::time_point at, const char* series, double value);
 
   // Coordinator only, after each decision: remembers which ranks had each request the first
-  // time any rank sent it, so that NEGOTIATE can name the ranks that came late.
+  // time any rank sent it, so that NEGOTIATE can name the (global) ranks that came late.
   void note_decisions(const std::vector<std::vector<Request>>& requests_by_rank,
-                      const std::vector<Response>& decided);
+                      const std::vector<Response>& decided, const Membership& members);
+  // Any rank, for a tensor decided on the cached path (late_ranks.h): these ranks came late.
+  void note_late_ranks(const std::string& name, std::vector<int> ranks);
   std::vector<int> take_late_ranks(const std::string& name);
 
  private:

@@ -42,6 +42,9 @@ class Controller {
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
   void check_settings_agree();
 
+  // Before the first round: whether hierarchical all-reduce is available (autotune.h).
+  void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
+
   // Runs one round over this rank's pending entries (updating their negotiation state).
   RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
 

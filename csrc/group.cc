@@ -51,6 +51,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
                  [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); }) {
   controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
   hierarchy_ = make_hierarchy(*transport_, config_);
+  controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
   allreduce_.use_hierarchy(hierarchy_.get());
   thread_ = std::thread([this] { run_loop(); });
 }

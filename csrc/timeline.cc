@@ -372,8 +372,14 @@ void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pac
   const std::string& name = entry.request.name;
   tl.span(name, "WAIT_FOR_DATA", entry.trace.decided, t.start);
   tl.span(name, pack_phase, t.start, t.packed);
-  tl.span(name, "RING_REDUCE_SCATTER", t.packed, t.scattered);
-  tl.span(name, "RING_ALLGATHER", t.scattered, t.reduced);
+  if (t.hierarchical) {
+    tl.span(name, "HIERARCHICAL_INTRA_REDUCE_SCATTER", t.packed, t.stages.scattered);
+    tl.span(name, "HIERARCHICAL_CROSS_ALLREDUCE", t.stages.scattered, t.stages.crossed);
+    tl.span(name, "HIERARCHICAL_INTRA_ALLGATHER", t.stages.crossed, t.reduced);
+  } else {
+    tl.span(name, "RING_REDUCE_SCATTER", t.packed, t.scattered);
+    tl.span(name, "RING_ALLGATHER", t.scattered, t.reduced);
+  }
   if (unpack_phase) tl.span(name, unpack_phase, t.reduced, t.unpacked);
   entry.trace.phases_written = true;
 }

@@ -3,7 +3,8 @@
 // the other ranks; its args name the ranks that submitted late: on the coordinator path
 // rank 0 knows them from the requests, on the cached path the round tells every rank),
 // WAIT_FOR_DATA (decided, waiting for its fusion batch), the fusion copy (or the zero-copy
-// span, or the 16-bit compression), the ring's reduce-scatter and all-gather, the copy out,
+// span, or the 16-bit compression), the ring's reduce-scatter and all-gather (or the three
+// stages of a hierarchical all-reduce: within the host, across hosts, within the host), the copy out,
 // and completion, all nested in one span per request. Optional cycle markers mark every
 // negotiation round; a counter track shows the bytes all-reduced per round.
 //
@@ -27,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hierarchical.h"
 #include "message.h"
 #include "tensor_entry.h"
 #include "validate.h"
@@ -120,9 +122,12 @@ void trace_completed(TensorEntry& entry, bool ok);
 // A negotiation round starts (cycle markers).
 void trace_round();
 
-// When a fusion batch ran: start, data packed, reduce-scatter done, ring done, data unpacked.
+// When a fusion batch ran: start, data packed, reduce-scatter done (flat ring), all-reduce
+// done, data unpacked; a hierarchical all-reduce has its stages' ends instead of `scattered`.
 struct BatchTimes {
   Clock::time_point start, packed, scattered, reduced, unpacked;
+  bool hierarchical = false;
+  HierarchyTimes stages;
 };
 // One member of a fusion batch; pack_phase names how its data reached the ring.
 void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pack_phase,

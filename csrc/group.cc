@@ -204,7 +204,7 @@ void Group::execute(const std::vector<Response>& responses) {
         }
         break;
       case OpType::Allgather:
-        if (e) complete(e, run_allgather(t, r, *e));
+        if (e) complete(e, run_allgather(t, r, *e, members_));
         break;
       case OpType::Alltoall:
         if (e) complete(e, run_alltoall(t, r, *e));

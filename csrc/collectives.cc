@@ -6,6 +6,7 @@
 
 #include "reduce.h"
 #include "ring_allreduce.h"
+#include "timeline.h"
 
 namespace hvdlite {
 namespace {
@@ -131,17 +132,21 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
     segs.count.push_back(static_cast<size_t>(n) * row_elems);
     at += static_cast<size_t>(n) * row_elems;
   }
+  PhaseTrace phases(e);
   if (work.size() < total * es) work.resize(total * es);
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
+  phases.end("MEMCPY_IN_WORK_BUFFER");
   const double post = r.reduce_op == ReduceOp::Average ? r.postscale / t.size() : r.postscale;
   ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
                       scratch, piece_bytes);
+  phases.end("RING_REDUCE_SCATTER");
   const int me = t.rank();
   Outcome out;
   out.output = OwnedBuffer(segs.count[me] * es);
   out.output_shape = with_rows(e.request.shape, rows[me]);
   out.output_dtype = dt;
   std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
+  phases.end("MEMCPY_OUT_WORK_BUFFER");
   return out;
 }
 

@@ -384,6 +384,20 @@ void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pac
   entry.trace.phases_written = true;
 }
 
+PhaseTrace::PhaseTrace(TensorEntry& entry) {
+  if (!Timeline::get().active() || entry.trace.decided < entry.enqueued) return;
+  entry_ = &entry;
+  last_ = Clock::now();
+}
+
+void PhaseTrace::end(const char* phase) {
+  if (!entry_) return;
+  const auto now = Clock::now();
+  Timeline::get().span(entry_->request.name, phase, last_, now);
+  entry_->trace.phases_written = true;
+  last_ = now;
+}
+
 void trace_round_bytes(size_t bytes) {
   Timeline& tl = Timeline::get();
   if (tl.active() && bytes > 0) tl.counter("fused_bytes", Clock::now(), "bytes", static_cast<double>(bytes));

@@ -4,7 +4,8 @@
 // rank 0 knows them from the requests, on the cached path the round tells every rank),
 // WAIT_FOR_DATA (decided, waiting for its fusion batch), the fusion copy (or the zero-copy
 // span, or the 16-bit compression), the ring's reduce-scatter and all-gather (or the three
-// stages of a hierarchical all-reduce: within the host, across hosts, within the host), the copy out,
+// stages of a hierarchical all-reduce: within the host, across hosts, within the host) or a
+// reduce-scatter's ring, the copy out,
 // and completion, all nested in one span per request. Optional cycle markers mark every
 // negotiation round; a counter track shows the bytes all-reduced per round.
 //
@@ -133,5 +134,18 @@ struct BatchTimes {
 void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pack_phase,
                         const char* unpack_phase);
 void trace_round_bytes(size_t bytes);
+
+// The phases of one request that runs alone (not in a fusion batch), each ending where the
+// next begins; they replace its EXECUTE span. A no-op while the timeline is off.
+class PhaseTrace {
+ public:
+  explicit PhaseTrace(TensorEntry& entry);
+  // Ends the phase that began at the previous end() (or at construction).
+  void end(const char* phase);
+
+ private:
+  TensorEntry* entry_ = nullptr;  // null while not traced
+  Clock::time_point last_;
+};
 
 }  // namespace hvdlite

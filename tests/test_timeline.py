@@ -8,7 +8,7 @@ import sys
 from mpi_launch import run_mpi
 
 TENSORS = ["params", "grad.small.0", "grad.small.1", "grad.big", "grad.compressed", "grad.late",
-           "grad.other"]
+           "grad.other", "grad.shard"]
 STEPS = 3
 
 
@@ -77,6 +77,11 @@ def check_known_loop(by_track):
     # The two small gradients were fused: their copies into the buffer are the same span.
     copy = lambda t: [(e["ts"], e["dur"]) for e in by_track[t] if e["name"] == "MEMCPY_IN_FUSION_BUFFER"]
     assert copy("grad.small.0") == copy("grad.small.1")
+    seen = names(by_track["grad.shard"])
+    for phase in ["QUEUE", "NEGOTIATE", "MEMCPY_IN_WORK_BUFFER", "RING_REDUCE_SCATTER",
+                  "MEMCPY_OUT_WORK_BUFFER", "COMPLETE", "REDUCESCATTER"]:
+        assert seen.get(phase) == STEPS, f"grad.shard: {phase} seen {seen.get(phase)} times: {seen}"
+    assert "EXECUTE" not in seen, seen
     seen = names(by_track["params"])
     assert seen.get("BROADCAST") == 1 and seen.get("EXECUTE") == 1 and seen.get("NEGOTIATE") == 1
     # Rank 1 submitted grad.late late at step 0, through the coordinator, and at step 2, on

@@ -107,7 +107,15 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   if (late_.active() || !(words[0] & kNoTracing)) {
     auto late_by_name = late_.observe(late, ready, valid, span, nwords, transport_.size(), rank_words,
                                       cache_, members_, !(words[0] & kNoTracing));
-    for (auto& [name, ranks] : late_by_name) timeline.note_late_ranks(name, std::move(ranks));
+    for (auto& [name, ranks] : late_by_name) {
+      // Only for tensors this rank will trace (a joined rank stands in without an entry).
+      for (const auto& e : pending) {
+        if (e->request.name == name) {
+          timeline.note_late_ranks(name, std::move(ranks));
+          break;
+        }
+      }
+    }
   }
 
   RoundOutcome out;

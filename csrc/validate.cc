@@ -168,9 +168,10 @@ std::vector<Response> decide_ready(const std::vector<std::vector<Request>>& requ
       else if (joins[r]) joined_missing.push_back(r);
       else missing.push_back(r);
     }
-    if (!missing.empty()) continue;  // some rank has not submitted it yet
+    // Joined ranks stand in with zeros, which only makes sense for an all-reduce. Anything
+    // else fails at once, without waiting for the ranks still to submit it: a joined rank
+    // never will, and ranks that call it under different generated names would wait forever.
     if (!joined_missing.empty()) {
-      // Joined ranks stand in with zeros, which only makes sense for an all-reduce.
       bool all_allreduce = std::all_of(present.begin(), present.end(),
                                        [](const Request* r) { return r->op == OpType::Allreduce; });
       if (!all_allreduce) {
@@ -188,6 +189,7 @@ std::vector<Response> decide_ready(const std::vector<std::vector<Request>>& requ
         continue;
       }
     }
+    if (!missing.empty()) continue;  // some rank has not submitted it yet
     out.push_back(validate(present, members, size));
   }
 

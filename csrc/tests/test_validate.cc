@@ -76,6 +76,14 @@ TEST(decide_join_stands_in_for_allreduce_only) {
   out = decide_ready(by_rank);
   CHECK(out[0].error_status == Status::InvalidArgument);
   CHECK(out[0].error.find("not supported after join(): rank 1 already joined") != std::string::npos);
+  // At 3 ranks it fails at once, also while rank 2 has not submitted it (rank 2 may be
+  // waiting on an all-gather under another generated name: both would wait forever).
+  by_rank = {{req("g", 0, {2}, OpType::Allgather)}, {join}, {}};
+  out = decide_ready(by_rank);
+  CHECK_EQ(out.size(), size_t(1));
+  CHECK(out[0].error_status == Status::InvalidArgument);
+  // An all-reduce still waits for rank 2, with rank 1 standing in with zeros.
+  CHECK(decide_ready({{req("a", 0, {2})}, {join}, {}}).empty());
   // Everyone joined: the last to join is reported.
   Request join0 = req("join", 0, {}, OpType::Join);
   join0.join_round = 5;

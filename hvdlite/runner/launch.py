@@ -171,8 +171,9 @@ def make_parser() -> argparse.ArgumentParser:
     el.add_argument("--max-np", type=_positive_int, metavar="N",
                     help="make the job elastic, with at most N ranks")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
-                    help="make the job elastic; SCRIPT prints its hosts, one host:slots a line "
-                         "(read once, at the start)")
+                    help="make the job elastic; SCRIPT prints its hosts, one host:slots a line. "
+                         "It is run every second: at the next commit, ranks on hosts no "
+                         "longer listed leave and new ranks fill added slots (up to --max-np)")
 
     launch = p.add_argument_group("launch")
     launch.add_argument("--verbose", "-v", action="store_true",
@@ -360,6 +361,10 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     program = list(args.command)
     if guard:
         program = [sys.executable, "-S", "-E", GUARD, *program]
+    if elastic.is_elastic(args) and args.host_discovery_script is not None:
+        # The ranks read the discovered hosts there, and start new ranks as this one.
+        env.update(elastic.environment(args, hosts_file(workdir), program))
+        forwarded = _forwarded_names(args, env)
     if dialect is None:
         return [mpirun, "-np", str(args.np), *extra, *program], env
 
@@ -385,6 +390,11 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)
     cmd += dialect.forward_env(forwarded, env)
     return cmd + extra + program, env
+
+
+def hosts_file(workdir: str) -> str:
+    """Where an elastic job's discovered hosts are kept for the ranks (see HostWatcher)."""
+    return os.path.join(workdir, "elastic-hosts.json")
 
 
 # ----------------------------------------------------------------------------------------
@@ -414,12 +424,24 @@ def _start(cmd: List[str], env: Dict[str, str]) -> subprocess.Popen:
 
 
 def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
-            min_np: Optional[int] = None) -> int:
+            min_np: Optional[int] = None, watcher_args: Optional[Tuple] = None) -> int:
     """Run mpirun, stream its output through ``router``, summarise a failure; return exit code.
 
     ``min_np`` makes the job elastic: a failed rank is reported and the job goes on while
-    ``min_np`` ranks are left.
+    ``min_np`` ranks are left. ``watcher_args`` (script, hosts file, np, first hosts) start
+    an :class:`elastic.HostWatcher` for the job's discovery script.
     """
+    err = getattr(sys.stderr, "buffer", sys.stderr)
+
+    def announce(text):
+        try:
+            err.write(f"{PROG}: {text}\n".encode())
+            err.flush()
+        except (OSError, ValueError):
+            pass
+
+    # The ranks' hosts file exists before they start.
+    watcher = elastic.HostWatcher(*watcher_args, write=announce) if watcher_args else None
     try:
         proc = _start(cmd, env)
     except OSError as e:
@@ -430,14 +452,6 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     failed = []
     too_few = []
     lingered = []
-    err = getattr(sys.stderr, "buffer", sys.stderr)
-
-    def announce(text):
-        try:
-            err.write(f"{PROG}: {text}\n".encode())
-            err.flush()
-        except (OSError, ValueError):
-            pass
 
     def end_elastic_job(message):
         too_few.append(message)
@@ -448,6 +462,15 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
 
     membership = (elastic.Membership(router.size, min_np, announce, end_elastic_job)
                   if min_np is not None else None)
+    if membership is not None:
+        def joined(rank):
+            router.size += 1
+            membership.on_joined(rank)
+
+        router.on_start = joined
+        router.on_leave = membership.on_left
+    if watcher is not None:
+        watcher.start()
 
     def end_job():
         if proc.poll() is None and not received:
@@ -525,6 +548,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
         for t in threads:
             t.join(timeout=10)
     finally:
+        if watcher is not None:
+            watcher.stop()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
 
@@ -583,9 +608,11 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
                                  "-H/--hostfile, not both")
             try:
                 found = elastic.discover_hosts(args.host_discovery_script)
+                elastic.with_slots(found, args.host_discovery_script)
             except elastic.ElasticError as e:
                 raise UsageError(str(e))
             args.hosts = ",".join(h if s is None else f"{h}:{s}" for h, s in found)
+            args.discovered_hosts = found
         try:
             elastic.check_settings(args, dialect.fault_tolerance() if dialect else None,
                                    dialect.describe() if dialect else "this MPI",
@@ -625,7 +652,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               verbose=args.verbose, size=args.np,
                               chunked_tags=bool(dialect and dialect.chunked_tags))
         min_np = (args.min_np or 1) if elastic.is_elastic(args) else None
-        return run_job(cmd, env, router, min_np=min_np)
+        watcher_args = None
+        if min_np is not None and args.host_discovery_script is not None:
+            watcher_args = (args.host_discovery_script, hosts_file(workdir), args.np,
+                            args.discovered_hosts)
+        return run_job(cmd, env, router, min_np=min_np, watcher_args=watcher_args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -9,7 +9,7 @@ from hvdlite import _core, _policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
 from hvdlite.runner.hosts import is_local
-from hvdlite.runner.rank_guard import LEAVE_MARKER
+from hvdlite.runner.rank_guard import LEAVE_MARKER, LOST_MARKER
 
 from . import membership, settings
 
@@ -38,13 +38,16 @@ def _say(text):
 
 
 def _members():
-    """The membership table, read from the launcher's hosts file the first time."""
+    """The membership table. The first time: from the launcher's hosts file, or, in a job
+    without one, the ranks as they are (nothing has changed yet, or the table would exist)."""
     if _job.members is None:
         found = membership.read_hosts()
-        if found is None:
-            return None
-        _job.members = membership.initial_members(found.np, found.initial_hosts)
-        _job.next_worker = found.np
+        if found is not None:
+            _job.members = membership.initial_members(found.np, found.initial_hosts)
+            _job.next_worker = found.np
+        else:
+            _job.members = [membership.Member(r, "") for r in range(_core.size())]
+            _job.next_worker = _core.size()
     return _job.members
 
 
@@ -77,15 +80,20 @@ def _check_fault_tolerant():
 def _rebuild():
     """Shrink hvdlite to the surviving ranks (collective over the survivors)."""
     _check_fault_tolerant()
-    before = _core.size()
+    before, members = _core.size(), _members()
     started = time.perf_counter()
     lost = _core.rebuild()
     process_sets._refresh_after_rebuild()
     _policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
-    if _job.members is not None:
-        _job.members = membership.without(_job.members, lost)
+    _job.members = membership.without(members, lost)
     after = _core.size()
+    if lost and _core.rank() == 0:
+        # hvdlite-run counts the job's ranks to know when it is over: a lost rank's own
+        # report may never come (its host vanished with its guard).
+        workers = ",".join(str(members[r].worker) for r in lost)
+        sys.stderr.write(f"{LOST_MARKER} ranks={workers}\n")
+        sys.stderr.flush()
     if lost:
         names = ", ".join(str(r) for r in lost)
         _say(f"rebuilt over {after} rank{'s' if after != 1 else ''} without "

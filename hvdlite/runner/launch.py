@@ -37,12 +37,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import dialect as dialects
 from . import elastic
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
-from .output import OutputRouter, failure_summary, how_exited
+from .output import Exit, OutputRouter, failure_summary, how_exited
 
 PROG = "hvdlite-run"
 
@@ -53,6 +54,9 @@ FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end 
 # In an elastic job Open MPI 5's runtime sometimes stays up after every rank has ended (the
 # lost ranks confuse its bookkeeping): once all have ended, it gets this long, then is ended.
 ELASTIC_EXIT_GRACE_SECONDS = 5.0
+# How long a rank the survivors found lost may take to report its own end before the
+# survivors' word is taken (a vanished host's ranks never report).
+LOST_REPORT_GRACE_SECONDS = 2.0
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -469,6 +473,19 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
 
         router.on_start = joined
         router.on_leave = membership.on_left
+
+        def reported_lost(ranks):
+            # The guard's own report is better (it says how the rank ended): wait for it.
+            def unreported():
+                for rank in ranks:
+                    if rank not in ended:
+                        rank_ended(rank, Exit(-1, 0, 0, time.time()),
+                                   lost_how="no report from it; the survivors found it gone")
+            timer = threading.Timer(LOST_REPORT_GRACE_SECONDS, unreported)
+            timer.daemon = True
+            timer.start()
+
+        router.on_lost_report = reported_lost
     if watcher is not None:
         watcher.start()
 
@@ -490,12 +507,20 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
             except OSError:
                 pass
 
-    def rank_ended(rank, how):
+    ended_lock = threading.Lock()
+
+    def rank_ended(rank, how, lost_how=None):
         if membership is not None:
-            ended[rank] = how
-            if how.code or how.signal:
+            with ended_lock:
+                if rank in ended:   # the survivors reported it lost already
+                    return
+                ended[rank] = how
+                everyone = len(ended) == router.size
+            if lost_how is not None:
+                membership.on_lost(rank, lost_how)
+            elif how.code or how.signal:
                 membership.on_lost(rank, how_exited(how).replace("was killed", "killed"))
-            if len(ended) == router.size:
+            if everyone:
                 timer = threading.Timer(ELASTIC_EXIT_GRACE_SECONDS, end_lingering_mpirun)
                 timer.daemon = True
                 timer.start()

@@ -32,6 +32,9 @@ import time
 EXIT_MARKER = "hvdlite-run-rank-exit:"
 START_MARKER = "hvdlite-run-rank-start:"   # an elastic job added this rank
 LEAVE_MARKER = "hvdlite-run-rank-leave:"   # written by hvdlite.elastic: its host was removed
+# Written by an elastic job's new rank 0 after a loss: "<marker> ranks=1,4" (launcher's
+# numbers), for ranks whose guard could not report (a vanished host) or whose report was lost.
+LOST_MARKER = "hvdlite-run-ranks-lost:"
 ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"  # see hvdlite.elastic.settings
 GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5

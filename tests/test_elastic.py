@@ -28,10 +28,6 @@ HARD_TIMEOUT = 300   # seconds per job (torch or TF import at 3 ranks on 2 share
 TOLERANCE = 1e-12
 
 pytestmark = pytest.mark.timeout(HARD_TIMEOUT + 60)
-# Known defect (issue 10): about 1 job in 8 that lost a rank does not end after the survivors
-# finish, and the hard timeout fails it. The end-to-end tests get one rerun until it is fixed;
-# every check still runs on the rerun.
-rerun_known_hang = pytest.mark.flaky(reruns=1)
 needs_ulfm = pytest.mark.skipif(not _core.build_info()["fault_tolerant"],
                                 reason="hvdlite built against an MPI without ULFM")
 
@@ -69,7 +65,6 @@ def check_against_reference(out):
 
 
 @needs_ulfm
-@rerun_known_hang
 @pytest.mark.parametrize("mode, how", [("kill", "killed by signal 9 (SIGKILL)"),
                                        ("raise", "exited with code 1")])
 def test_torch_survives_a_lost_rank(tmp_path, mode, how):
@@ -148,7 +143,6 @@ KERAS_WORKER = os.path.join(HERE, "workers", "elastic_keras_train.py")
 
 
 @needs_ulfm
-@rerun_known_hang
 @pytest.mark.timeout(2 * HARD_TIMEOUT)
 def test_keras_fit_survives_a_killed_rank(tmp_path):
     """model.fit with KerasState and the elastic callbacks (commit every 2 batches)."""

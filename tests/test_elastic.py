@@ -89,6 +89,18 @@ def test_core_rebuild_keeps_process_sets():
 
 
 @needs_ulfm
+def test_core_regroup_adds_and_removes_ranks():
+    proc = run_launcher("-np", 2, "--min-np", 1, "python",
+                        os.path.join(HERE, "workers", "elastic_regroup.py"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hvdlite-run: rank 2 joined; continuing with 3 ranks" in proc.stderr, proc.stderr
+    assert "[1]: rank 1 left" in proc.stdout
+    assert "[0]: rank 0 finished as 0 of 2" in proc.stdout
+    assert "[2]: rank 2 finished as 1 of 2" in proc.stdout
+    print("".join(line + "\n" for line in proc.stdout.splitlines() if " a rank in " in line))
+
+
+@needs_ulfm
 def test_fewer_than_min_np_ends_the_job(tmp_path):
     out = str(tmp_path / "final.npz")
     proc = run_launcher("-np", 2, "--min-np", 2, "python", WORKER, "kill", 1, 3, out)

@@ -280,3 +280,24 @@ def test_router_reads_the_elastic_markers():
             out += router._route(rank, "stdout" if b"stdout" in line else "stderr", text)
     assert seen == [("lost", [1, 4]), ("start", 3), ("leave", 2)]
     assert out == [b"[3]: hello\n"]   # markers are never shown
+
+
+@needs_ulfm
+@pytest.mark.timeout(2 * HARD_TIMEOUT)
+def test_keras_fit_takes_in_a_rank_the_discovery_script_adds(tmp_path):
+    """model.fit with KerasState: 2 -> 3 ranks at the commit after the host change."""
+    out = str(tmp_path / "final.npz")
+    script = discovery_script(tmp_path, out, ["localhost:2"])
+    proc = run_launcher("-np", 2, "--min-np", 2, "--max-np", 3, "--host-discovery-script",
+                        script, "python", KERAS_WORKER, "add", 0, 8, out, "localhost:3",
+                        env={"TF_CPP_MIN_LOG_LEVEL": "2"}, timeout=2 * HARD_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "hvdlite-run: rank 2 joined; continuing with 3 ranks" in proc.stderr, proc.stderr
+    assert "[2]: rank 2 finished as rank 2 of 3" in proc.stdout, proc.stdout
+    result = np.load(out)
+    # Hosts changed before step 8; the next commit (every 2 batches) was step 10.
+    assert result["resets"].tolist() == [[10, 3]]
+    assert float(result["diff"]) <= TOLERANCE
+    assert float(result["diff_unchanged"]) > 1e-6
+    print(f"keras add: host change to first step at 3 ranks: "
+          f"{float(result['recovery_seconds']):.3f} s")

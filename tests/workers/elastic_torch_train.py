@@ -18,29 +18,13 @@ import torch
 
 import elastic_digits as problem
 import hvdlite.torch as hvd
-from hvdlite.elastic import membership, settings
+from elastic_hosts import change_hosts
+from hvdlite.elastic import settings
 
 torch.set_num_threads(1)
 mode, victim, fail_step, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 new_hosts = sys.argv[5] if len(sys.argv) > 5 else ""
 failure_clock = out + ".failed_at"
-HOSTS_SEEN_TIMEOUT = 60
-
-
-def change_hosts():
-    """Rewrite what the discovery script lists; return once hvdlite-run has read it."""
-    with open(out + ".hosts.tmp", "w") as f:
-        f.write(new_hosts.replace(",", "\n") + "\n")
-    os.replace(out + ".hosts.tmp", out + ".hosts")
-    deadline = time.time() + HOSTS_SEEN_TIMEOUT
-    while time.time() < deadline:
-        found = membership.read_hosts()
-        if found is not None and found.version > 0:
-            return
-        time.sleep(0.05)
-    raise RuntimeError(f"hvdlite-run did not pick up the new hosts in {HOSTS_SEEN_TIMEOUT} s")
-
-
 hvd.init()
 added = settings.added_worker_id()
 first_rank = added if added is not None else hvd.rank()
@@ -65,7 +49,7 @@ def train(state):
     while state.step < problem.STEPS:
         n, r = hvd.size(), hvd.rank()
         if state.step == fail_step and first_rank == 0 and mode in ("add", "remove"):
-            change_hosts()
+            change_hosts(out, new_hosts)
         if state.step == fail_step and first_rank == victim and mode in ("kill", "raise"):
             with open(failure_clock, "w") as f:
                 f.write(repr(time.time()))

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <string>
@@ -17,6 +18,8 @@ namespace hvdlite {
 namespace {
 
 bool g_we_initialized_mpi = false;
+// Set by hvdlite.elastic for the processes it adds (see hvdlite/elastic/settings.py).
+constexpr const char* kAddedRankEnv = "HVDLITE_ELASTIC_WORKER_ID";
 
 std::string error_string(int rc) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -99,12 +102,13 @@ class MpiTransport : public Transport {
                   "MPI was initialised without thread support (MPI_THREAD_SERIALIZED or better is "
                   "needed: hvdlite calls MPI from its background thread)");
     }
-    // Started by an elastic job's regroup(): the world is that job's ranks followed by the
-    // processes started with this one (the parents do the same merge, with high = 0).
+    // Started by an elastic job's regroup() (which names the new rank in kAddedRankEnv): the
+    // world is that job's ranks followed by the processes started with this one (the parents
+    // do the same merge, with high = 0). A process the user spawned keeps its own world.
     MPI_Comm parent = MPI_COMM_NULL;
     MPI_Comm_get_parent(&parent);
     MPI_Comm base = MPI_COMM_WORLD;
-    if (parent != MPI_COMM_NULL) {
+    if (parent != MPI_COMM_NULL && std::getenv(kAddedRankEnv) != nullptr) {
       MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
       hvdlite::check(MPI_Intercomm_merge(parent, 1, &base), "MPI_Intercomm_merge");
     }

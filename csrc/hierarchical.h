@@ -21,6 +21,11 @@ namespace hvdlite {
 // every host.
 struct Hierarchy {
   std::unique_ptr<Transport> intra, cross;
+  // The data goes through the stages in chunks of this many bytes, so that one chunk's
+  // cross-host ring overlaps the next chunk's reduce-scatter and the previous one's all-gather
+  // within the host (Config::hierarchical_chunk_bytes).
+  size_t chunk_bytes = 0;
+  std::vector<uint8_t> cross_scratch;  // the cross-host ring's, in flight beside the intra one's
 };
 
 // Collective over `t`. The stages when config allows hierarchical all-reduce and the topology
@@ -28,8 +33,10 @@ struct Hierarchy {
 // null. Every rank decides alike: the shape of hosts is agreed over `t` first.
 std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config);
 
-// reduced, when given, receives the time the cross-host stage ended (timeline): from there on
-// only the all-gather within each host is left.
+// The chunks are cut alike on every rank, and each element is reduced by one owner, so the
+// result is bitwise identical on every rank. reduced, when given, receives the time the
+// cross-host stage ended (timeline): from there on only the last all-gather within each host
+// is left.
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
                             std::chrono::steady_clock::time_point* reduced = nullptr);

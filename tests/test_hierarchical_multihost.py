@@ -15,6 +15,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "workers", "core_hierarchical.py")
 
 hosts = pytest.importorskip("multihost.hosts", reason="needs tests/multihost/hosts.py")
@@ -29,18 +30,18 @@ def cluster():
         yield c
 
 
-def run_job(cluster, per_host, setting):
-    from hvdlite import _core
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    forward = []
+def run_job(cluster, per_host, setting, **settings):
+    """The worker on both hosts through hvdlite-run (the MPI's own dialect, which forwards
+    every HVDLITE_* variable); setting: HVDLITE_HIERARCHICAL_ALLREDUCE, None for unset."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HVDLITE_HIERARCHICAL_ALLREDUCE", None)
     if setting is not None:
         env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = setting
-        forward = ["-x", "HVDLITE_HIERARCHICAL_ALLREDUCE"]
+    env.update({k: str(v) for k, v in settings.items()})
     hostlist = ",".join(f"{name}:{per_host}" for name in cluster.names)
-    argv = [_core.build_info()["mpirun"], "-np", str(per_host * len(cluster.names)), "-H", hostlist,
-            "--bind-to", "none", *forward, sys.executable, WORKER]
-    proc = cluster.run(cluster.names[0], argv, timeout=240, env=env)
+    argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(per_host * len(cluster.names)),
+            "-H", hostlist, sys.executable, WORKER]
+    proc = cluster.run(cluster.names[0], argv, timeout=240, env=env, cwd=REPO)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-10000:]
     assert out.count("ALL OK") == per_host * len(cluster.names), out[-10000:]
@@ -53,7 +54,9 @@ OVERHEAD = 1.12  # link bytes over payload bytes, at most (see the module's docs
 
 
 def test_two_hosts_two_ranks_each(cluster):
-    hier, out = run_job(cluster, 2, None)      # the default: hierarchical here
+    # The default: hierarchical here. A chunk of 100000 bytes makes the larger all-reduces
+    # pipelines of several chunks with uneven tails (exact and identical all the same).
+    hier, out = run_job(cluster, 2, None, HVDLITE_HIERARCHICAL_CHUNK_BYTES=100000)
     assert "local 1/2 cross 1/2 all-reduce: hierarchical" in out, out
     flat, out = run_job(cluster, 2, "0")
     assert out.count("all-reduce: flat ring") == 4, out

@@ -116,7 +116,7 @@ const std::vector<Setting>& settings() {
         "wherever several hosts hold the same number (more than one) of a set's ranks; 0 never; "
         "1 asks for it"},
        [](Config& c, const std::string& t, const std::string& v) { c.hierarchical_allreduce = parse_bool(v, t) ? 1 : 0; }},
-      {{"HVDLITE_HIERARCHICAL_CHUNK_BYTES", "", "4194304",
+      {{"HVDLITE_HIERARCHICAL_CHUNK_BYTES", "", "8388608",
         "hierarchical all-reduce moves data through its stages in chunks of this many bytes, so "
         "one chunk crosses hosts while the next is reduced within the host"},
        [](Config& c, const std::string& t, const std::string& v) {

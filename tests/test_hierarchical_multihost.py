@@ -79,3 +79,27 @@ def test_two_hosts_one_rank_each_falls_back_to_the_flat_ring(cluster):
     for f, h in zip(flat, forced):
         # 2 ranks: each sends half the data twice (reduce-scatter + all-gather): N per host.
         assert 1.0 * data <= f < OVERHEAD * data and 1.0 * data <= h < OVERHEAD * data, (flat, forced)
+
+
+def test_two_host_benchmark_runs_and_counts_bytes(cluster, tmp_path):
+    """examples/hierarchical_bench.py (allreduce_bench.py --two-hosts) in its job mode, one
+    small size: each host's counted bytes tell the algorithms apart, and the automatic choice
+    sends what the hierarchical one does (it picks it at 2 hosts x 2 ranks)."""
+    out = tmp_path / "bench.json"
+    bench = os.path.join(REPO, "examples", "hierarchical_bench.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HVDLITE_HIERARCHICAL_ALLREDUCE", None)
+    hostlist = ",".join(f"{name}:2" for name in cluster.names)
+    proc = cluster.run(cluster.names[0], [
+        sys.executable, "-m", "hvdlite.runner", "-np", "4", "-H", hostlist, sys.executable, bench,
+        "--device", "veth0", "--sizes", "1M", "--rounds", "1", "--phases", "flat,hier,auto",
+        "--json", str(out)], timeout=240, env=env, cwd=REPO)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-10000:]
+    import json
+    [row] = json.loads(out.read_text())
+    sent = row["sent_per_host"]
+    data = 1 << 20
+    for flat, hier, auto in zip(sent["flat"], sent["hier"], sent["auto"]):
+        assert 1.5 * data <= flat < 1.5 * OVERHEAD * data, sent
+        assert 1.0 * data <= hier < OVERHEAD * data and 1.0 * data <= auto < OVERHEAD * data, sent
+    assert all(row["seconds"][k] > 0 for k in ("flat", "hier", "auto")), row

@@ -34,9 +34,13 @@ Usage (as root; the context manager cleans everything up, also after a failure):
 The environment is passed through unchanged (so the venv's PATH works on the first host); on
 the other hosts, mpirun's own forwarding applies, as on a real cluster.
 
-Link delay (``delay_ms``) needs the kernel's netem qdisc; where the kernel lacks it (as on the
-CI machine this was written on: only tbf and htb are built in), :func:`two_hosts` raises
-:class:`ShapingUnavailable` naming what is missing, instead of silently not delaying.
+Link delay (``delay_ms``) needs the kernel's netem qdisc; where the kernel lacks it,
+:func:`two_hosts` raises :class:`ShapingUnavailable` naming what is missing, instead of
+silently not delaying. The CI machine this was written on cannot have it: its kernel
+(6.18.44-fc-v445) is built with ``# CONFIG_NET_SCH_NETEM is not set`` and without loadable
+modules (``# CONFIG_MODULES is not set``; no ``/lib/modules``, no modprobe), and
+``tc qdisc add dev veth0 root netem delay 1ms`` answers ``Error: Specified qdisc kind is
+unknown.`` Of the qdiscs only tbf, htb, pfifo and ingress are built in.
 """
 
 import contextlib

@@ -13,7 +13,8 @@ for mpi in ${HVDLITE_OTHER_MPIS:-mpich openmpi4}; do
   activate=$(bash scripts/setup_other_mpi.sh "$mpi" | tail -1)
   case "$mpi" in
     mpich) tests=(tests/multihost) ;;
-    *) tests=(tests/multihost/test_two_hosts.py -k "host_list or hostfile") ;;
+    *) tests=(tests/multihost/test_two_hosts.py::test_host_list_over_ssh
+              tests/multihost/test_two_hosts.py::test_hostfile_port_identity_and_interface) ;;
   esac
   ( . "$activate" && OMP_NUM_THREADS=1 python -m hvdlite --check-build | sed -n '/controllers/,/mpirun/p' &&
     OMP_NUM_THREADS=1 python -m pytest tests/test_core.py tests/test_launcher.py -q --timeout=900 &&

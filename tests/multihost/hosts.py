@@ -7,6 +7,9 @@ Each host is a set of Linux namespaces of its own, held open by a ``sleep`` proc
   Nothing is added to the machine's own (root) network namespace.
 * UTS: its own host name (``hvdl-a``, ``hvdl-b``), so MPI sees distinct nodes and keeps
   shared memory inside each host.
+* no shared memory between hosts: each has its own ``/dev/shm`` and its own
+  ``/proc/sys/kernel/random/boot_id`` (UCX decides from the boot id which peers share a
+  machine).
 * mount: a private ``/etc/hosts`` naming every host, and a private ``/root/.ssh`` with a fresh
   key pair, ``authorized_keys`` and a client config, so ``ssh hvdl-b`` works as on a cluster.
 
@@ -49,6 +52,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from typing import Dict, Iterator, List, Optional, Sequence
 
 ALT_SSH_PORT = 2222
@@ -233,8 +237,16 @@ def two_hosts(rate: Optional[str] = None, delay_ms: Optional[float] = None) -> I
         cluster.run(first, ["ip", "link", "add", "veth0", "type", "veth", "peer", "name",
                             "veth0", "netns", str(cluster.pids[names[1]])], check=True)
         for name, address in zip(names, addresses):
+            # Nothing shared in memory between hosts: a /dev/shm of its own, and a boot id
+            # of its own (UCX, under MPICH, takes one boot id for one machine and would use
+            # shared memory and cross-memory attach between the hosts instead of TCP). UCX
+            # finds its TCP devices in /sys/class/net, so /sys shows this host's network.
+            _write(os.path.join(workdir, f"boot_id.{name}"), str(uuid.uuid4()) + "\n")
             setup = (f"hostname {name} && ip link set lo up && "
                      f"mount --bind {workdir}/hosts /etc/hosts && "
+                     f"mount -t tmpfs tmpfs /dev/shm && "
+                     f"mount -t sysfs sysfs /sys && "    # /sys/class/net of this host's network
+                     f"mount --bind {workdir}/boot_id.{name} /proc/sys/kernel/random/boot_id && "
                      f"mount --bind {workdir}/ssh /root/.ssh && "
                      f"ip link set veth0 up && ip addr add {address}/24 dev veth0 && "
                      + " && ".join(f"{sshd} -f {workdir}/sshd_{p}.conf"

@@ -49,7 +49,7 @@ std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config) {
 
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
-                            std::chrono::steady_clock::time_point* reduced) {
+                            HierarchyTimes* times) {
   if (buf.count() == 0) return;
   using Kind = RingPass::Kind;
   Transport& intra = *h.intra;
@@ -85,7 +85,9 @@ void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype,
       across.emplace_back(Kind::Allgather, cross, mine, shares, dtype, op, 1.0, nullptr, piece_bytes);
     }
     run_side_by_side(within, across);
-    if (reduced && s == chunks) *reduced = std::chrono::steady_clock::now();
+    // The stages overlap: each time is when a stage finished its last chunk.
+    if (times && s + 1 == chunks) times->scattered = std::chrono::steady_clock::now();
+    if (times && s == chunks) times->crossed = std::chrono::steady_clock::now();
   }
 }
 

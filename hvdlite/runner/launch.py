@@ -389,6 +389,8 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
             with open(path, "w") as f:
                 f.write(dialect.hostfile_text(hosts))
             cmd += dialect.hostfile(path)
+        if not all(is_local(h) for h, _ in hosts):
+            cmd += dialect.remote_daemons(env)
     if args.network_interface:
         cmd += dialect.network_interface(args.network_interface)
     cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)

@@ -130,6 +130,14 @@ class TensorFlowKerasState(_VariablesState):
         for v in optimizer:
             v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
 
+    def sync(self):
+        if (self.optimizer is not None and not getattr(self.optimizer, "built", True)
+                and self.model.trainable_variables):
+            # A rank the job added has not stepped yet: its optimizer needs the others'
+            # variables (momentum...) to receive them.
+            self.optimizer.build(self.model.trainable_variables)
+        super().sync()
+
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "ObjectState", "State", "run", "HorovodInternalError",
            "HostsUpdatedInterrupt", "HvdliteInternalError", "HvdliteRanksLostError",

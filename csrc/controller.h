@@ -7,6 +7,15 @@
 //   tuning[]   with HVDLITE_AUTOTUNE only: rank 0's settings (other ranks send all ones)
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
+//
+// Merged rounds (2 ranks, backends with start_control_merge): when everything a rank has
+// pending is small cached all-reduces of one kind, their data rides in the round's own
+// reduction, behind the bit vector. The merge reduces it (lower rank's operand first, so
+// both ranks compute the same bits) only when both ranks sent the same bit vector and the
+// same kind of data: then the round has also done the all-reduce, and one message latency
+// does what otherwise takes a round plus an exchange. Otherwise the data is dropped and the
+// round goes on as usual. The room for data is agreed one round ahead: each round also
+// carries the largest amount either rank wanted to send, which sizes the next round.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +34,10 @@ namespace hvdlite {
 
 struct RoundOutcome {
   std::vector<Response> responses;  // same list, same order on every rank
+  // A merged round: these entries' data is already reduced (prescaled, not yet postscaled),
+  // back to back in their order at `reduced`; nothing of the round is left to execute.
+  std::vector<TensorEntry*> prereduced;
+  const void* reduced = nullptr;
   bool shutdown = false;            // some rank asked to shut down
   std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
 };
@@ -48,6 +61,11 @@ class Controller {
 
  private:
   void wait_for_round(const EntryList& pending);
+  // Starts the round's reduction of `words`: merged (with this rank's small all-reduces
+  // packed behind it, when they fit) where the transport allows it, else a plain AND.
+  void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
+  // After the round: copies the control words back; true when the data was reduced too.
+  bool finish_round(std::vector<uint64_t>& words);
   std::vector<Response> ask_coordinator(EntryList& pending);
 
   Transport& transport_;
@@ -55,6 +73,10 @@ class Controller {
   const Membership& members_;
   ResponseCache cache_;
   int64_t round_ = 0;
+  bool merged_ = false;                 // this round used start_control_merge
+  size_t room_words_ = 0;               // agreed room for data in this round's packet
+  std::vector<uint64_t> packet_;        // header, control words, data
+  std::vector<TensorEntry*> packed_;    // whose data is in packet_, in slot order
   StallInspector stall_;
   Autotune autotune_;
 };

@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstring>
 #include <list>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "../hvdlite.h"
@@ -56,6 +58,34 @@ bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
 }
 
 std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+
+// MPI's user-defined operations carry no context, so each merge function gets its own op,
+// made once, and its own trampoline slot (a few at most: the core has one merge).
+constexpr int kMergeSlots = 4;
+Transport::ControlMerge g_merges[kMergeSlots] = {};
+
+template <int Slot>
+void merge_trampoline(void* in, void* inout, int* len, MPI_Datatype*) {
+  g_merges[Slot](static_cast<const uint64_t*>(in), static_cast<uint64_t*>(inout),
+                 static_cast<size_t>(*len));
+}
+
+MPI_Op merge_op(Transport::ControlMerge merge) {
+  static std::mutex mu;
+  static std::map<Transport::ControlMerge, MPI_Op> ops;
+  static MPI_User_function* const trampolines[kMergeSlots] = {
+      merge_trampoline<0>, merge_trampoline<1>, merge_trampoline<2>, merge_trampoline<3>};
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = ops.find(merge);
+  if (it != ops.end()) return it->second;
+  const size_t slot = ops.size();
+  if (slot >= kMergeSlots) throw Error(Status::Internal, "too many control merge functions");
+  g_merges[slot] = merge;
+  MPI_Op op;
+  check(MPI_Op_create(trampolines[slot], /*commute=*/0, &op), "MPI_Op_create");
+  ops[merge] = op;
+  return op;
+}
 
 class MpiTransport : public Transport {
  public:
@@ -217,6 +247,14 @@ class MpiTransport : public Transport {
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
+  }
+
+  bool start_control_merge(uint64_t* words, size_t count, ControlMerge merge) override {
+    stats().control_bytes_sent += count * sizeof(uint64_t);
+    check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T,
+                         merge_op(merge), control_, &control_request_),
+          "MPI_Iallreduce");
+    return true;
   }
 
   bool test_control() override {

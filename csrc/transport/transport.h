@@ -56,6 +56,14 @@ class Transport {
   // Bitwise AND of `words` across ranks, started without blocking; poll with test_control().
   virtual void start_control_and(uint64_t* words, size_t count) = 0;
   virtual bool test_control() = 0;
+  // Like start_control_and, but the contributions are merged by `merge` (a non-commutative
+  // reduction: `lower` holds the lower ranks' part, the result goes into `inout`), polled with
+  // test_control() too. False when the backend has no such reduction (nothing started).
+  using ControlMerge = void (*)(const uint64_t* lower, uint64_t* inout, size_t count);
+  virtual bool start_control_merge(uint64_t* words, size_t count, ControlMerge merge) {
+    (void)words, (void)count, (void)merge;
+    return false;
+  }
   // Rank 0 receives every rank's bytes (others get an empty vector).
   virtual std::vector<std::vector<uint8_t>> gather_control(const std::vector<uint8_t>& mine) = 0;
   // Rank 0's bytes reach every rank.

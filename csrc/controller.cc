@@ -38,7 +38,7 @@ uint64_t describe_data(size_t count, DataType dtype, ReduceOp op) {
 }
 
 // The merge (see controller.h). Data is reduced only if both sides hold the same control
-// words and the same kind of data; `lower` is the lower rank's operand.
+// words and the same kind of data; `lower` is rank 0's packet, the result goes to `inout`.
 void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
   const size_t ncontrol = static_cast<size_t>(inout[0]);
   const uint64_t* lc = lower + kHeaderWords;
@@ -185,7 +185,7 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
 }
 
 void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible) {
-  merged_ = transport_.size() == 2 && !autotune_.enabled();
+  merged_ = transport_.size() == 2 && !autotune_.enabled();  // Autotune's words are not merged
   packed_.clear();
   if (!merged_) {
     transport_.start_control_and(words.data(), words.size());
@@ -218,7 +218,8 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
     packet_[1] = describe_data(bytes / dtype_size(first->request.dtype), first->request.dtype,
                                first->request.reduce_op);
   }
-  if (!transport_.start_control_merge(packet_.data(), packet_.size(), merge_round)) {
+  peer_packet_.resize(packet_.size());
+  if (!transport_.start_control_swap(packet_.data(), peer_packet_.data(), packet_.size())) {
     merged_ = false;
     packed_.clear();
     transport_.start_control_and(words.data(), words.size());
@@ -227,6 +228,13 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
 
 bool Controller::finish_round(std::vector<uint64_t>& words) {
   if (!merged_) return false;
+  // Both ranks merge rank 0's packet with rank 1's, in that order: the same result on both.
+  if (transport_.rank() == 0) {
+    merge_round(packet_.data(), peer_packet_.data(), packet_.size());
+    packet_.swap(peer_packet_);
+  } else {
+    merge_round(peer_packet_.data(), packet_.data(), packet_.size());
+  }
   std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
   room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
   if (packet_[1] == 0 || packed_.empty()) return false;

@@ -8,14 +8,14 @@
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
 //
-// Merged rounds (2 ranks, backends with start_control_merge): when everything a rank has
-// pending is small cached all-reduces of one kind, their data rides in the round's own
-// reduction, behind the bit vector. The merge reduces it (lower rank's operand first, so
-// both ranks compute the same bits) only when both ranks sent the same bit vector and the
-// same kind of data: then the round has also done the all-reduce, and one message latency
-// does what otherwise takes a round plus an exchange. Otherwise the data is dropped and the
-// round goes on as usual. The room for data is agreed one round ahead: each round also
-// carries the largest amount either rank wanted to send, which sizes the next round.
+// Merged rounds (2 ranks, backends with start_control_swap): the ranks swap their words
+// instead of reducing them, and each merges both sides (rank 0's first) alike. When all a
+// rank has pending is small cached all-reduces of one kind, their data rides behind its
+// words, and the merge reduces it too when both ranks sent the same words and the same kind
+// of data: then the round has also done the all-reduce, and one message latency does what
+// otherwise takes a round plus an exchange. Otherwise the data is dropped and the round goes
+// on as usual. The room for data is agreed one round ahead: each round also carries the
+// most either rank wanted to send, which sizes the next round.
 #pragma once
 
 #include <cstdint>
@@ -61,8 +61,8 @@ class Controller {
 
  private:
   void wait_for_round(const EntryList& pending);
-  // Starts the round's reduction of `words`: merged (with this rank's small all-reduces
-  // packed behind it, when they fit) where the transport allows it, else a plain AND.
+  // Starts the round's reduction of `words`: swapped for a merge (with this rank's small
+  // all-reduces packed behind it, when they fit) where the transport allows it, else an AND.
   void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
   // After the round: copies the control words back; true when the data was reduced too.
   bool finish_round(std::vector<uint64_t>& words);
@@ -76,6 +76,7 @@ class Controller {
   bool merged_ = false;                 // this round used start_control_merge
   size_t room_words_ = 0;               // agreed room for data in this round's packet
   std::vector<uint64_t> packet_;        // header, control words, data
+  std::vector<uint64_t> peer_packet_;   // the peer's, then the merge
   std::vector<TensorEntry*> packed_;    // whose data is in packet_, in slot order
   StallInspector stall_;
   Autotune autotune_;

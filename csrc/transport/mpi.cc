@@ -7,8 +7,6 @@
 #include <climits>
 #include <cstring>
 #include <list>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "../hvdlite.h"
@@ -58,34 +56,6 @@ bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
 }
 
 std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
-
-// MPI's user-defined operations carry no context, so each merge function gets its own op,
-// made once, and its own trampoline slot (a few at most: the core has one merge).
-constexpr int kMergeSlots = 4;
-Transport::ControlMerge g_merges[kMergeSlots] = {};
-
-template <int Slot>
-void merge_trampoline(void* in, void* inout, int* len, MPI_Datatype*) {
-  g_merges[Slot](static_cast<const uint64_t*>(in), static_cast<uint64_t*>(inout),
-                 static_cast<size_t>(*len));
-}
-
-MPI_Op merge_op(Transport::ControlMerge merge) {
-  static std::mutex mu;
-  static std::map<Transport::ControlMerge, MPI_Op> ops;
-  static MPI_User_function* const trampolines[kMergeSlots] = {
-      merge_trampoline<0>, merge_trampoline<1>, merge_trampoline<2>, merge_trampoline<3>};
-  std::lock_guard<std::mutex> lk(mu);
-  auto it = ops.find(merge);
-  if (it != ops.end()) return it->second;
-  const size_t slot = ops.size();
-  if (slot >= kMergeSlots) throw Error(Status::Internal, "too many control merge functions");
-  g_merges[slot] = merge;
-  MPI_Op op;
-  check(MPI_Op_create(trampolines[slot], /*commute=*/0, &op), "MPI_Op_create");
-  ops[merge] = op;
-  return op;
-}
 
 class MpiTransport : public Transport {
  public:
@@ -249,17 +219,28 @@ class MpiTransport : public Transport {
           "MPI_Iallreduce");
   }
 
-  bool start_control_merge(uint64_t* words, size_t count, ControlMerge merge) override {
+  bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) override {
+    if (topo_.size != 2) return false;
     stats().control_bytes_sent += count * sizeof(uint64_t);
-    check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T,
-                         merge_op(merge), control_, &control_request_),
-          "MPI_Iallreduce");
+    const int peer = 1 - topo_.rank;
+    check(MPI_Irecv(recv, static_cast<int>(count), MPI_UINT64_T, peer, kSwapTag, control_,
+                    &swap_requests_[0]),
+          "MPI_Irecv");
+    check(MPI_Isend(send, static_cast<int>(count), MPI_UINT64_T, peer, kSwapTag, control_,
+                    &swap_requests_[1]),
+          "MPI_Isend");
+    swapping_ = true;
     return true;
   }
 
   bool test_control() override {
     int done = 0;
-    check(MPI_Test(&control_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (swapping_) {
+      check(MPI_Testall(2, swap_requests_, &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+      if (done) swapping_ = false;
+    } else {
+      check(MPI_Test(&control_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    }
     return done != 0;
   }
 
@@ -426,6 +407,9 @@ class MpiTransport : public Transport {
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
+  MPI_Request swap_requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool swapping_ = false;  // the round in flight is a swap (start_control_swap)
+  static constexpr int kSwapTag = 18;
   std::vector<MPI_Request> requests_;
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight

@@ -56,12 +56,11 @@ class Transport {
   // Bitwise AND of `words` across ranks, started without blocking; poll with test_control().
   virtual void start_control_and(uint64_t* words, size_t count) = 0;
   virtual bool test_control() = 0;
-  // Like start_control_and, but the contributions are merged by `merge` (a non-commutative
-  // reduction: `lower` holds the lower ranks' part, the result goes into `inout`), polled with
-  // test_control() too. False when the backend has no such reduction (nothing started).
-  using ControlMerge = void (*)(const uint64_t* lower, uint64_t* inout, size_t count);
-  virtual bool start_control_merge(uint64_t* words, size_t count, ControlMerge merge) {
-    (void)words, (void)count, (void)merge;
+  // At 2 members: the round's words swapped with the peer instead of reduced (the caller
+  // merges both sides alike), polled with test_control() too; `send` and `recv` (count words
+  // each) stay alive until then. False when the backend cannot (nothing is started).
+  virtual bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) {
+    (void)send, (void)recv, (void)count;
     return false;
   }
   // Rank 0 receives every rank's bytes (others get an empty vector).

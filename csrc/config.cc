@@ -59,7 +59,8 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) { c.fusion_threshold = parse_count(v, t); }},
       {{"HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "0.25",
         "ms; the longest sleep between polls while waiting for other ranks (the engine blocks "
-        "when idle, and spins for the first 100 us of a wait)"},
+        "when idle, and spins for the first 100 us of a wait; a caller running its own round "
+        "then polls, yielding the core, up to 2 ms before sleeping)"},
        [](Config& c, const std::string& t, const std::string& v) { c.cycle_time_ms = parse_number(v, t); }},
       {{"HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
         "responses cached so repeated tensors skip the coordinator; 0 disables"},

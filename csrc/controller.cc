@@ -102,7 +102,7 @@ void Controller::check_settings_agree() {
   }
 }
 
-RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) {
+RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, bool patient) {
   const size_t span = cache_.span();
   const size_t nwords = (span + 63) / 64;
   const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
@@ -145,7 +145,7 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
 
   if (autotune_.enabled()) autotune_.contribute(tuning);
   start_round(words, pending, !need_coordinator && !joined && !shutdown_requested);
-  wait_for_round(pending);
+  wait_for_round(pending, patient);
   const bool prereduced = finish_round(words);
   if (autotune_.enabled()) autotune_.apply(tuning);
 
@@ -272,15 +272,24 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   return decode_responses(decided.data(), decided.size());
 }
 
-void Controller::wait_for_round(const EntryList& pending) {
+void Controller::wait_for_round(const EntryList& pending, bool patient) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  // Peers usually arrive within microseconds: spin first. A patient waiter (a caller that
+  // would only block otherwise) then polls on, yielding the core at each look, as MPI's own
+  // blocking calls do on a shared machine; sleeping there would add the sleep (and the
+  // wake-up, late under load) to every call whose peer came a little late.
   const auto spin = std::chrono::microseconds(100);
+  const auto poll = patient ? std::chrono::microseconds(2000) : spin;
   const auto max_sleep = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
   auto sleep = std::chrono::microseconds(10);
   while (!transport_.test_control()) {
-    auto now = clock::now();
-    if (now - start < spin) continue;  // peers usually arrive within microseconds
+    auto waited = clock::now() - start;
+    if (waited < spin) continue;
+    if (waited < poll) {
+      std::this_thread::yield();
+      continue;
+    }
     stall_.check(pending);
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;

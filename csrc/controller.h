@@ -53,14 +53,16 @@ class Controller {
   void check_settings_agree();
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
-  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
+  // patient: the thread running it has nothing else to do meanwhile (a caller waiting for its
+  // own request), so it may poll for the peers longer before sleeping (wait_for_round).
+  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested, bool patient = false);
 
   // The stall inspector's turn while the engine is idle (it also runs inside every round).
   void check_stalls(const EntryList& pending) { stall_.check(pending); }
   std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
 
  private:
-  void wait_for_round(const EntryList& pending);
+  void wait_for_round(const EntryList& pending, bool patient);
   // Starts the round's reduction of `words`: swapped for a merge (with this rank's small
   // all-reduces packed behind it, when they fit) where the transport allows it, else an AND.
   void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);

@@ -113,7 +113,7 @@ void Group::help(int64_t handle) {
     }
   };
   bool alive = true;
-  while (alive && !done()) alive = run_round();
+  while (alive && !done()) alive = run_round(/*caller=*/true);
   release_driver();
 }
 
@@ -178,9 +178,10 @@ void Group::run_loop() {
         }
         driving_ = true;
         lk.unlock();
-        controller_.check_stalls(pending_);
+        const bool alive = check_stalls_idle();
         lk.lock();
         driving_ = false;
+        if (!alive) break;
       }
       if (stopped_) break;
       driving_ = true;
@@ -193,7 +194,19 @@ void Group::run_loop() {
   if (on_exit_) on_exit_();
 }
 
-bool Group::run_round() {
+bool Group::check_stalls_idle() {
+  try {
+    controller_.check_stalls(pending_);
+    return true;
+  } catch (const Error& e) {  // the stall inspector ended the job
+    fail_pending(e.status(), std::string("hvdlite stopped: ") + e.what());
+  } catch (const std::exception& e) {
+    fail_pending(Status::Internal, std::string("hvdlite stopped: ") + e.what());
+  }
+  return false;
+}
+
+bool Group::run_round(bool caller) {
   bool stop_requested;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -207,7 +220,7 @@ bool Group::run_round() {
   }
   try {
     trace_round();
-    RoundOutcome round = controller_.negotiate(pending_, stop_requested);
+    RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
     if (round.prereduced.empty()) {
       execute(round.responses);
     } else {

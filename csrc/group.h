@@ -80,7 +80,11 @@ class Group {
   void run_loop();
   // One round (drain the queue, negotiate, execute), by the holder of the driver token.
   // False once the group has ended (shut down, or an error stopped it).
-  bool run_round();
+  // caller: run by a waiting caller (help()), which may poll longer for its peers.
+  bool run_round(bool caller = false);
+  // The stall inspector's turn while idle, by the token's holder. False once it ended the
+  // group (a stall past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).
+  bool check_stalls_idle();
   // Gives the token back; wakes the loop thread when rounds are left to run.
   void release_driver();
   void execute(const std::vector<Response>& responses);

@@ -118,11 +118,11 @@ def grouped_allreduce(tensors: Sequence, outputs: Optional[Sequence] = None,
 
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    compression=None, process_set=None, finish=None, *, wake: bool = True) -> Work:
+                    compression=None, process_set=None, finish=None) -> Work:
     """All-reduce ``tensor`` into ``output`` (default: in place)."""
     return grouped_allreduce_async([tensor], None if output is None else [output],
                                    None if name is None else [name], op, prescale_factor,
-                                   postscale_factor, compression, process_set, finish, wake=wake)
+                                   postscale_factor, compression, process_set, finish)
 
 
 def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None,

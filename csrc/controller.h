@@ -5,6 +5,8 @@
 //   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
 //   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
 //   tuning[]   with HVDLITE_AUTOTUNE only: rank 0's settings (other ranks send all ones)
+//   late[]     only while some rank's timeline is on: who came late to cached tensors
+//              (late_ranks.h)
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
 //
@@ -23,6 +25,7 @@
 
 #include "autotune.h"
 #include "config.h"
+#include "late_ranks.h"
 #include "message.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
@@ -51,6 +54,9 @@ class Controller {
   // Throws InvalidArgument on every rank unless all ranks use the same settings that
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
   void check_settings_agree();
+
+  // Before the first round: whether hierarchical all-reduce is available (autotune.h).
+  void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
   // patient: the thread running it has nothing else to do meanwhile (a caller waiting for its
@@ -82,6 +88,7 @@ class Controller {
   std::vector<TensorEntry*> packed_;    // whose data is in packet_, in slot order
   StallInspector stall_;
   Autotune autotune_;
+  LateRanks late_;
 };
 
 }  // namespace hvdlite

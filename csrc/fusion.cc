@@ -153,10 +153,11 @@ void AllreduceExecutor::run(Batch& batch) {
   // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r.reduce_op, r.postscale, transport_.size());
   if (traced) times.packed = Clock::now();
-  if (hierarchy_) {
+  if (hierarchy_ && config_.hierarchical_allreduce != 0) {  // autotune may have turned it off
+    times.hierarchical = true;
     hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                            converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
-                           traced ? &times.scattered : nullptr);
+                           traced ? &times.stages : nullptr);
   } else if (use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes)) {
     exchange_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                        converted ? 1.0 : post, scratch_);

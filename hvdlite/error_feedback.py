@@ -37,6 +37,15 @@ class GradientReducer:
     def __init__(self):
         self.step = 0
         self.errors = {}
+        #: Reduce over this process set (None: all ranks); set before the first step.
+        self.process_set = None
+
+    def _set_kw(self):
+        return {} if self.process_set is None else {"process_set": self.process_set}
+
+    def set_size(self):
+        """The number of ranks the gradients are reduced over."""
+        return _ops._core.size() if self.process_set is None else self.process_set.size()
 
     def reduce(self, grads, names, op=Average, prescale=1.0, postscale=1.0):
         """Reduce ``grads`` (contiguous float numpy arrays) in place across ranks."""
@@ -55,7 +64,7 @@ class GradientReducer:
 
     def _reduce(self, grads, names, op, prescale, postscale):
         _ops.wait_all(_ops.grouped_allreduce_async(grads, None, [f"plain.{n}" for n in names],
-                                                   op, prescale, postscale))
+                                                   op, prescale, postscale, **self._set_kw()))
 
     def expected_bytes_sent(self, shapes, itemsize, size):
         """Bytes one rank sends per step for gradients of ``shapes`` (the promise that the
@@ -108,7 +117,7 @@ class CastReducer(GradientReducer):
             g[...] = m
         _ops.wait_all(_ops.grouped_allreduce_async(
             grads, None, [f"ef.{self.wire}.{n}" for n in names], op, prescale, postscale,
-            self.wire))
+            self.wire, **self._set_kw()))
 
     def expected_bytes_sent(self, shapes, itemsize, size):
         return super().expected_bytes_sent(shapes, 2, size)
@@ -139,7 +148,7 @@ class TopKReducer(GradientReducer):
         return ring_allreduce_bytes(dense, itemsize, size) + (size - 1) * pairs * 8
 
     def _reduce(self, grads, names, op, prescale, postscale):
-        size = _ops._core.size()
+        size = self.set_size()
         sparse = [(g, n, self.k_of(g.size, size)) for g, n in zip(grads, names)]
         dense = [(g, n) for g, n, k in sparse if k is None]
         sparse = [(g, n, k) for g, n, k in sparse if k is not None]
@@ -147,7 +156,7 @@ class TopKReducer(GradientReducer):
         if dense:
             handles = _ops.grouped_allreduce_async([g for g, _ in dense], None,
                                                    [f"topk.dense.{n}" for _, n in dense],
-                                                   op, prescale, postscale)
+                                                   op, prescale, postscale, **self._set_kw())
         total = sum(k for _, _, k in sparse)
         if total:
             # One row per pair: [index, float32 bits of the value], so a single all-gather
@@ -163,7 +172,7 @@ class TopKReducer(GradientReducer):
                 m[idx] -= vals.astype(m.dtype)      # what was sent leaves the error
                 self.errors[n] = m.reshape(g.shape)
                 at += k
-            gathered = _ops.wait(_ops.allgather_async(pairs, "topk.pairs")).output
+            gathered = _ops.wait(_ops.allgather_async(pairs, "topk.pairs", **self._set_kw())).output
             scale = prescale * postscale / (size if op == Average else 1)
             at = 0
             for g, n, k in sparse:

@@ -124,6 +124,18 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
     return reduce
 
 
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges: one host callback (the result feeds the update, so there
+    is no order to keep, as for the gradients)."""
+    def host(run, *arrays):
+        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
+
+    shapes = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in out_specs]
+    run = np.bool_(True) if when is None else when
+    return list(_call_host(host, shapes, run, *[jnp.asarray(a) for a in args], ordered=False))
+
+
 def dense_gradient(g, label, sparse_as_dense, what):
     return g
 

@@ -1,6 +1,7 @@
 """The TensorFlow bridge: hvdlite.tensorflow's collectives, which cross into the core
 eagerly and from ``tf.function`` graphs (one ``tf.numpy_function`` per grouped request)."""
 
+import numpy as np
 import tensorflow as tf
 
 import hvdlite.tensorflow as _hvd_tf
@@ -37,6 +38,24 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
 
     reduce.reducer = getattr(reduce_all, "reducer", None)
     return reduce
+
+
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges: one stateful ``tf.numpy_function`` (graphs keep it in
+    program order), or a direct call eagerly."""
+    def host(run, *arrays):
+        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
+
+    run = tf.constant(True) if when is None else tf.convert_to_tensor(when)
+    args = [tf.convert_to_tensor(a) for a in args]
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(o) for o in host(run.numpy(), *[a.numpy() for a in args])]
+    out = tf.numpy_function(host, [run] + args, [tf.as_dtype(d) for _, d in out_specs],
+                            stateful=True, name="hvdlite_host_call")
+    for o, (s, _) in zip(out, out_specs):
+        o.set_shape(s)
+    return list(out)
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

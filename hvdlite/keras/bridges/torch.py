@@ -1,6 +1,7 @@
 """The PyTorch bridge: Keras' torch trainer runs eagerly (gradients are torch tensors on
 ``variable.value.grad``), so hvdlite.torch's collectives serve it as they are."""
 
+import numpy as np
 import torch
 
 import hvdlite.torch as _hvd_torch
@@ -40,6 +41,15 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
         return grads
 
     return reduce
+
+
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges (Keras' torch trainer is eager: a direct call)."""
+    run = True if when is None else bool(when)
+    arrays = [np.array(_tensor(a).detach().cpu().numpy(), copy=True) for a in args]
+    out = fn(run, *arrays)
+    return [torch.from_numpy(np.array(o, dtype=d, order="C").reshape(s))
+            for o, (s, d) in zip(out, out_specs)]
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

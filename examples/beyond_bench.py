@@ -44,6 +44,9 @@ def digits_options(args, steps_per_epoch):
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         (f"topk {args.topk_ratio:.0%}", {"compression": hvd.Compression.topk(args.topk_ratio)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
+        (f"topk {args.topk_ratio:.0%} warm-up", {"compression": hvd.Compression.topk(
+            args.topk_ratio, warmup_steps=args.topk_warmup_epochs * steps_per_epoch)},
+         lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("fp16 + error feedback", {"compression": hvd.Compression.fp16(error_feedback=True)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("local SGD H=4", {"local_steps": 4, "local_sgd_warmup_steps": steps_per_epoch},
@@ -163,6 +166,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--topk-ratio", type=float, default=0.05)
+    parser.add_argument("--topk-warmup-epochs", type=int, default=2,
+                        help="the warm-up of 'topk warm-up' (Compression.topk(warmup_steps=))")
     parser.add_argument("--only", default="", help="comma-separated option name prefixes")
     parser.add_argument("--sharded", action="store_true", help="memory: shard the state")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="memory: bucket size")

@@ -143,9 +143,19 @@ class ShardedState:
         names = [f"{self.name}.zero.grad.{b.dtype}" for b in self.buckets]
         kw, buckets = self._set_kw(), self.buckets
 
+        built_for = self.rank_size[1]
+        what = self.what
+
         def reduce_scatter(run, *arrays):
             if not run:
                 return [np.zeros(b.shard_numel, b.dtype) for b in buckets]
+            size = policy.set_size(kw.get("process_set"))
+            if size != built_for:
+                raise HvdliteInvalidArgumentError(
+                    f"{what}: the shards were cut for {built_for} ranks but the job now has "
+                    f"{size} (elastic training resized it); sharded optimizer state is not "
+                    f"resharded in place: build a new optimizer (or use "
+                    f"shard_optimizer_state=False with elastic training)")
             works = [_ops.reducescatter_async(a, n, op, pre, post, **kw)
                      for a, n in zip(arrays, names)]
             return [_ops.wait(w).output for w in works]

@@ -26,7 +26,7 @@ from hvdlite import ops as _ops
 from hvdlite.compression import cast_compressors
 from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError
 
-from ..policy import (process_set_kwargs, reduction, refuse_stateful, set_size,
+from ..policy import (process_set_kwargs, reduction, set_size,
                       variable_label, wire_format, with_labels)
 
 Compression, FP16Compressor, BF16Compressor = cast_compressors(
@@ -102,8 +102,6 @@ def _grouped_allreduce(xs, names, op, prescale, postscale, compression, process_
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    refuse_stateful(compression, what)
-
     def reduce(grads, variables, when=None):
         grads = list(grads)
         present = [i for i, g in enumerate(grads) if g is not None]

@@ -6,23 +6,16 @@ import tensorflow as tf
 
 import hvdlite.tensorflow as _hvd_tf
 from hvdlite.tensorflow import Compression  # noqa: F401 - part of the bridge interface
-from hvdlite.compression import is_stateful
 from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
-from hvdlite.tensorflow.stateful_compression import make_stateful_reduce_fn
 
 from ..policy import process_set_kwargs
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    if is_stateful(compression):   # PowerSGD, top-k, casts with error feedback
-        if process_set is not None:
-            raise NotImplementedError(f"{what}: compression={compression!r} runs over all "
-                                      f"ranks; it takes no process_set")
-        reduce_all = make_stateful_reduce_fn(name, compression, op, predivide, what)
-    else:
-        reduce_all = make_allreduce_grads_fn(
-            name, compression, sparse_as_dense, op, predivide, what=what,
-            **process_set_kwargs(make_allreduce_grads_fn, process_set))
+    # (Stateful compression never reaches a bridge: hvdlite/keras/stateful_compression.py.)
+    reduce_all = make_allreduce_grads_fn(
+        name, compression, sparse_as_dense, op, predivide, what=what,
+        **process_set_kwargs(make_allreduce_grads_fn, process_set))
 
     def reduce(grads, variables, when=None):
         if when is None:
@@ -36,7 +29,6 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
             out[i] = r
         return out
 
-    reduce.reducer = getattr(reduce_all, "reducer", None)
     return reduce
 
 

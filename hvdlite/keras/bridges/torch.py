@@ -9,13 +9,10 @@ from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteError
 from hvdlite.torch import Compression  # noqa: F401 - part of the bridge interface
 
-from ..policy import (process_set_kwargs, reduction, refuse_stateful, variable_label,
-                      with_labels)
+from ..policy import process_set_kwargs, reduction, variable_label, with_labels
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    refuse_stateful(compression, what)
-
     def reduce(grads, variables, when=None):
         grads = list(grads)
         if when is not None and not bool(when):

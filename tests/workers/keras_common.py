@@ -21,39 +21,12 @@ elif BACKEND == "torch":
 import numpy as np  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402
 
-_checks = []
+import worker_checks  # noqa: E402
+from worker_checks import check, done, expect_error, rel_err  # noqa: E402,F401
 
-
-def check(cond, what):
-    """Record a check; fail loudly (the excepthook then aborts the whole job)."""
-    _checks.append(what)
-    if not cond:
-        raise AssertionError(f"[{BACKEND} rank {os.environ.get('OMPI_COMM_WORLD_RANK', '?')}] "
-                             f"{what}")
-
-
-def expect_error(exc_types, fn, must_contain=(), what=""):
-    try:
-        fn()
-    except exc_types as e:
-        msg = str(e)
-        for s in must_contain:
-            check(s in msg, f"{what}: error message {msg!r} should mention {s!r}")
-        return msg
-    raise AssertionError(f"{what}: expected {exc_types} but nothing was raised")
-
-
-def rel_err(a, b):
-    a = np.asarray(a, np.float64)
-    b = np.asarray(b, np.float64)
-    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-30))
+worker_checks.label = BACKEND
 
 
 def digits():
     d = load_digits()
     return (d.data / 16.0).astype(np.float32), d.target.astype(np.int32)
-
-
-def done(name, rank):
-    print(f"{name}: {BACKEND} rank {rank} OK ({len(_checks)} checks)", flush=True)
-    sys.stdout.flush()

@@ -47,6 +47,10 @@ def digits_options(args, steps_per_epoch):
         (f"topk {args.topk_ratio:.0%} warm-up", {"compression": hvd.Compression.topk(
             args.topk_ratio, warmup_steps=args.topk_warmup_epochs * steps_per_epoch)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
+        (f"topk {args.topk_ratio:.0%} DGC", {"compression": hvd.Compression.topk(
+            args.topk_ratio, warmup_steps=args.topk_warmup_epochs * steps_per_epoch,
+            momentum=0.9), "momentum": 0.0},
+         lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("fp16 + error feedback", {"compression": hvd.Compression.fp16(error_feedback=True)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("local SGD H=4", {"local_steps": 4, "local_sgd_warmup_steps": steps_per_epoch},
@@ -62,8 +66,10 @@ def train_digits(args, options):
     torch.manual_seed(args.seed)
     model = Net()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    options = dict(options)
+    momentum = options.pop("momentum", 0.9)     # 0 where the compression applies it
     opt = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9),
+        torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=momentum),
         named_parameters=model.named_parameters(), **options)
     warmup = min(steps_per_epoch, total_steps // 4)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(

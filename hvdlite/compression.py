@@ -91,18 +91,23 @@ class PowerSGD(StatefulCompression):
 
 class TopK(StatefulCompression):
     """Top-k sparsification (a ``ratio`` of each tensor's entries) with error feedback; over
-    the first ``warmup_steps`` the ratio falls exponentially from dense to ``ratio``."""
+    the first ``warmup_steps`` the ratio falls exponentially from dense to ``ratio``; with
+    ``momentum`` the reducer applies momentum itself, before selecting (momentum correction:
+    give the optimizer momentum 0). See :class:`hvdlite.error_feedback.TopKReducer`."""
 
-    def __init__(self, ratio, warmup_steps=0):
+    def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         if not 0.0 < float(ratio) < 1.0:
             raise ValueError(f"Compression.topk: ratio must be in (0, 1), got {ratio}")
         if int(warmup_steps) < 0:
             raise ValueError(f"Compression.topk: warmup_steps must be >= 0, got {warmup_steps}")
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"Compression.topk: momentum must be in [0, 1), got {momentum}")
         self.ratio, self.warmup_steps = float(ratio), int(warmup_steps)
+        self.momentum = float(momentum)
 
     def make_reducer(self):
         from .error_feedback import TopKReducer
-        return TopKReducer(self.ratio, self.warmup_steps)
+        return TopKReducer(self.ratio, self.warmup_steps, self.momentum)
 
 
 class ErrorFeedbackCast(StatefulCompression):
@@ -157,7 +162,7 @@ def cast_compressors(cast, is_floating, float16, bfloat16):
     class Compression:
         """The built-in compressors: ``Compression.none``, ``.fp16``, ``.bf16`` (each also
         ``.fp16(error_feedback=True)``), ``.powersgd(rank, start_step)``,
-        ``.topk(ratio, warmup_steps)``."""
+        ``.topk(ratio, warmup_steps, momentum)``."""
         none = NoneCompressor
         fp16 = FP16Compressor
         bf16 = BF16Compressor

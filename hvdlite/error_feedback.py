@@ -129,14 +129,24 @@ class TopKReducer(GradientReducer):
     A tensor of n elements sends k = ceil(ratio * n) pairs; it is compressed only when that
     costs less than its all-reduce (k * size < n), else it is all-reduced whole.
 
-    ``warmup_steps`` (Deep Gradient Compression's warm-up, Lin et al. 2018): over the first
-    steps the ratio falls exponentially from dense to ``ratio`` (``ratio ** ((t+1)/(W+1))``
-    at step t), so the early, fast-changing gradients are not starved while the error
-    buffers are still filling. Below a few percent this is what keeps accuracy.
+    Two remedies of Deep Gradient Compression (Lin et al. 2018) for ratios of a few percent:
+
+    - ``warmup_steps``: over the first steps the ratio falls exponentially from dense to
+      ``ratio`` (``ratio ** ((t+1)/(W+1))`` at step t), so the early, fast-changing gradients
+      are not starved while the error buffers are still filling.
+    - ``momentum`` (momentum correction): the reducer keeps each rank's momentum itself,
+      u = momentum * u + g, accumulates u (not g) in the error buffer and selects from that,
+      and zeroes u where it sent (momentum factor masking). Tensors that go whole send u,
+      which averages to plain momentum SGD exactly. Use it with the optimizer's own momentum
+      at 0 (the reducer has already applied it).
     """
 
-    def __init__(self, ratio, warmup_steps=0):
+    def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         super().__init__()
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"topk momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.velocities = {}
         ratio = float(ratio)
         if not 0.0 < ratio < 1.0:
             raise ValueError(f"topk ratio must be in (0, 1), got {ratio}")
@@ -170,6 +180,9 @@ class TopKReducer(GradientReducer):
         sparse = [(g, n, k) for g, n, k in sparse if k is not None]
         handles = []
         if dense:
+            for g, n in dense:
+                if self.momentum:
+                    g[...] = self._velocity(g, n)
             handles = _ops.grouped_allreduce_async([g for g, _ in dense], None,
                                                    [f"topk.dense.{n}" for _, n in dense],
                                                    op, prescale, postscale, **self._set_kw())
@@ -180,13 +193,16 @@ class TopKReducer(GradientReducer):
             pairs = np.empty((total, 2), dtype=np.int32)
             at = 0
             for g, n, k in sparse:
-                m = self._with_error(g, n).reshape(-1)
+                u = self._velocity(g, n) if self.momentum else g
+                m = self._with_error(u, n).reshape(-1)
                 idx = np.argpartition(np.abs(m), m.size - k)[m.size - k:].astype(np.int32)
                 vals = m[idx].astype(np.float32)
                 pairs[at:at + k, 0] = idx
                 pairs[at:at + k, 1] = vals.view(np.int32)
                 m[idx] -= vals.astype(m.dtype)      # what was sent leaves the error
                 self.errors[n] = m.reshape(g.shape)
+                if self.momentum:
+                    u.reshape(-1)[idx] = 0          # momentum factor masking
                 at += k
             gathered = _ops.wait(_ops.allgather_async(pairs, "topk.pairs", **self._set_kw())).output
             scale = prescale * postscale / (size if op == Average else 1)
@@ -200,3 +216,21 @@ class TopKReducer(GradientReducer):
                 flat *= scale
                 at += k
         _ops.wait_all(handles)
+
+    def _velocity(self, g, name):
+        """This rank's momentum of ``name`` after this step's gradient (kept)."""
+        u = self.velocities.get(name)
+        u = g.copy() if u is None or u.shape != g.shape else self.momentum * u + g
+        self.velocities[name] = u
+        return u
+
+    def state_dict(self, rank, size):
+        sd = super().state_dict(rank, size)
+        sd.update({f"velocity.{n}": u for n, u in self.velocities.items()})
+        return sd
+
+    def load_state_dict(self, sd, rank, size):
+        super().load_state_dict(sd, rank, size)
+        own = sd.get("rank") == rank and sd.get("size") == size
+        self.velocities = {k[len("velocity."):]: np.array(v) for k, v in sd.items()
+                           if own and k.startswith("velocity.")}

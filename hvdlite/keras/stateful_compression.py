@@ -37,6 +37,10 @@ class CompressionState:
         self.name, self.compression, self.what = name, compression, what
         self.process_set = process_set
         self.reducer = compression.make_reducer()
+        if getattr(self.reducer, "momentum", 0.0):
+            raise NotImplementedError(
+                f"{what}: compression={compression!r}: top-k's momentum correction is not "
+                f"in hvdlite.keras yet; use momentum=0 (torch: hvdlite.torch has it)")
         self.reducer.process_set = process_set
         self.reduction = policy.reduction(op, predivide, process_set)
         self.built = False

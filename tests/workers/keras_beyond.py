@@ -96,6 +96,17 @@ for kind, make in OPTIMIZERS.items() if EVERYTHING else [("adam", OPTIMIZERS["ad
             print(f"sharded {kind} process_set={process_set is not None}: max relative error "
                   f"{err:.1e}, slot elements {mine} of {full}", flush=True)
 
+if BACKEND == "torch":
+    # Elastic training that resized the job: the shards cannot follow, and say so (the
+    # shards are made to look cut for another size, as after a resize; torch runs eagerly,
+    # so the next step sees it).
+    sharded = opt._hvd.sharded
+    sharded.rank_size = (R, N + 1)
+    expect_error(HvdliteInvalidArgumentError, lambda: model.fit(   # 2 passes: one step
+        X_R[:2 * LOCAL_B], Y_R[:2 * LOCAL_B], batch_size=LOCAL_B, shuffle=False, verbose=0),
+        ["cut for", "resharded"], "sharded state after a resize")
+    sharded.rank_size = (R, N)
+
 expect_error(HvdliteInvalidArgumentError, lambda: hvd.DistributedOptimizer(
     keras.optimizers.SGD(0.1, clipnorm=1.0), shard_optimizer_state=True), ["clipnorm"],
     "sharded clipnorm")

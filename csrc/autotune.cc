@@ -16,7 +16,12 @@ constexpr double kWarmupSeconds = 1.0;            // first steps: caches and buf
 constexpr double kNoStepSeconds = 1.0;            // no step seen this long: end the window anyway
 constexpr double kImprovement = 1.03;             // a new best must beat the old by 3%
 
-const char* kSettingNames[Autotune::kWords] = {"fusion_threshold", "cycle_time_ms", "ring_piece_bytes"};
+const char* kSettingNames[Autotune::kWords] = {"fusion_threshold", "cycle_time_ms", "ring_piece_bytes",
+                                               "hierarchical_allreduce"};
+
+// The order settings are searched in: the algorithm first (hierarchical or flat), since the
+// best fusion threshold and piece size depend on it.
+constexpr size_t kSearchOrder[Autotune::kWords] = {3, 0, 1, 2};
 
 uint64_t cycle_ns(double ms) { return static_cast<uint64_t>(ms * 1e6 + 0.5); }
 
@@ -24,13 +29,15 @@ uint64_t cycle_ns(double ms) { return static_cast<uint64_t>(ms * 1e6 + 0.5); }
 
 Autotune::Autotune(Config& config, int rank)
     : config_(config), rank_(rank), enabled_(config.autotune) {
+  // Hierarchical all-reduce counts as off until allow_hierarchical() says it is available.
   best_ = proposed_ = applied_ = {config.fusion_threshold, cycle_ns(config.cycle_time_ms),
-                                  config.ring_piece_bytes};
+                                  config.ring_piece_bytes, 0};
   if (!enabled_) return;
   candidates_ = {
       {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20, size_t(128) << 20},
       {cycle_ns(0.05), cycle_ns(0.25), cycle_ns(1.0)},
       {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20},
+      {0},
   };
   for (size_t s = 0; s < kWords; ++s) {  // the starting value always competes
     auto& c = candidates_[s];
@@ -46,17 +53,30 @@ Autotune::Autotune(Config& config, int rank)
                   config.autotune_log + "': " + std::strerror(errno));
     }
     std::fprintf(log_, "row,trial,pass,setting,fusion_threshold,cycle_time_ms,ring_piece_bytes,"
-                       "score_bytes_per_s,samples\n");
+                       "hierarchical_allreduce,score_bytes_per_s,samples\n");
     std::fflush(log_);
   }
-  next_trial();
+  // The first trial is picked at the first round, once allow_hierarchical() has run.
+}
+
+void Autotune::allow_hierarchical(bool available) {
+  // The group reads the setting from here on: 0 off, anything else on where available.
+  const bool left_to_topology = config_.hierarchical_allreduce == Config::kHierarchicalAuto;
+  const uint64_t on = available && config_.hierarchical_allreduce != 0 ? 1 : 0;
+  config_.hierarchical_allreduce = static_cast<int>(on);
+  best_[3] = proposed_[3] = applied_[3] = on;
+  if (!enabled_) return;
+  // Both are tried (the default first) only where the user left the choice to hvdlite.
+  if (available && left_to_topology) candidates_[3] = {1, 0};
+  else candidates_[3] = {on};
 }
 
 Autotune::~Autotune() {
   if (log_) std::fclose(log_);
 }
 
-void Autotune::contribute(uint64_t* words) const {
+void Autotune::contribute(uint64_t* words) {
+  if (rank_ == 0 && trial_ == 0 && !converged_) next_trial();
   for (size_t i = 0; i < kWords; ++i) words[i] = rank_ == 0 ? proposed_[i] : ~uint64_t(0);
 }
 
@@ -68,9 +88,12 @@ void Autotune::apply(const uint64_t* words) {
   config_.fusion_threshold = v[0];
   config_.cycle_time_ms = static_cast<double>(v[1]) / 1e6;
   config_.ring_piece_bytes = v[2];
+  config_.hierarchical_allreduce = static_cast<int>(v[3]);
   measuring_ = false;  // rank 0: measure from the next step boundary under the new values
   samples_.clear();
 }
+
+size_t Autotune::tuned() const { return kSearchOrder[setting_]; }
 
 void Autotune::next_trial() {
   while (true) {
@@ -85,9 +108,13 @@ void Autotune::next_trial() {
       changed_in_pass_ = false;
       setting_ = 0;
     }
+    if (candidates_[tuned()].size() < 2) {  // fixed: nothing to try
+      ++setting_;
+      continue;
+    }
     proposed_ = best_;
-    if (candidate_ < candidates_[setting_].size()) {  // sweeping this setting's candidates
-      proposed_[setting_] = candidates_[setting_][candidate_];
+    if (candidate_ < candidates_[tuned()].size()) {  // sweeping this setting's candidates
+      proposed_[tuned()] = candidates_[tuned()][candidate_];
       break;
     }
     if (!confirming_) {
@@ -96,27 +123,27 @@ void Autotune::next_trial() {
       // window cannot move the search.
       double incumbent = 0;
       for (auto& s : scores_) {
-        if (s.first == best_[setting_]) incumbent = s.second;
+        if (s.first == best_[tuned()]) incumbent = s.second;
       }
       auto best = std::max_element(scores_.begin(), scores_.end(),
                                    [](auto& a, auto& b) { return a.second < b.second; });
-      if (best->first != best_[setting_] && best->second > incumbent * kImprovement) {
+      if (best->first != best_[tuned()] && best->second > incumbent * kImprovement) {
         confirming_ = true;
-        confirm_ = {{{best_[setting_], incumbent}, {best->first, best->second}}};
+        confirm_ = {{{best_[tuned()], incumbent}, {best->first, best->second}}};
         confirmed_ = 0;
-        proposed_[setting_] = confirm_[0].first;
+        proposed_[tuned()] = confirm_[0].first;
         break;
       }
       best_score_ = incumbent;
     } else if (confirmed_ < confirm_.size()) {
-      proposed_[setting_] = confirm_[confirmed_].first;
+      proposed_[tuned()] = confirm_[confirmed_].first;
       break;
     } else {
       // Both measured twice: the challenger wins on the sum, by the same margin.
       confirming_ = false;
       const bool challenger_won = confirm_[1].second > confirm_[0].second * kImprovement;
       if (challenger_won) {
-        best_[setting_] = confirm_[1].first;
+        best_[tuned()] = confirm_[1].first;
         changed_in_pass_ = true;
       }
       best_score_ = confirm_[challenger_won ? 1 : 0].second / 2;
@@ -133,7 +160,7 @@ void Autotune::finish_trial(double score) {
     confirm_[confirmed_++].second += score;
     log_row("confirm", proposed_, score, kSamplesPerTrial);
   } else {
-    scores_.emplace_back(proposed_[setting_], score);
+    scores_.emplace_back(proposed_[tuned()], score);
     log_row("trial", proposed_, score, kSamplesPerTrial);
     ++candidate_;
   }
@@ -178,9 +205,11 @@ void Autotune::observe(const std::vector<Response>& responses) {
 
 void Autotune::log_row(const char* kind, const Values& v, double score, int samples) {
   if (!log_) return;
-  std::fprintf(log_, "%s,%d,%zu,%s,%llu,%.3f,%llu,%.0f,%d\n", kind, trial_, pass_ + (converged_ ? 0 : 1),
-               converged_ ? "" : kSettingNames[setting_], static_cast<unsigned long long>(v[0]),
-               static_cast<double>(v[1]) / 1e6, static_cast<unsigned long long>(v[2]), score, samples);
+  std::fprintf(log_, "%s,%d,%zu,%s,%llu,%.3f,%llu,%llu,%.0f,%d\n", kind, trial_,
+               pass_ + (converged_ ? 0 : 1), converged_ ? "" : kSettingNames[tuned()],
+               static_cast<unsigned long long>(v[0]), static_cast<double>(v[1]) / 1e6,
+               static_cast<unsigned long long>(v[2]), static_cast<unsigned long long>(v[3]), score,
+               samples);
   std::fflush(log_);
 }
 

@@ -1,9 +1,12 @@
 #include "collectives.h"
 
 #include <cstring>
+#include <string>
+#include <thread>
 
 #include "reduce.h"
 #include "ring_allreduce.h"
+#include "timeline.h"
 
 namespace hvdlite {
 namespace {
@@ -21,6 +24,49 @@ std::vector<int64_t> with_rows(const std::vector<int64_t>& shape, int64_t rows) 
   return out;
 }
 
+// An all-gather's output holds every rank's input, so it is the allocation one rank may fail
+// while its peers succeed. For outputs this large the ranks agree on it before any data
+// moves (one small control AND): if any rank could not allocate, every rank fails the request
+// naming them, and the job goes on. Smaller outputs skip the extra round; a process that
+// cannot find 1 MiB is not going to continue anyway.
+constexpr size_t kAgreedAllocationBytes = size_t(1) << 20;
+
+// An Outcome holding an output of `bytes` on every rank of `t` (the same size everywhere, so
+// every rank takes the same path), or failed with OutOfMemory on every rank, naming the
+// (global) ranks that could not allocate.
+Outcome allocate_output(Transport& t, size_t bytes, const Request& request,
+                        const Membership& members) {
+  Outcome out;
+  if (bytes < kAgreedAllocationBytes) {
+    out.output = OwnedBuffer(bytes);
+    return out;
+  }
+  bool ok = true;
+  try {
+    out.output = OwnedBuffer(bytes);
+  } catch (const Error&) {
+    ok = false;
+  }
+  // One bit per rank, cleared by a rank whose allocation failed.
+  std::vector<uint64_t> words((static_cast<size_t>(t.size()) + 63) / 64, ~uint64_t(0));
+  if (!ok) words[t.rank() / 64] &= ~(uint64_t(1) << (t.rank() % 64));
+  t.start_control_and(words.data(), words.size());
+  while (!t.test_control()) std::this_thread::yield();
+  std::vector<int> failed;
+  for (int r = 0; r < t.size(); ++r) {
+    if (!((words[r / 64] >> (r % 64)) & 1)) failed.push_back(members.global(r));
+  }
+  if (failed.empty()) return out;
+  std::string ranks = failed.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < failed.size(); ++i) ranks += (i ? ", " : "") + std::to_string(failed[i]);
+  return Outcome{Status::OutOfMemory,
+                 std::string(op_name(request.op)) + " '" + request.name + "': " + ranks +
+                 " could not allocate the " + std::to_string(bytes >> 20) + " MiB output (" +
+                 std::to_string(bytes) + " bytes of " + dtype_name(request.dtype) +
+                 "): out of memory; the request failed on every rank" + members.where() +
+                 " before any data was sent"};
+}
+
 }  // namespace
 
 std::vector<int64_t> reducescatter_rows(int64_t rows, int size) {
@@ -35,7 +81,7 @@ Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e) {
   return Outcome{};
 }
 
-Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e) {
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
   const size_t rb = row_bytes(e.request.shape, e.request.dtype);
   std::vector<size_t> bytes(t.size());
   int64_t rows = 0;
@@ -43,8 +89,8 @@ Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e) {
     bytes[i] = static_cast<size_t>(r.first_dims[i]) * rb;
     rows += r.first_dims[i];
   }
-  Outcome out;
-  out.output = OwnedBuffer(static_cast<size_t>(rows) * rb);
+  Outcome out = allocate_output(t, static_cast<size_t>(rows) * rb, e.request, members);
+  if (out.status != Status::Success) return out;
   out.output_shape = with_rows(e.request.shape, rows);
   out.output_dtype = e.request.dtype;
   t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
@@ -86,17 +132,21 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
     segs.count.push_back(static_cast<size_t>(n) * row_elems);
     at += static_cast<size_t>(n) * row_elems;
   }
+  PhaseTrace phases(e);
   if (work.size() < total * es) work.resize(total * es);
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
+  phases.end("MEMCPY_IN_WORK_BUFFER");
   const double post = r.reduce_op == ReduceOp::Average ? r.postscale / t.size() : r.postscale;
   ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
                       scratch, piece_bytes);
+  phases.end("RING_REDUCE_SCATTER");
   const int me = t.rank();
   Outcome out;
   out.output = OwnedBuffer(segs.count[me] * es);
   out.output_shape = with_rows(e.request.shape, rows[me]);
   out.output_dtype = dt;
   std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
+  phases.end("MEMCPY_OUT_WORK_BUFFER");
   return out;
 }
 

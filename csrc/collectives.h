@@ -8,11 +8,13 @@
 #include "message.h"
 #include "tensor_entry.h"
 #include "transport/transport.h"
+#include "validate.h"
 
 namespace hvdlite {
 
 Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e);
-Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e);
+// members names the ranks in its error when some rank cannot allocate the output.
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members);
 Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e);
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,

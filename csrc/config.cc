@@ -89,8 +89,9 @@ const std::vector<Setting>& settings() {
         "by default only rank 0 writes"},
        [](Config& c, const std::string& t, const std::string& v) { c.timeline_all_ranks = parse_bool(v, t); }},
       {{"HVDLITE_AUTOTUNE", "HOROVOD_AUTOTUNE", "0",
-        "tune the fusion threshold, cycle time and ring piece size during the first steps of "
-        "training, from the throughput the engine measures"},
+        "tune the fusion threshold, cycle time, ring piece size and (where the topology allows "
+        "it and HVDLITE_HIERARCHICAL_ALLREDUCE is unset) hierarchical all-reduce during the "
+        "first steps of training, from the throughput the engine measures"},
        [](Config& c, const std::string& t, const std::string& v) { c.autotune = parse_bool(v, t); }},
       {{"HVDLITE_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", "",
         "CSV file (written by rank 0) of every autotune trial and the final choice"},

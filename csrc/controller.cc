@@ -14,6 +14,7 @@ namespace {
 constexpr uint64_t kNoNewRequests = 1;  // AND = 0 when any rank needs the coordinator
 constexpr uint64_t kNoShutdown = 2;     // AND = 0 when any rank is shutting down
 constexpr uint64_t kJoined = 4;         // AND = 1 when every rank has joined
+constexpr uint64_t kNoTracing = 8;      // AND = 0 when some rank's timeline is on
 
 void set_bit(uint64_t* words, size_t i) { words[i / 64] |= uint64_t(1) << (i % 64); }
 void clear_bit(uint64_t* words, size_t i) { words[i / 64] &= ~(uint64_t(1) << (i % 64)); }
@@ -56,11 +57,14 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   const size_t span = cache_.span();
   const size_t nwords = (span + 63) / 64;
   const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
-  std::vector<uint64_t> words(1 + 2 * nwords + rank_words + (autotune_.enabled() ? Autotune::kWords : 0), 0);
+  const size_t tuning_words = autotune_.enabled() ? Autotune::kWords : 0;
+  const size_t late_words = late_.active() ? late_.words(nwords, rank_words) : 0;
+  std::vector<uint64_t> words(1 + 2 * nwords + rank_words + tuning_words + late_words, 0);
   uint64_t* ready = words.data() + 1;
   uint64_t* valid = ready + nwords;
   uint64_t* staying = valid + nwords;
   uint64_t* tuning = staying + rank_words;  // rank 0's autotune choice travels here
+  uint64_t* late = tuning + tuning_words;
   for (size_t i = 0; i < nwords + rank_words; ++i) valid[i] = ~uint64_t(0);
   if (shutdown_requested) clear_bit(staying, static_cast<size_t>(transport_.rank()));
 
@@ -92,11 +96,27 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested) 
   }
   if (!need_coordinator) words[0] |= kNoNewRequests;
   if (!shutdown_requested) words[0] |= kNoShutdown;
+  Timeline& timeline = Timeline::get();
+  if (!timeline.active()) words[0] |= kNoTracing;
 
   if (autotune_.enabled()) autotune_.contribute(tuning);
+  if (late_.active()) late_.contribute(late, ready, nwords, transport_.rank(), rank_words);
   transport_.start_control_and(words.data(), words.size());
   wait_for_round(pending);
   if (autotune_.enabled()) autotune_.apply(tuning);
+  if (late_.active() || !(words[0] & kNoTracing)) {
+    auto late_by_name = late_.observe(late, ready, valid, span, nwords, transport_.size(), rank_words,
+                                      cache_, members_, !(words[0] & kNoTracing));
+    for (auto& [name, ranks] : late_by_name) {
+      // Only for tensors this rank will trace (a joined rank stands in without an entry).
+      for (const auto& e : pending) {
+        if (e->request.name == name) {
+          timeline.note_late_ranks(name, std::move(ranks));
+          break;
+        }
+      }
+    }
+  }
 
   RoundOutcome out;
   out.shutdown = !(words[0] & kNoShutdown);
@@ -145,7 +165,7 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
     std::vector<std::vector<Request>> by_rank;
     for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
     std::vector<Response> decisions = decide_ready(by_rank, members_);
-    Timeline::get().note_decisions(by_rank, decisions);
+    Timeline::get().note_decisions(by_rank, decisions, members_);
     encode_responses(decisions, decided);
   }
   transport_.broadcast_control(decided);

@@ -5,6 +5,8 @@
 //   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
 //   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
 //   tuning[]   with HVDLITE_AUTOTUNE only: rank 0's settings (other ranks send all ones)
+//   late[]     only while some rank's timeline is on: who came late to cached tensors
+//              (late_ranks.h)
 // Only when some rank has a request the cache cannot describe do the ranks gather their
 // requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
 #pragma once
@@ -14,6 +16,7 @@
 
 #include "autotune.h"
 #include "config.h"
+#include "late_ranks.h"
 #include "message.h"
 #include "response_cache.h"
 #include "stall_inspector.h"
@@ -39,6 +42,9 @@ class Controller {
   // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
   void check_settings_agree();
 
+  // Before the first round: whether hierarchical all-reduce is available (autotune.h).
+  void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
+
   // Runs one round over this rank's pending entries (updating their negotiation state).
   RoundOutcome negotiate(EntryList& pending, bool shutdown_requested);
 
@@ -57,6 +63,7 @@ class Controller {
   int64_t round_ = 0;
   StallInspector stall_;
   Autotune autotune_;
+  LateRanks late_;
 };
 
 }  // namespace hvdlite

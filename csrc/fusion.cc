@@ -119,10 +119,11 @@ void AllreduceExecutor::run(Batch& batch) {
   // compressed data is scaled on its way back to full precision instead.
   const double post = postscale_of(r, transport_.size());
   if (traced) times.packed = Clock::now();
-  if (hierarchy_) {
+  if (hierarchy_ && config_.hierarchical_allreduce != 0) {  // autotune may have turned it off
+    times.hierarchical = true;
     hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                            converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
-                           traced ? &times.scattered : nullptr);
+                           traced ? &times.stages : nullptr);
   } else {
     ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                    converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,

@@ -51,6 +51,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
                  [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); }) {
   controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
   hierarchy_ = make_hierarchy(*transport_, config_);
+  controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
   allreduce_.use_hierarchy(hierarchy_.get());
   thread_ = std::thread([this] { run_loop(); });
 }
@@ -203,7 +204,7 @@ void Group::execute(const std::vector<Response>& responses) {
         }
         break;
       case OpType::Allgather:
-        if (e) complete(e, run_allgather(t, r, *e));
+        if (e) complete(e, run_allgather(t, r, *e, members_));
         break;
       case OpType::Alltoall:
         if (e) complete(e, run_alltoall(t, r, *e));

@@ -46,7 +46,8 @@ class Group {
   int id() const { return members_.set_id; }
   const Membership& members() const { return members_; }
   Transport& transport() { return *transport_; }
-  // True when this group's all-reduce runs in intra-/cross-host stages (hierarchical.h).
+  // True when this group's all-reduce runs in intra-/cross-host stages (hierarchical.h);
+  // under autotune: when it may (the tuner switches between them and the flat ring).
   bool hierarchical() const { return hierarchy_ != nullptr; }
 
   // Queues the entries together (so a group negotiates in one round) and returns their

@@ -29,15 +29,16 @@ std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config) {
 
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
-                            std::chrono::steady_clock::time_point* reduced) {
+                            HierarchyTimes* times) {
   if (buf.count() == 0) return;
   Transport& intra = *h.intra;
   const Segments segs = even_segments(buf.count(), intra.size());
   const int mine = intra.rank();
   ring_reduce_scatter(intra, buf, segs, dtype, op, 1.0, scratch, piece_bytes);
+  if (times) times->scattered = std::chrono::steady_clock::now();
   ring_allreduce(*h.cross, buf.slice(segs.offset[mine], segs.count[mine]), dtype, op, postscale,
                  scratch, piece_bytes);
-  if (reduced) *reduced = std::chrono::steady_clock::now();
+  if (times) times->crossed = std::chrono::steady_clock::now();
   ring_allgather(intra, buf, segs, piece_bytes);
 }
 

@@ -28,10 +28,15 @@ struct Hierarchy {
 // null. Every rank decides alike: the shape of hosts is agreed over `t` first.
 std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config);
 
-// reduced, when given, receives the time the cross-host stage ended (timeline): from there on
-// only the all-gather within each host is left.
+// When each stage ended, for the timeline.
+struct HierarchyTimes {
+  std::chrono::steady_clock::time_point scattered;  // reduce-scatter within the host
+  std::chrono::steady_clock::time_point crossed;    // all-reduce across hosts
+};
+
+// times, when given, receives when the first two stages ended (the third ends on return).
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
-                            std::chrono::steady_clock::time_point* reduced = nullptr);
+                            HierarchyTimes* times = nullptr);
 
 }  // namespace hvdlite

@@ -18,6 +18,7 @@ enum class Status : int {
   ShutDown = 4,         // a rank shut down while the operation was pending
   Internal = 5,         // the transport failed
   RanksLost = 6,        // a rank of the job died (elastic jobs recover: see Engine::rebuild)
+  OutOfMemory = 7,      // a rank could not allocate an output; failed on every rank, job goes on
 };
 
 class Error : public std::runtime_error {

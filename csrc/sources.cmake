@@ -11,6 +11,7 @@ set(HVDLITE_CORE_SOURCES
   group.cc
   handle.cc
   hierarchical.cc
+  late_ranks.cc
   message.cc
   names.cc
   reduce.cc

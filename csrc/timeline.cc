@@ -249,7 +249,7 @@ void Timeline::write_loop() {
 }
 
 void Timeline::note_decisions(const std::vector<std::vector<Request>>& requests_by_rank,
-                              const std::vector<Response>& decided) {
+                              const std::vector<Response>& decided, const Membership& members) {
   if (!active()) return;
   std::lock_guard<std::mutex> lk(late_mu_);
   std::unordered_map<std::string, std::vector<int>> now;
@@ -263,11 +263,17 @@ void Timeline::note_decisions(const std::vector<std::vector<Request>>& requests_
     std::set<int> early(it->second.begin(), it->second.end());
     std::vector<int> late;
     for (int r = 0; r < static_cast<int>(requests_by_rank.size()); ++r) {
-      if (!early.count(r)) late.push_back(r);
+      if (!early.count(r)) late.push_back(members.global(r));
     }
     late_[d.name] = std::move(late);
     first_seen_.erase(it);
   }
+}
+
+void Timeline::note_late_ranks(const std::string& name, std::vector<int> ranks) {
+  if (!active() || ranks.empty()) return;
+  std::lock_guard<std::mutex> lk(late_mu_);
+  late_[name] = std::move(ranks);
 }
 
 std::vector<int> Timeline::take_late_ranks(const std::string& name) {
@@ -334,14 +340,10 @@ void trace_negotiated(TensorEntry& entry) {
   if (entry.trace.drained < entry.enqueued) entry.trace.drained = entry.trace.decided;
   const std::string& name = entry.request.name;
   tl.span(name, "QUEUE", entry.enqueued, entry.trace.drained);
-  std::string args;
-  if (entry.state == TensorEntry::State::CacheHit) {
-    args = "\"path\":\"cache\"";
-  } else {
-    args = "\"path\":\"coordinator\"";
-    std::vector<int> late = tl.take_late_ranks(name);
-    if (!late.empty()) args += ",\"late_ranks\":" + rank_list(late);
-  }
+  std::string args = entry.state == TensorEntry::State::CacheHit ? "\"path\":\"cache\""
+                                                                 : "\"path\":\"coordinator\"";
+  std::vector<int> late = tl.take_late_ranks(name);
+  if (!late.empty()) args += ",\"late_ranks\":" + rank_list(late);
   tl.span(name, "NEGOTIATE", entry.trace.drained, entry.trace.decided, std::move(args));
 }
 
@@ -370,10 +372,30 @@ void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pac
   const std::string& name = entry.request.name;
   tl.span(name, "WAIT_FOR_DATA", entry.trace.decided, t.start);
   tl.span(name, pack_phase, t.start, t.packed);
-  tl.span(name, "RING_REDUCE_SCATTER", t.packed, t.scattered);
-  tl.span(name, "RING_ALLGATHER", t.scattered, t.reduced);
+  if (t.hierarchical) {
+    tl.span(name, "HIERARCHICAL_INTRA_REDUCE_SCATTER", t.packed, t.stages.scattered);
+    tl.span(name, "HIERARCHICAL_CROSS_ALLREDUCE", t.stages.scattered, t.stages.crossed);
+    tl.span(name, "HIERARCHICAL_INTRA_ALLGATHER", t.stages.crossed, t.reduced);
+  } else {
+    tl.span(name, "RING_REDUCE_SCATTER", t.packed, t.scattered);
+    tl.span(name, "RING_ALLGATHER", t.scattered, t.reduced);
+  }
   if (unpack_phase) tl.span(name, unpack_phase, t.reduced, t.unpacked);
   entry.trace.phases_written = true;
+}
+
+PhaseTrace::PhaseTrace(TensorEntry& entry) {
+  if (!Timeline::get().active() || entry.trace.decided < entry.enqueued) return;
+  entry_ = &entry;
+  last_ = Clock::now();
+}
+
+void PhaseTrace::end(const char* phase) {
+  if (!entry_) return;
+  const auto now = Clock::now();
+  Timeline::get().span(entry_->request.name, phase, last_, now);
+  entry_->trace.phases_written = true;
+  last_ = now;
 }
 
 void trace_round_bytes(size_t bytes) {

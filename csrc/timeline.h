@@ -1,8 +1,11 @@
 // The timeline: a Chrome trace-event file (chrome://tracing, Perfetto) showing, per tensor,
 // where its time went: QUEUE (enqueued, not yet seen by the engine), NEGOTIATE (waiting for
-// the other ranks; on the coordinator its args name the ranks that submitted late),
+// the other ranks; its args name the ranks that submitted late: on the coordinator path
+// rank 0 knows them from the requests, on the cached path the round tells every rank),
 // WAIT_FOR_DATA (decided, waiting for its fusion batch), the fusion copy (or the zero-copy
-// span, or the 16-bit compression), the ring's reduce-scatter and all-gather, the copy out,
+// span, or the 16-bit compression), the ring's reduce-scatter and all-gather (or the three
+// stages of a hierarchical all-reduce: within the host, across hosts, within the host) or a
+// reduce-scatter's ring, the copy out,
 // and completion, all nested in one span per request. Optional cycle markers mark every
 // negotiation round; a counter track shows the bytes all-reduced per round.
 //
@@ -26,8 +29,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "hierarchical.h"
 #include "message.h"
 #include "tensor_entry.h"
+#include "validate.h"
 
 namespace hvdlite {
 
@@ -55,9 +60,11 @@ class Timeline {
   void counter(const char* name, Clock::time_point at, const char* series, double value);
 
   // Coordinator only, after each decision: remembers which ranks had each request the first
-  // time any rank sent it, so that NEGOTIATE can name the ranks that came late.
+  // time any rank sent it, so that NEGOTIATE can name the (global) ranks that came late.
   void note_decisions(const std::vector<std::vector<Request>>& requests_by_rank,
-                      const std::vector<Response>& decided);
+                      const std::vector<Response>& decided, const Membership& members);
+  // Any rank, for a tensor decided on the cached path (late_ranks.h): these ranks came late.
+  void note_late_ranks(const std::string& name, std::vector<int> ranks);
   std::vector<int> take_late_ranks(const std::string& name);
 
  private:
@@ -116,13 +123,29 @@ void trace_completed(TensorEntry& entry, bool ok);
 // A negotiation round starts (cycle markers).
 void trace_round();
 
-// When a fusion batch ran: start, data packed, reduce-scatter done, ring done, data unpacked.
+// When a fusion batch ran: start, data packed, reduce-scatter done (flat ring), all-reduce
+// done, data unpacked; a hierarchical all-reduce has its stages' ends instead of `scattered`.
 struct BatchTimes {
   Clock::time_point start, packed, scattered, reduced, unpacked;
+  bool hierarchical = false;
+  HierarchyTimes stages;
 };
 // One member of a fusion batch; pack_phase names how its data reached the ring.
 void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pack_phase,
                         const char* unpack_phase);
 void trace_round_bytes(size_t bytes);
+
+// The phases of one request that runs alone (not in a fusion batch), each ending where the
+// next begins; they replace its EXECUTE span. A no-op while the timeline is off.
+class PhaseTrace {
+ public:
+  explicit PhaseTrace(TensorEntry& entry);
+  // Ends the phase that began at the previous end() (or at construction).
+  void end(const char* phase);
+
+ private:
+  TensorEntry* entry_ = nullptr;  // null while not traced
+  Clock::time_point last_;
+};
 
 }  // namespace hvdlite

@@ -133,14 +133,16 @@ def autotune(model, opt, batches, max_steps):
             steps = step
             break
     final = COMM.bcast(final, root=0)
+    header = COMM.bcast(open(log).readline().strip() if RANK == 0 and final else None, root=0)
     if final:
-        fields = final.split(",")   # row,trial,pass,setting,fusion,cycle_ms,ring_piece,score,samples
+        fields = dict(zip(header.split(","), final.split(",")))
         for key in ("HVDLITE_AUTOTUNE", "HOROVOD_AUTOTUNE", "HOROVOD_FUSION_THRESHOLD",
-                    "HOROVOD_CYCLE_TIME"):
+                    "HOROVOD_CYCLE_TIME", "HOROVOD_HIERARCHICAL_ALLREDUCE"):
             os.environ.pop(key, None)
-        os.environ["HVDLITE_FUSION_THRESHOLD"] = fields[4]
-        os.environ["HVDLITE_CYCLE_TIME"] = fields[5]
-        os.environ["HVDLITE_RING_PIECE_BYTES"] = fields[6]
+        os.environ["HVDLITE_FUSION_THRESHOLD"] = fields["fusion_threshold"]
+        os.environ["HVDLITE_CYCLE_TIME"] = fields["cycle_time_ms"]
+        os.environ["HVDLITE_RING_PIECE_BYTES"] = fields["ring_piece_bytes"]
+        os.environ["HVDLITE_HIERARCHICAL_ALLREDUCE"] = fields["hierarchical_allreduce"]
     return steps, final
 
 
@@ -269,8 +271,8 @@ def main():
                   f" | DDP/hvdlite {res[pre + 'ratio_ddp_over_hvdlite']:.2f}", flush=True)
         if args.autotune_steps:
             print(f"  autotune: {res['autotune_steps']} steps; final choice "
-                  f"(row,trial,pass,setting,fusion_threshold,cycle_time_ms,"
-                  f"ring_piece_bytes,score,samples): {res['autotune_final']}", flush=True)
+                  f"(row,trial,pass,setting,fusion_threshold,cycle_time_ms,ring_piece_bytes,"
+                  f"hierarchical_allreduce,score,samples): {res['autotune_final']}", flush=True)
     COMM.Free()
 
 

@@ -44,6 +44,12 @@ class HvdliteInternalError(HvdliteError):
     """The transport (MPI) failed; the engine stops."""
 
 
+class HvdliteOutOfMemoryError(HvdliteError, MemoryError):
+    """Some rank could not allocate the output of a collective (an all-gather larger than its
+    free memory). Raised on every rank, naming the ranks and the size; nothing was sent, and
+    later collectives work as before."""
+
+
 class HvdliteRanksLostError(HvdliteInternalError):
     """A rank of the job died while this operation was pending.
 
@@ -73,4 +79,5 @@ STATUS_TO_ERROR = {
     4: HvdliteShutdownError,
     5: HvdliteInternalError,
     6: HvdliteRanksLostError,
+    7: HvdliteOutOfMemoryError,
 }

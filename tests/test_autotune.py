@@ -1,9 +1,18 @@
 """Autotune at 2 ranks: it tunes while a loop runs (every result checked exactly, so ranks
 applying different values in some round would fail or hang), records every trial and the
-final choice in HVDLITE_AUTOTUNE_LOG, converges, and then holds still."""
+final choice in HVDLITE_AUTOTUNE_LOG, converges, and then holds still. On two hosts x two
+ranks (tests/multihost/hosts.py) it also tries hierarchical all-reduce on and off, first, and
+every rank switches in the same round (the timeline shows both algorithms)."""
 import csv
+import os
+import sys
+
+import pytest
 
 from mpi_launch import run_mpi
+from test_timeline import load_checked
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 CANDIDATES = {
     "fusion_threshold": {1 << 20, 4 << 20, 16 << 20, 64 << 20, 128 << 20, 64 << 10},
@@ -34,3 +43,44 @@ def test_autotune_converges_logs_every_trial_and_holds_still(tmp_path):
     assert any(all(r[k] == final[k] for k in CANDIDATES) for r in trials), final
     for setting, values in CANDIDATES.items():
         assert float(final[setting]) in {float(v) for v in values}
+    # One host: hierarchical all-reduce is not possible, so it stays off and is never tried.
+    assert {r["hierarchical_allreduce"] for r in rows} == {"0"}
+    assert not any(r["setting"] == "hierarchical_allreduce" for r in rows)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    hosts = pytest.importorskip("multihost.hosts", reason="needs tests/multihost/hosts.py")
+    reason = hosts.namespaces_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with hosts.two_hosts() as c:
+        yield c
+
+
+def test_two_hosts_tune_hierarchical_on_and_off_first(cluster, tmp_path):
+    from hvdlite import _core
+    log, trace = tmp_path / "autotune.csv", tmp_path / "timeline.json"
+    settings = {"HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": str(log),
+                "HVDLITE_TIMELINE": str(trace)}
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **settings)
+    forward = [a for name in settings for a in ("-x", name)]
+    argv = [_core.build_info()["mpirun"], "-np", "4", "-H", ",".join(f"{n}:2" for n in cluster.names),
+            "--bind-to", "none", *forward, sys.executable,
+            os.path.join(HERE, "workers", "autotune_hierarchical.py"), "60"]
+    proc = cluster.run(cluster.names[0], argv, timeout=180, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and out.count(" done") == 4, out[-10000:]
+    # The algorithm is searched first: its two trials come before any other setting's.
+    rows = list(csv.DictReader(open(log)))
+    assert [(r["setting"], r["hierarchical_allreduce"]) for r in rows[:2]] == \
+        [("hierarchical_allreduce", "1"), ("hierarchical_allreduce", "0")], rows
+    # Rank 0's timeline shows the batches of both trials: the three hierarchical stages, then
+    # the flat ring's two phases.
+    events, _ = load_checked(trace)  # schema and nesting per track
+    phases = {e["name"] for e in events if e.get("ph") == "X"}
+    assert {"HIERARCHICAL_INTRA_REDUCE_SCATTER", "HIERARCHICAL_CROSS_ALLREDUCE",
+            "HIERARCHICAL_INTRA_ALLGATHER", "RING_REDUCE_SCATTER", "RING_ALLGATHER"} <= phases, phases
+    first = lambda name: min(e["ts"] for e in events if e.get("name") == name)
+    assert first("HIERARCHICAL_CROSS_ALLREDUCE") < first("RING_REDUCE_SCATTER")

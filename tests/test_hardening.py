@@ -1,6 +1,7 @@
 """Fault-injection regressions in the core (issue 11): transfers larger than one MPI call,
 argument checks that stay local, fork() after init(), shutdown under a waiter, the rank that
-left named in the others' error. Each launch has a hard timeout."""
+left named in the others' error, an all-gather output one rank cannot allocate. Each launch
+has a hard timeout."""
 import pytest
 
 from mpi_launch import run_mpi
@@ -37,4 +38,9 @@ def test_adapters_apply_the_integer_argument_rule():
     pytest.importorskip("torch")
     pytest.importorskip("tensorflow")
     out = run_mpi(2, "workers/adapter_arguments.py", timeout=300).stdout
+    assert out.count("ALL OK") == 2, out
+
+
+def test_allgather_output_one_rank_cannot_allocate_fails_everywhere_and_the_job_goes_on():
+    out = run_mpi(2, "workers/core_allgather_oom.py", timeout=180).stdout
     assert out.count("ALL OK") == 2, out

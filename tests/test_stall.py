@@ -1,6 +1,7 @@
 """The stall inspector at 3 ranks: the warning names the tensor, the ranks that submitted it
 and the ranks that have not; HVDLITE_STALL_SHUTDOWN_TIME_SECONDS ends the job with that
-message as the error on every rank."""
+message as the error on every rank. The warning is tested for a tensor negotiated on the
+cached path, the shutdown for one that goes through the coordinator."""
 import re
 
 from mpi_launch import run_mpi

@@ -8,7 +8,7 @@ import sys
 from mpi_launch import run_mpi
 
 TENSORS = ["params", "grad.small.0", "grad.small.1", "grad.big", "grad.compressed", "grad.late",
-           "grad.other"]
+           "grad.other", "grad.shard"]
 STEPS = 3
 
 
@@ -77,13 +77,21 @@ def check_known_loop(by_track):
     # The two small gradients were fused: their copies into the buffer are the same span.
     copy = lambda t: [(e["ts"], e["dur"]) for e in by_track[t] if e["name"] == "MEMCPY_IN_FUSION_BUFFER"]
     assert copy("grad.small.0") == copy("grad.small.1")
+    seen = names(by_track["grad.shard"])
+    for phase in ["QUEUE", "NEGOTIATE", "MEMCPY_IN_WORK_BUFFER", "RING_REDUCE_SCATTER",
+                  "MEMCPY_OUT_WORK_BUFFER", "COMPLETE", "REDUCESCATTER"]:
+        assert seen.get(phase) == STEPS, f"grad.shard: {phase} seen {seen.get(phase)} times: {seen}"
+    assert "EXECUTE" not in seen, seen
     seen = names(by_track["params"])
     assert seen.get("BROADCAST") == 1 and seen.get("EXECUTE") == 1 and seen.get("NEGOTIATE") == 1
-    # Rank 1 submitted grad.late late at step 0: the coordinator's NEGOTIATE names it.
-    negotiations = [e for e in by_track["grad.late"] if e["name"] == "NEGOTIATE"]
-    assert negotiations[0]["args"]["late_ranks"] == [1], negotiations[0]
-    assert negotiations[0]["args"]["path"] == "coordinator"
-    assert all(e["args"]["path"] == "cache" for e in negotiations[1:])
+    # Rank 1 submitted grad.late late at step 0, through the coordinator, and at step 2, on
+    # the cached path; rank 0 submitted grad.other after it, late for rank 1. NEGOTIATE names
+    # the late rank on both paths.
+    late, other = ([e for e in by_track[t] if e["name"] == "NEGOTIATE"] for t in ("grad.late", "grad.other"))
+    assert [e["args"]["path"] for e in late] == ["coordinator", "cache", "cache"], late
+    assert late[0]["args"]["late_ranks"] == [1], late[0]
+    assert late[2]["args"]["late_ranks"] == [1], late[2]
+    assert other[2]["args"]["path"] == "cache" and other[2]["args"]["late_ranks"] == [0], other[2]
 
 
 def test_timeline_from_environment_shows_the_loop(tmp_path):
@@ -109,6 +117,9 @@ def test_start_timeline_all_ranks_with_cycle_markers(tmp_path):
         events, by_track = load_checked(tmp_path / f"api.{rank}.json")
         assert {e["pid"] for e in events} == {rank}
         assert "grad.big" in by_track and "cycles" in by_track
+        # Every rank learns the late ranks of the cached path from the round itself.
+        late = [e for e in by_track["grad.late"] if e["name"] == "NEGOTIATE"]
+        assert late[2]["args"]["path"] == "cache" and late[2]["args"]["late_ranks"] == [1], late
         assert names(by_track["cycles"]).get("CYCLE_START", 0) >= STEPS
     # The barrier after stop_timeline() is not in the file.
     assert not any(t.startswith("barrier") for t in by_track)

@@ -39,8 +39,8 @@ from .compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
 from .distributed import (DistributedGradientTape,  # noqa: F401
                           PartialDistributedGradientTape)
 from .errors import (HvdliteInternalError, HvdliteInvalidArgumentError,  # noqa: F401
-                     HvdliteMismatchError, HvdliteNotInitializedError, HvdliteShutdownError,
-                     HvdliteUnsupportedError)
+                     HvdliteMismatchError, HvdliteNotInitializedError, HvdliteOutOfMemoryError,
+                     HvdliteShutdownError, HvdliteUnsupportedError)
 from .functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
 from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa: F401
                       alltoall, barrier, broadcast, broadcast_, global_process_set, grouped_allgather, grouped_allreduce,

@@ -38,6 +38,7 @@ HvdliteNotInitializedError = _both(_exc.HvdliteNotInitializedError,
                                    tf.errors.FailedPreconditionError)
 HvdliteShutdownError = _both(_exc.HvdliteShutdownError, tf.errors.AbortedError)
 HvdliteInternalError = _both(_exc.HvdliteInternalError, tf.errors.InternalError)
+HvdliteOutOfMemoryError = _both(_exc.HvdliteOutOfMemoryError, tf.errors.ResourceExhaustedError)
 
 
 class HvdliteUnsupportedError(_exc.HvdliteUnsupportedError, HvdliteInvalidArgumentError):
@@ -55,6 +56,7 @@ _NATIVE = {
     _exc.HvdliteNotInitializedError: HvdliteNotInitializedError,
     _exc.HvdliteShutdownError: HvdliteShutdownError,
     _exc.HvdliteInternalError: HvdliteInternalError,
+    _exc.HvdliteOutOfMemoryError: HvdliteOutOfMemoryError,
 }
 
 

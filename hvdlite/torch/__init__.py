@@ -27,7 +27,8 @@ from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # no
                             start_timeline, stop_timeline)
 from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,  # noqa: F401
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
-                                HvdliteNotInitializedError, HvdliteShutdownError)
+                                HvdliteNotInitializedError, HvdliteOutOfMemoryError,
+                                HvdliteShutdownError)
 
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
@@ -55,7 +56,8 @@ __all__ = [
     "ccl_built", "ddl_built", "is_homogeneous", "start_timeline", "stop_timeline",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
-    "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteShutdownError",
+    "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteOutOfMemoryError",
+    "HvdliteShutdownError",
     "HorovodInternalError", "GradientAccumulationError",
     "Compression", "Compressor",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

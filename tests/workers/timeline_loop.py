@@ -1,7 +1,8 @@
 """A known training loop traced by the timeline: per step, three named gradients (two small
 ones fused together, one large enough to be reduced in place) and one fp16-compressed one,
-plus a broadcast at the start. Rank 1 submits 'grad.late' late at step 0 (when it goes through the
-coordinator), so rank 0's NEGOTIATE names rank 1. Argument: 'env' (HVDLITE_TIMELINE is set) or 'api' (start/stop_timeline
+plus a reduce-scatter, and a broadcast at the start. Rank 1 submits 'grad.late' late at step 0 (when it goes through the
+coordinator) and at step 2 (when it is negotiated on the cached path), so NEGOTIATE names rank 1
+both times. Argument: 'env' (HVDLITE_TIMELINE is set) or 'api' (start/stop_timeline
 with the path given as the second argument), or 'kill' (SIGKILLs itself mid-run)."""
 import os
 import signal
@@ -24,19 +25,20 @@ for step in range(3):
     hb = hvd.allreduce_async(big, name="grad.big", op=hvd.Sum)
     hc = hvd.allreduce_async(np.ones(1000, np.float32), name="grad.compressed", op=hvd.Sum,
                              compression="fp16")
-    # Rank 1 submits grad.other first and grad.late 0.2 s later (at step 0); rank 0 the other
-    # way round. grad.other keeps rank 1's engine negotiating meanwhile, so the coordinator
-    # sees grad.late from rank 0 alone first.
+    hr = hvd.reducescatter_async(np.ones((4, 3), np.float32), name="grad.shard", op=hvd.Sum)
+    # Rank 1 submits grad.other first and grad.late 0.2 s later (at steps 0 and 2); rank 0 the
+    # other way round. grad.other keeps rank 1's engine negotiating meanwhile, so the rounds
+    # see grad.late from rank 0 alone first.
     if hvd.rank() == 1:
         ho = hvd.allreduce_async(np.ones(8, np.float32), name="grad.other", op=hvd.Sum)
-        if step == 0:
+        if step in (0, 2):
             time.sleep(0.2)
         late = hvd.allreduce(np.ones(8, np.float32), name="grad.late", op=hvd.Sum)
     else:
         late = hvd.allreduce(np.ones(8, np.float32), name="grad.late", op=hvd.Sum)
         ho = hvd.allreduce_async(np.ones(8, np.float32), name="grad.other", op=hvd.Sum)
     assert (late == hvd.size()).all()
-    for h in (hs, hb, hc, ho):
+    for h in (hs, hb, hc, hr, ho):
         hvd.synchronize(h)
 if mode == "kill":
     time.sleep(0.5)  # let the writer thread catch up, then die without any cleanup

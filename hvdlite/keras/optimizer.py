@@ -120,10 +120,11 @@ class _DistributedOptimizer:
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
         settings = self._hvd_settings()
-        if settings.sharded is not None or settings.local_sgd is not None:
+        if settings.sharded is not None or settings.local_sgd is not None or \
+                settings.compression_state is not None:
             raise HvdliteInvalidArgumentError(
                 f"{settings.what}: local variables (PartialDistributedOptimizer) do not "
-                f"combine with shard_optimizer_state or local_steps")
+                f"combine with shard_optimizer_state, local_steps or stateful compression")
         settings.local_variables[id(var)] = var
 
     def build(self, variables):

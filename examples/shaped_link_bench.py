@@ -13,8 +13,9 @@ The model is communication-heavy on purpose (an MLP of 1024-wide layers, about 3
 parameters, 12.6 MB of float32 gradients, small batches), so that sending the gradients is
 most of a synchronous step once the link is slow. Within one job every option trains the same
 model from the same start for ``--steps`` steps after ``--warmup`` untimed ones; rank 0 prints,
-per option, the mean step time (local SGD's averaging steps included), its ratio to synchronous SGD measured in the same run
-(below 1: faster), and the bytes each rank sent per step (the core's transport counters).
+per option, the mean step time (local SGD's averaging steps included), its ratio to
+synchronous SGD measured in the same run (below 1: faster), and the bytes each rank sent
+per step (the core's transport counters).
 """
 import argparse
 import json

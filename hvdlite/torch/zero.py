@@ -48,7 +48,7 @@ SUPPORTED = tuple(getattr(torch.optim, n) for n in (
     "Rprop") if hasattr(torch.optim, n))
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
-_instances = itertools.count()
+_instances = {}     # process set id -> count of sharded optimizers built over that set
 _STATE_KEY = "hvdlite_zero"
 
 
@@ -113,9 +113,11 @@ class ShardedOptimizer(SynchronizeProtocol):
         self._zero_size, self._zero_rank = (
             (_hvd.size(), _hvd.rank()) if process_set is None
             else (process_set.size(), process_set.rank()))
-        # Optimizers are built in the same order on every rank: their collectives' names
-        # carry that number, so two sharded optimizers never share a name.
-        self._zero_prefix = f"zero{next(_instances)}"
+        # Optimizers over one process set are built in the same order on each of its ranks
+        # (not across sets: a rank may be in several): their collectives' names carry the
+        # set and that number, so two sharded optimizers never share a name.
+        set_id = 0 if process_set is None else process_set.process_set_id
+        self._zero_prefix = f"zero{set_id}.{next(_instances.setdefault(set_id, itertools.count()))}"
 
         self.backward_passes_per_step = int(backward_passes_per_step)
         self._zero_op, self._zero_prescale, self._zero_postscale = op, prescale, postscale

@@ -3,6 +3,7 @@
 // seeing a framework type. Every hvdlite::Error becomes the matching hvdlite.exceptions class.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -491,6 +492,23 @@ NB_MODULE(_core, m) {
     std::lock_guard<std::mutex> lk(g_context_mu);
     g_context = std::move(fresh);
     return lost;
+  });
+  // Elastic resizing (see Engine::regroup). `add` is one (environment lines, host) pair per
+  // new rank. Returns False on the ranks that left (hvdlite is then shut down there).
+  m.def("regroup", [](std::vector<int> leaving, std::vector<std::string> command,
+                      std::vector<std::pair<std::vector<std::string>, std::string>> add) {
+    std::lock_guard<std::mutex> life(g_lifecycle_mu);
+    std::shared_ptr<Engine> old = context_ref();
+    std::vector<Transport::NewProcess> processes;
+    for (auto& a : add) processes.push_back(Transport::NewProcess{a.first, a.second});
+    std::shared_ptr<Engine> fresh;
+    {
+      nb::gil_scoped_release release;
+      fresh = old->regroup(leaving, command, processes);
+    }
+    std::lock_guard<std::mutex> lk(g_context_mu);
+    g_context = fresh;
+    return fresh != nullptr;
   });
   m.def("finalize", [] {
     if (!in_forked_child()) finalize_mpi_if_owned();

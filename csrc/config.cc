@@ -117,6 +117,12 @@ const std::vector<Setting>& settings() {
         "wherever several hosts hold the same number (more than one) of a set's ranks; 0 never; "
         "1 asks for it"},
        [](Config& c, const std::string& t, const std::string& v) { c.hierarchical_allreduce = parse_bool(v, t) ? 1 : 0; }},
+      {{"HVDLITE_HIERARCHICAL_CHUNK_BYTES", "", "8388608",
+        "hierarchical all-reduce moves data through its stages in chunks of this many bytes, so "
+        "one chunk crosses hosts while the next is reduced within the host"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         c.hierarchical_chunk_bytes = std::max<size_t>(parse_count(v, t), 1);
+       }},
       {{"HVDLITE_TEST_MAX_TRANSFER_BYTES", "", "2147483647",
         "tests only: the largest byte count one MPI collective call is given (larger transfers "
         "go in pieces; 0 or above 2^31-1 means 2^31-1)"},

@@ -30,6 +30,11 @@ struct Config {
   // it is used wherever the topology allows it.
   static constexpr int kHierarchicalAuto = 2;
   int hierarchical_allreduce = kHierarchicalAuto;
+  // Its pipeline's chunk: each chunk costs a few steps of waiting on peers, each chunk more
+  // lets more of the stages overlap. At 2 hosts x 2 ranks (64 MiB, 1 and 10 Gbit links) 8 MiB
+  // did best; 1 MiB was 2-3x slower, one unpipelined chunk gained nothing from the smaller
+  // cross-host traffic (README, examples/hierarchical_bench.py).
+  size_t hierarchical_chunk_bytes = size_t(8) << 20;
   // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
   // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
   size_t max_transfer_bytes = 2147483647;

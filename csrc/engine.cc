@@ -67,7 +67,35 @@ std::shared_ptr<Engine> Engine::rebuild(std::vector<int>* lost) {
   shutdown();  // every loop has ended: nothing else uses the old transports now
   std::vector<int> gone;
   std::unique_ptr<Transport> survivors = world_->transport().shrink(&gone);
-  // Old global rank -> new one (-1 for the lost), the order of the survivors kept.
+  if (lost) *lost = gone;
+  return successor(std::move(survivors), gone);
+}
+
+std::shared_ptr<Engine> Engine::regroup(const std::vector<int>& leaving,
+                                        const std::vector<std::string>& command,
+                                        const std::vector<Transport::NewProcess>& add) {
+  if (!add.empty()) {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (set_ranks_.size() > 1) {
+      // New processes start with only the global set; they cannot take part in the others'.
+      throw Error(Status::InvalidArgument,
+                  "elastic: cannot add ranks to a job with process sets besides the global "
+                  "one (remove them first); the job keeps its " +
+                  std::to_string(topology_.size) + " ranks");
+    }
+  }
+  shutdown();
+  std::unique_ptr<Transport> next = world_->transport().regroup(leaving, command, add);
+  if (!next) return nullptr;  // this rank left
+  std::vector<int> gone = leaving;
+  std::sort(gone.begin(), gone.end());
+  return successor(std::move(next), gone);
+}
+
+std::shared_ptr<Engine> Engine::successor(std::unique_ptr<Transport> world,
+                                          const std::vector<int>& gone) {
+  // Old global rank -> new one (-1 for the gone), the order of the others kept; ranks added
+  // come after them and are in no process set.
   std::vector<int> renumber(topology_.size, -1);
   for (int r = 0, next = 0, g = 0; r < topology_.size; ++r) {
     if (g < static_cast<int>(gone.size()) && gone[g] == r) {
@@ -91,8 +119,7 @@ std::shared_ptr<Engine> Engine::rebuild(std::vector<int>* lost) {
       else sets.ranks[kv.first] = kept;
     }
   }
-  if (lost) *lost = gone;
-  return std::shared_ptr<Engine>(new Engine(std::move(survivors), config_, sets));
+  return std::shared_ptr<Engine>(new Engine(std::move(world), config_, sets));
 }
 
 std::string Engine::unknown_set(int id) const {

@@ -57,6 +57,14 @@ class Engine {
   // kept under its id with its surviving members renumbered (a set with none left is removed).
   // `lost` receives the ranks that are gone, in this engine's numbering.
   std::shared_ptr<Engine> rebuild(std::vector<int>* lost);
+  // Elastic resizing (hosts added or removed): collective over every rank. Stops this engine;
+  // the ranks in `leaving` get null, the others a new engine over themselves (old order) and
+  // one new rank per entry of `add`, started with `command` (see Transport::regroup). Process
+  // sets are kept as by rebuild; adding ranks to a job that has any is InvalidArgument (before
+  // anything is stopped, on every rank alike).
+  std::shared_ptr<Engine> regroup(const std::vector<int>& leaving,
+                                  const std::vector<std::string>& command,
+                                  const std::vector<Transport::NewProcess>& add);
 
   // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
   // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
@@ -82,6 +90,8 @@ class Engine {
   // A world with process sets already defined (rebuild): each set this rank is in gets its
   // group over a split of `world`, made here, in id order, on every rank alike.
   Engine(std::unique_ptr<Transport> world, Config config, const SetTable& sets);
+  // The engine over `world` after the ranks `gone` (sorted, old numbering) left this one.
+  std::shared_ptr<Engine> successor(std::unique_ptr<Transport> world, const std::vector<int>& gone);
 
   // Both run on group 0's loop thread.
   Outcome apply_change(const Response& r);

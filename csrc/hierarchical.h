@@ -21,6 +21,11 @@ namespace hvdlite {
 // every host.
 struct Hierarchy {
   std::unique_ptr<Transport> intra, cross;
+  // The data goes through the stages in chunks of this many bytes, so that one chunk's
+  // cross-host ring overlaps the next chunk's reduce-scatter and the previous one's all-gather
+  // within the host (Config::hierarchical_chunk_bytes).
+  size_t chunk_bytes = 0;
+  std::vector<uint8_t> cross_scratch;  // the cross-host ring's, in flight beside the intra one's
 };
 
 // Collective over `t`. The stages when config allows hierarchical all-reduce and the topology
@@ -28,13 +33,16 @@ struct Hierarchy {
 // null. Every rank decides alike: the shape of hosts is agreed over `t` first.
 std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config);
 
-// When each stage ended, for the timeline.
+// When each stage ended, for the timeline. The stages of a pipeline overlap: each time is
+// when that stage finished its last chunk.
 struct HierarchyTimes {
   std::chrono::steady_clock::time_point scattered;  // reduce-scatter within the host
   std::chrono::steady_clock::time_point crossed;    // all-reduce across hosts
 };
 
-// times, when given, receives when the first two stages ended (the third ends on return).
+// The chunks are cut alike on every rank, and each element is reduced by one owner, so the
+// result is bitwise identical on every rank. times, when given, receives when the first two
+// stages ended (the third ends on return).
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,
                             HierarchyTimes* times = nullptr);

@@ -17,6 +17,7 @@ set(HVDLITE_CORE_SOURCES
   reduce.cc
   response_cache.cc
   ring_allreduce.cc
+  ring_pass.cc
   stall_inspector.cc
   timeline.cc
   validate.cc)

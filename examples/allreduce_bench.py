@@ -25,6 +25,11 @@ Three parts, all at the job's N ranks:
    (last layer first, distinct names) and then all synchronized, against ONE in-place mpi4py
    Allreduce of a single buffer of the same total size (target: at most 0.7x).
 
+Across hosts (``--two-hosts [--rate 10gbit]``, as root: two hosts made of network namespaces
+on this machine): raw MPI against hvdlite's flat ring, hierarchical all-reduce and automatic
+choice per size, with the bytes sent across hosts; examples/hierarchical_bench.py, which also
+runs across real hosts.
+
 A fourth part, ``--parts timeline``, measures what the timeline costs: the latency call and
 the ResNet-50 step with the timeline off and on (``hvd.start_timeline``, rank 0 writing), the
 two alternating --rounds times in the last hvdlite phase; ratio = on / off (1.0: no cost).
@@ -718,6 +723,11 @@ def run(args):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--two-hosts" in argv:   # the two-host mode lives in its own script
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hierarchical_bench
+        return hierarchical_bench.main(argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", help="write the results as JSON to this file (rank 0)")
     p.add_argument("--sizes", nargs="+", type=parse_size, metavar="SIZE",

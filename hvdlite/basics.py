@@ -33,6 +33,12 @@ def init(comm=None, process_sets=None):
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free
     # (measured with examples/torch_bench.py). Read by MPI_Init; the user's setting wins.
     os.environ.setdefault("OMPI_MCA_mpi_yield_when_idle", "1")
+    if _elastic_settings.is_elastic_job():
+        # MPI_Finalize starts with a runtime fence over every process the job ever had; after
+        # a lost rank, Open MPI 5's runtime sometimes never completes it (measured: 2 jobs
+        # in 35 had their survivors spin in MPI_Finalize forever). hvdlite's shutdown is
+        # already agreed by every live rank, so nothing of hvdlite's is in flight to wait for.
+        os.environ.setdefault("OMPI_MCA_async_mpi_finalize", "1")
     with _hook_lock:
         if not _atexit_registered:
             # Registered first: MPI must be finalized at exit even if init() itself fails.

@@ -63,7 +63,8 @@ class HvdliteHostsUpdatedInterrupt(RuntimeError):
     """Raised by ``state.commit()`` / ``check_host_updates()`` on every rank when hosts changed.
 
     ``hvdlite.elastic.run`` catches it and re-forms the job. ``skip_sync`` is true when no
-    rank left (hosts only added): the survivors' state is already the same.
+    rank is added (hosts only removed): every rank that stays already holds the same state,
+    while a new rank must receive it.
     """
 
     def __init__(self, skip_sync=False):

@@ -2,12 +2,15 @@
 tests/multihost/hosts.py): at 2 hosts x 2 ranks it is chosen by default and gives exact,
 bitwise-identical results while sending about 2/3 of the flat ring's bytes across hosts
 (counted by the kernel); HVDLITE_HIERARCHICAL_ALLREDUCE=0 forces the flat ring; at 2 hosts x 1
-rank it falls back to the flat ring even when forced on.
+rank it falls back to the flat ring even when forced on. Jobs go through hvdlite-run (the MPI's
+own dialect), so this module also runs under MPICH and Open MPI 4.1 (scripts/test_other_mpis.sh).
+The two-host benchmark's job mode is run once at one small size.
 
 The kernel counts link bytes: payload plus TCP/IP headers, ACKs and the barrier's messages.
 How much that adds depends on the segment sizes the stack picks (1-6% seen), so the byte bounds
 allow 12% over the payload; the 2/3 ratio still tells the two algorithms apart.
 """
+import json
 import os
 import re
 import sys
@@ -15,6 +18,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 WORKER = os.path.join(HERE, "workers", "core_hierarchical.py")
 
 hosts = pytest.importorskip("multihost.hosts", reason="needs tests/multihost/hosts.py")
@@ -29,18 +33,18 @@ def cluster():
         yield c
 
 
-def run_job(cluster, per_host, setting):
-    from hvdlite import _core
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    forward = []
+def run_job(cluster, per_host, setting, **settings):
+    """The worker on both hosts through hvdlite-run (the MPI's own dialect, which forwards
+    every HVDLITE_* variable); setting: HVDLITE_HIERARCHICAL_ALLREDUCE, None for unset."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HVDLITE_HIERARCHICAL_ALLREDUCE", None)
     if setting is not None:
         env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = setting
-        forward = ["-x", "HVDLITE_HIERARCHICAL_ALLREDUCE"]
+    env.update({k: str(v) for k, v in settings.items()})
     hostlist = ",".join(f"{name}:{per_host}" for name in cluster.names)
-    argv = [_core.build_info()["mpirun"], "-np", str(per_host * len(cluster.names)), "-H", hostlist,
-            "--bind-to", "none", *forward, sys.executable, WORKER]
-    proc = cluster.run(cluster.names[0], argv, timeout=240, env=env)
+    argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(per_host * len(cluster.names)),
+            "-H", hostlist, sys.executable, WORKER]
+    proc = cluster.run(cluster.names[0], argv, timeout=240, env=env, cwd=REPO)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-10000:]
     assert out.count("ALL OK") == per_host * len(cluster.names), out[-10000:]
@@ -53,7 +57,9 @@ OVERHEAD = 1.12  # link bytes over payload bytes, at most (see the module's docs
 
 
 def test_two_hosts_two_ranks_each(cluster):
-    hier, out = run_job(cluster, 2, None)      # the default: hierarchical here
+    # The default: hierarchical here. A chunk of 100000 bytes makes the larger all-reduces
+    # pipelines of several chunks with uneven tails (exact and identical all the same).
+    hier, out = run_job(cluster, 2, None, HVDLITE_HIERARCHICAL_CHUNK_BYTES=100000)
     assert "local 1/2 cross 1/2 all-reduce: hierarchical" in out, out
     flat, out = run_job(cluster, 2, "0")
     assert out.count("all-reduce: flat ring") == 4, out
@@ -76,3 +82,26 @@ def test_two_hosts_one_rank_each_falls_back_to_the_flat_ring(cluster):
     for f, h in zip(flat, forced):
         # 2 ranks: each sends half the data twice (reduce-scatter + all-gather): N per host.
         assert 1.0 * data <= f < OVERHEAD * data and 1.0 * data <= h < OVERHEAD * data, (flat, forced)
+
+
+def test_two_host_benchmark_runs_and_counts_bytes(cluster, tmp_path):
+    """examples/hierarchical_bench.py (allreduce_bench.py --two-hosts) in its job mode, one
+    small size: each host's counted bytes tell the algorithms apart, and the automatic choice
+    sends what the hierarchical one does (it picks it at 2 hosts x 2 ranks)."""
+    out = tmp_path / "bench.json"
+    bench = os.path.join(REPO, "examples", "hierarchical_bench.py")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.pop("HVDLITE_HIERARCHICAL_ALLREDUCE", None)
+    hostlist = ",".join(f"{name}:2" for name in cluster.names)
+    proc = cluster.run(cluster.names[0], [
+        sys.executable, "-m", "hvdlite.runner", "-np", "4", "-H", hostlist, sys.executable, bench,
+        "--device", "veth0", "--sizes", "1M", "--rounds", "1", "--phases", "flat,hier,auto",
+        "--json", str(out)], timeout=240, env=env, cwd=REPO)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-10000:]
+    [row] = json.loads(out.read_text())
+    sent = row["sent_per_host"]
+    data = 1 << 20
+    for flat, hier, auto in zip(sent["flat"], sent["hier"], sent["auto"]):
+        assert 1.5 * data <= flat < 1.5 * OVERHEAD * data, sent
+        assert 1.0 * data <= hier < OVERHEAD * data and 1.0 * data <= auto < OVERHEAD * data, sent
+    assert all(row["seconds"][k] > 0 for k in ("flat", "hier", "auto")), row

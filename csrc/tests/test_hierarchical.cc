@@ -39,15 +39,17 @@ TEST(hierarchy_only_where_the_topology_calls_for_it) {
 }
 
 // Runs one all-reduce of `count` floats per rank, flat or hierarchical; returns every rank's
-// result and the bytes that crossed hosts.
+// result and the bytes that crossed hosts. chunk_bytes: the hierarchical pipeline's chunk.
 std::pair<std::vector<std::vector<float>>, size_t> run_allreduce(int size, int per_host, bool hierarchical,
-                                                                 size_t count, ReduceOp op, double post) {
+                                                                 size_t count, ReduceOp op, double post,
+                                                                 size_t chunk_bytes = Config().hierarchical_chunk_bytes) {
   Fabric fabric(size, per_host);
   std::vector<std::vector<float>> data(size, std::vector<float>(count));
   run_ranks(size, [&](int r) {
     auto t = fabric.world(r);
     Config config;
     config.hierarchical_allreduce = hierarchical ? 1 : 0;
+    config.hierarchical_chunk_bytes = chunk_bytes;
     auto h = make_hierarchy(*t, config);
     CHECK_EQ(h != nullptr, hierarchical);
     std::mt19937 rng(r + 1);
@@ -67,12 +69,15 @@ TEST(hierarchical_allreduce_follows_the_flat_rings_rules) {
       for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Average, ReduceOp::Max}) {
         const double post = op == ReduceOp::Average ? 1.0 / shape.first : 1.0;
         auto flat = run_allreduce(shape.first, shape.second, false, count, op, post);
-        auto hier = run_allreduce(shape.first, shape.second, true, count, op, post);
-        for (int r = 0; r < shape.first; ++r) {
-          // Bitwise identical on every rank; and equal to the flat ring's result here, since
-          // sums of quarters are exact in any order.
-          CHECK(std::memcmp(hier.first[r].data(), hier.first[0].data(), count * 4) == 0);
-          CHECK(std::memcmp(hier.first[r].data(), flat.first[r].data(), count * 4) == 0);
+        // One chunk, and pipelines of many (a chunk of 3 floats, of 64 bytes: uneven tails).
+        for (size_t chunk_bytes : {Config().hierarchical_chunk_bytes, size_t(12), size_t(64)}) {
+          auto hier = run_allreduce(shape.first, shape.second, true, count, op, post, chunk_bytes);
+          for (int r = 0; r < shape.first; ++r) {
+            // Bitwise identical on every rank; and equal to the flat ring's result here, since
+            // sums of quarters are exact in any order.
+            CHECK(std::memcmp(hier.first[r].data(), hier.first[0].data(), count * 4) == 0);
+            CHECK(std::memcmp(hier.first[r].data(), flat.first[r].data(), count * 4) == 0);
+          }
         }
       }
     }
@@ -85,6 +90,8 @@ TEST(hierarchical_allreduce_sends_two_thirds_of_the_flat_cross_host_bytes) {
   const size_t hier = run_allreduce(4, 2, true, count, ReduceOp::Sum, 1.0).second;
   CHECK_EQ(flat, 3 * count * 4);  // 2 links across hosts x 6 steps x a quarter of the data
   CHECK_EQ(hier, 2 * count * 4);  // 2 rings across hosts, each an all-reduce of half the data
+  // Cut into a pipeline of 16 chunks, the bytes stay the same.
+  CHECK_EQ(run_allreduce(4, 2, true, count, ReduceOp::Sum, 1.0, count * 4 / 16).second, 2 * count * 4);
 }
 
 // Through the engine: the global set of 2 hosts x 2 ranks all-reduces hierarchically (fewer

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <list>
 #include <string>
@@ -17,6 +18,8 @@ namespace hvdlite {
 namespace {
 
 bool g_we_initialized_mpi = false;
+// Set by hvdlite.elastic for the processes it adds (see hvdlite/elastic/settings.py).
+constexpr const char* kAddedRankEnv = "HVDLITE_ELASTIC_WORKER_ID";
 
 std::string error_string(int rc) {
   char msg[MPI_MAX_ERROR_STRING];
@@ -99,9 +102,20 @@ class MpiTransport : public Transport {
                   "MPI was initialised without thread support (MPI_THREAD_SERIALIZED or better is "
                   "needed: hvdlite calls MPI from its background thread)");
     }
+    // Started by an elastic job's regroup() (which names the new rank in kAddedRankEnv): the
+    // world is that job's ranks followed by the processes started with this one (the parents
+    // do the same merge, with high = 0). A process the user spawned keeps its own world.
+    MPI_Comm parent = MPI_COMM_NULL;
+    MPI_Comm_get_parent(&parent);
+    MPI_Comm base = MPI_COMM_WORLD;
+    if (parent != MPI_COMM_NULL && std::getenv(kAddedRankEnv) != nullptr) {
+      MPI_Comm_set_errhandler(parent, MPI_ERRORS_RETURN);
+      hvdlite::check(MPI_Intercomm_merge(parent, 1, &base), "MPI_Intercomm_merge");
+    }
     MPI_Comm control, data;
-    hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &control), "MPI_Comm_dup");
-    hvdlite::check(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
+    hvdlite::check(MPI_Comm_dup(base, &control), "MPI_Comm_dup");
+    hvdlite::check(MPI_Comm_dup(base, &data), "MPI_Comm_dup");
+    if (base != MPI_COMM_WORLD) MPI_Comm_free(&base);
     return std::make_unique<MpiTransport>(control, data, max_transfer_bytes);
   }
 
@@ -121,6 +135,50 @@ class MpiTransport : public Transport {
     MPI_Comm control;
     check(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
     if (lost) *lost = missing_from(data);
+    return std::make_unique<MpiTransport>(control, data, limit_);
+  }
+
+  std::unique_ptr<Transport> regroup(const std::vector<int>& leaving,
+                                     const std::vector<std::string>& command,
+                                     const std::vector<NewProcess>& add) override {
+    const bool stays = std::find(leaving.begin(), leaving.end(), topo_.rank) == leaving.end();
+    MPI_Comm kept = MPI_COMM_NULL;
+    check(MPI_Comm_split(data_, stays ? 0 : MPI_UNDEFINED, topo_.rank, &kept), "MPI_Comm_split");
+    if (!stays) return nullptr;
+    MPI_Comm world = kept;
+    if (!add.empty()) {
+      if (command.empty()) throw Error(Status::InvalidArgument, "regroup: no command to start");
+      const int n = static_cast<int>(add.size());
+      // One command per new process, so each gets its own environment and host.
+      std::vector<char*> args;
+      for (size_t i = 1; i < command.size(); ++i) args.push_back(const_cast<char*>(command[i].c_str()));
+      args.push_back(nullptr);
+      std::vector<char*> commands(n, const_cast<char*>(command[0].c_str()));
+      std::vector<char**> argvs(n, args.data());
+      std::vector<int> counts(n, 1), codes(n, MPI_SUCCESS);
+      std::vector<MPI_Info> infos(n);
+      for (int i = 0; i < n; ++i) {
+        MPI_Info_create(&infos[i]);
+        std::string env;
+        for (const std::string& line : add[i].env) env += (env.empty() ? "" : "\n") + line;
+        if (!env.empty()) MPI_Info_set(infos[i], "PMIX_ENVAR", env.c_str());
+        if (!add[i].host.empty()) MPI_Info_set(infos[i], "host", add[i].host.c_str());
+      }
+      MPI_Comm children = MPI_COMM_NULL;
+      int rc = MPI_Comm_spawn_multiple(n, commands.data(), argvs.data(), counts.data(),
+                                       infos.data(), 0, kept, &children, codes.data());
+      for (MPI_Info& info : infos) MPI_Info_free(&info);
+      check(rc, ("MPI_Comm_spawn_multiple of " + std::to_string(n) + " process(es) running " +
+                 command[0]).c_str());
+      MPI_Comm_set_errhandler(children, MPI_ERRORS_RETURN);
+      check(MPI_Intercomm_merge(children, 0, &world), "MPI_Intercomm_merge");
+      MPI_Comm_free(&children);
+      MPI_Comm_free(&kept);
+    }
+    MPI_Comm control, data;
+    check(MPI_Comm_dup(world, &control), "MPI_Comm_dup");
+    check(MPI_Comm_dup(world, &data), "MPI_Comm_dup");
+    MPI_Comm_free(&world);
     return std::make_unique<MpiTransport>(control, data, limit_);
   }
 

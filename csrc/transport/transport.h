@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../hvdlite.h"
@@ -82,6 +83,21 @@ class Transport {
   // survive a lost rank throw InvalidArgument.
   virtual std::unique_ptr<Transport> shrink(std::vector<int>* lost);
 
+  // A process an elastic job adds (see regroup): its environment lines (NAME=value) and the
+  // host to start it on ("" lets the MPI runtime choose).
+  struct NewProcess {
+    std::vector<std::string> env;
+    std::string host;
+  };
+  // Elastic resizing when hosts are added or removed. Collective over every rank of this
+  // transport, none of whose other calls may be running: the ranks in `leaving` get null
+  // (they leave the job); the others get a transport over themselves, in their old order,
+  // followed by one new process per entry of `add`, each running `command` (the new
+  // processes' own world transport joins it: see make_mpi_transport).
+  virtual std::unique_ptr<Transport> regroup(const std::vector<int>& leaving,
+                                             const std::vector<std::string>& command,
+                                             const std::vector<NewProcess>& add);
+
   // The process's counts: a transport made by split() counts into its parent's, so process
   // sets and the stages of hierarchical all-reduce are included.
   TransportStats& stats() { return *stats_; }
@@ -98,8 +114,15 @@ inline std::unique_ptr<Transport> Transport::shrink(std::vector<int>*) {
   throw Error(Status::InvalidArgument, "this transport cannot recover from a lost rank");
 }
 
+inline std::unique_ptr<Transport> Transport::regroup(const std::vector<int>&,
+                                                     const std::vector<std::string>&,
+                                                     const std::vector<NewProcess>&) {
+  throw Error(Status::InvalidArgument, "this transport cannot add or remove ranks");
+}
+
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
-// byte count one MPI collective call is given (Config::max_transfer_bytes).
+// byte count one MPI collective call is given (Config::max_transfer_bytes). A process that an
+// elastic job started (MPI_Comm_spawn, see Transport::regroup) joins its job's world here.
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes);
 const char* mpi_library_version();
 // True when the MPI backend can survive a lost rank (built against an MPI with ULFM).

@@ -1,43 +1,104 @@
 """The ``run`` decorator: retry the training function after a lost rank or a host update."""
 
 import functools
+import os
 import sys
 import time
 
 from hvdlite import _core, _policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
+from hvdlite.runner.hosts import is_local
+from hvdlite.runner.rank_guard import LEAVE_MARKER, LOST_MARKER
 
-from . import settings
+from . import membership, settings
 
 # Ranks lost so far, each in the numbering it had when it was lost.
 _lost_history = []
+
+
+class _Job:
+    """This process's view of the job's membership (the same on every rank)."""
+    members = None        # [membership.Member] in rank order; None until known
+    next_worker = 0       # the launcher's number for the next rank added
+    seen_version = 0      # the hosts file's version the membership follows
+    pending = None        # the membership.Plan a host update raised an interrupt for
+
+
+_job = _Job()
 
 
 class HvdliteTooFewRanksError(HvdliteInternalError):
     """Fewer than --min-np ranks are left after a failure; the job cannot go on."""
 
 
-def _rebuild():
-    """Shrink hvdlite to the surviving ranks (collective over the survivors)."""
+def _say(text):
+    if _core.rank() == 0:
+        print(f"hvdlite.elastic: {text}", file=sys.stderr, flush=True)
+
+
+def _members():
+    """The membership table. The first time: from the launcher's hosts file, or, in a job
+    without one, the ranks as they are (nothing has changed yet, or the table would exist)."""
+    if _job.members is None:
+        found = membership.read_hosts()
+        if found is not None:
+            _job.members = membership.initial_members(found.np, found.initial_hosts)
+            _job.next_worker = found.np
+        else:
+            _job.members = [membership.Member(r, "") for r in range(_core.size())]
+            _job.next_worker = _core.size()
+    return _job.members
+
+
+def poll_host_update():
+    """On the planning rank: the change the launcher's latest host list asks, or None."""
+    members = _members()
+    found = membership.read_hosts()
+    if members is None or found is None or found.version == _job.seen_version:
+        return None
+    _job.seen_version = found.version
+    return membership.plan(members, found.hosts, settings.max_np(), _job.next_worker,
+                           found.version)
+
+
+def expect_host_update(change):
+    """Every rank: the interrupt about to be raised asks for ``change`` (see _reset)."""
+    _job.pending = change
+    _job.seen_version = change.hosts_version
+
+
+def _check_fault_tolerant():
     if not _core.build_info()["fault_tolerant"]:
         raise HvdliteInvalidArgumentError(
             "hvdlite.elastic: this hvdlite was built against an MPI without ULFM "
             f"({_core.build_info()['mpi_library_version'].splitlines()[0]}); a lost rank cannot "
             "be survived. Use Open MPI 5 (launched by hvdlite-run --min-np, which adds "
             "--with-ft ulfm).")
-    before = _core.size()
+
+
+def _rebuild():
+    """Shrink hvdlite to the surviving ranks (collective over the survivors)."""
+    _check_fault_tolerant()
+    before, members = _core.size(), _members()
     started = time.perf_counter()
     lost = _core.rebuild()
     process_sets._refresh_after_rebuild()
     _policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
+    _job.members = membership.without(members, lost)
     after = _core.size()
     if lost and _core.rank() == 0:
+        # hvdlite-run counts the job's ranks to know when it is over: a lost rank's own
+        # report may never come (its host vanished with its guard).
+        workers = ",".join(str(members[r].worker) for r in lost)
+        sys.stderr.write(f"{LOST_MARKER} ranks={workers}\n")
+        sys.stderr.flush()
+    if lost:
         names = ", ".join(str(r) for r in lost)
-        print(f"hvdlite.elastic: rebuilt over {after} rank{'s' if after != 1 else ''} without "
-              f"rank{'s' if len(lost) > 1 else ''} {names} (of {before}) in "
-              f"{time.perf_counter() - started:.3f} s", file=sys.stderr, flush=True)
+        _say(f"rebuilt over {after} rank{'s' if after != 1 else ''} without "
+             f"rank{'s' if len(lost) > 1 else ''} {names} (of {before}) in "
+             f"{time.perf_counter() - started:.3f} s")
     if after < settings.min_np():
         lost_all = "; ".join(", ".join(map(str, ls)) for ls in _lost_history if ls)
         raise HvdliteTooFewRanksError(
@@ -46,11 +107,84 @@ def _rebuild():
             f"{settings.min_np()}; ending the job")
 
 
+def _environment_of(member):
+    """Environment lines for a new rank: its identity. The rest it inherits from mpirun's
+    runtime, which has hvdlite-run's environment (on the host hvdlite-run runs on); MPI's info
+    values are too short (256 bytes) to carry more."""
+    return [f"{settings.WORKER_ID_ENV}={member.worker}", f"{settings.HOST_ENV}={member.host}"]
+
+
+def _share_table():
+    """Rank 0's membership table reaches every rank (the new ones know nothing yet)."""
+    from .state import broadcast_object
+    table = (_job.members, _job.next_worker, _job.seen_version) if _core.rank() == 0 else None
+    members, _job.next_worker, _job.seen_version = broadcast_object(
+        table, root_rank=0, name="hvdlite.elastic.membership")
+    _job.members = [membership.Member(*m) for m in members]
+
+
+def _regroup(change):
+    """Apply a host update (collective over every rank): some leave, new ones start."""
+    _check_fault_tolerant()
+    before, members = _core.size(), _members()
+    after = before - len(change.leaving) + len(change.added)
+    if after < settings.min_np():
+        raise HvdliteTooFewRanksError(
+            f"hvdlite.elastic: the discovered hosts leave room for {after} "
+            f"rank{'s' if after != 1 else ''}, fewer than --min-np {settings.min_np()}; "
+            "ending the job")
+    command = settings.command()
+    if change.added and not command:
+        raise HvdliteInvalidArgumentError(
+            f"hvdlite.elastic: cannot start new ranks: {settings.COMMAND_ENV} is not set "
+            "(launch the job with hvdlite-run --host-discovery-script)")
+    started = time.perf_counter()
+    me = members[_core.rank()].worker
+    leaving_workers = [members[r].worker for r in change.leaving]
+    add = [(_environment_of(m), "" if is_local(m.host) else m.host) for m in change.added]
+    if not _core.regroup(list(change.leaving), list(command or []), add):
+        # This rank's host was removed: tell hvdlite-run, and leave without MPI_Finalize
+        # (Open MPI's finalize waits for every rank of the job).
+        sys.stdout.flush()
+        sys.stderr.write(f"{LEAVE_MARKER} rank={me}\n")
+        sys.stderr.flush()
+        os._exit(0)
+    process_sets._refresh_after_rebuild()
+    _policy.reset_name_counters()
+    _job.members = membership.apply(members, change)
+    _job.next_worker += len(change.added)
+    if change.added:
+        _share_table()
+    parts = []
+    if leaving_workers:
+        parts.append("without rank" + ("s " if len(leaving_workers) > 1 else " ")
+                     + ", ".join(map(str, change.leaving)))
+    if change.added:
+        parts.append(f"with {len(change.added)} new")
+    _say(f"hosts changed: {_core.size()} ranks ({before} before, {' and '.join(parts)}) in "
+         f"{time.perf_counter() - started:.3f} s")
+
+
+def _reset():
+    change, _job.pending = _job.pending, None
+    if change is None:
+        _rebuild()
+    else:
+        _regroup(change)
+
+
+def _join_if_new():
+    """A rank the job added receives the membership before its first sync()."""
+    if _job.members is None and settings.added_worker_id() is not None:
+        _share_table()
+
+
 def run_fn(func, reset):
     """Wrap ``func(state, ...)`` so it is retried after a failure, as Horovod's ``run_fn``."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
+        _join_if_new()
         skip_sync = False
         while True:
             try:
@@ -61,6 +195,7 @@ def run_fn(func, reset):
                 raise
             except HvdliteInternalError:
                 # Roll back first: nothing since the last commit may be applied twice.
+                _job.pending = None
                 state.restore()
                 skip_sync = False
             except HvdliteHostsUpdatedInterrupt as e:
@@ -73,4 +208,4 @@ def run_fn(func, reset):
 
 def run(func):
     """Decorator: run ``func(state, ...)`` elastically (see :mod:`hvdlite.elastic`)."""
-    return run_fn(func, _rebuild)
+    return run_fn(func, _reset)

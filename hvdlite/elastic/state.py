@@ -60,17 +60,29 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raise HostsUpdatedInterrupt on every rank when rank 0 has heard of a host update.
+        """Raise HostsUpdatedInterrupt on every rank when the job's hosts changed.
 
-        Collective: rank 0's view is broadcast, so every rank raises or none does.
+        Collective. Rank 0 reads hvdlite-run's latest host list (from
+        ``--host-discovery-script``) and plans the change, or takes what
+        ``on_hosts_updated`` recorded; its view is broadcast, so every rank raises or none
+        does. ``hvdlite.elastic.run`` then applies the change: ranks on removed hosts leave,
+        new ranks start on added slots and receive the state by ``sync()``.
         """
-        mine = self._host_updates[-1] if self._host_updates else None
-        update = self._bcast_object(mine) if _core.size() > 1 else mine
+        from .run import expect_host_update, poll_host_update   # (run imports this module)
+        if _core.rank() == 0:
+            recorded = self._host_updates[-1] if self._host_updates else None
+            mine = (poll_host_update(), recorded)
+        else:
+            mine = None
+        change, recorded = self._bcast_object(mine) if _core.size() > 1 else mine
         self._host_updates = []
-        if update is not None:
-            _, removed = update
-            # Hosts only added: every surviving rank still holds the committed state.
-            raise HvdliteHostsUpdatedInterrupt(skip_sync=not removed)
+        if change is not None:
+            expect_host_update(change)
+            # Only removed: every rank that stays holds the committed state already.
+            raise HvdliteHostsUpdatedInterrupt(skip_sync=not change.added)
+        if recorded is not None:
+            _, removed = recorded
+            raise HvdliteHostsUpdatedInterrupt(skip_sync=removed)
 
     def save(self):
         raise NotImplementedError

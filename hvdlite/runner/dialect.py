@@ -18,6 +18,8 @@ TCP interface      ``--mca btl_tcp_if_include`` ``-iface IF``
                    (+ the runtime's oob)
 ssh port/identity  ``plm_rsh_args`` (4) /       ``-launcher-exec`` a small ssh wrapper
                    ``plm_ssh_args`` (5)
+remote daemons     (4) ``orte_launch_agent``    nothing needed
+                   = ``env PATH=.. orted``
 =================  ==========================  ============================================
 
 The flavour comes from ``hvdlite._core.build_info()`` for the mpirun hvdlite was built with,
@@ -88,6 +90,11 @@ class Dialect:
         """Flags for a job that survives lost ranks (ULFM), or None where the MPI has none."""
         return None
 
+    def remote_daemons(self, env: Dict[str, str]) -> List[str]:
+        """Flags that let the MPI's own daemons start on other hosts with this environment's
+        paths to the MPI (forward_env reaches only the ranks, which the daemons start)."""
+        return []
+
 
 def _ssh_words(port: Optional[int], identity: Optional[str]) -> List[str]:
     words = []
@@ -122,6 +129,25 @@ class OpenMPI(Dialect):
 
     def forward_env(self, names, env):
         return [word for name in names for word in ("-x", name)]
+
+    # What Open MPI's orted needs to find itself, its libraries and its plugins.
+    DAEMON_VARS = ("PATH", "LD_LIBRARY_PATH")
+    DAEMON_PREFIXES = ("OPAL_", "PMIX_")
+
+    def remote_daemons(self, env):
+        # Open MPI 4's orted is started over ssh with the remote login's environment: an MPI
+        # not installed system-wide (unpacked, or in a module's prefix) is not found there, and
+        # --prefix assumes <prefix>/lib, not Debian's lib/<triplet>. So it is started through
+        # `env` with this side's paths, as -x gives them to the ranks. (Open MPI 5's prted
+        # finds its libraries through its RPATH.) The agent is split at spaces: a value with
+        # one cannot be passed this way and is left to the remote login.
+        if self.major >= 5:
+            return []
+        names = [n for n in sorted(env) if n in self.DAEMON_VARS or n.startswith(self.DAEMON_PREFIXES)]
+        words = [f"{n}={env[n]}" for n in names if env[n] and not any(c.isspace() for c in env[n])]
+        if not words:
+            return []
+        return ["--mca", "orte_launch_agent", " ".join(["env", *words, "orted"])]
 
     def oversubscribe(self):
         return ["--oversubscribe"]

@@ -5,18 +5,26 @@ An elastic job survives lost ranks: mpirun runs with MPI's fault tolerance (ULFM
 tells the survivors instead of ending the job), hvdlite inside the survivors shrinks to them
 (:mod:`hvdlite.elastic`), and hvdlite-run prints each loss and ends the job only when the
 survivors finish, or when fewer than ``--min-np`` are left.
+
+With ``--host-discovery-script`` the launcher runs the script every
+DISCOVERY_INTERVAL_SECONDS and writes what it lists to a file the ranks read at
+``commit()`` (:class:`HostWatcher`); the ranks then remove or add ranks themselves
+(:mod:`hvdlite.elastic.run`), and the launcher prints each rank that joins or leaves.
 """
 
+import json
 import os
 import subprocess
 import sys
 import threading
 from typing import Callable, List, Optional, Tuple
 
-from ..elastic.settings import ELASTIC_ENV, MIN_NP_ENV
+from ..elastic import membership
+from ..elastic.settings import COMMAND_ENV, ELASTIC_ENV, HOSTS_FILE_ENV, MAX_NP_ENV, MIN_NP_ENV
 from .hosts import HostError, parse_host_list
 
 DISCOVERY_TIMEOUT_SECONDS = 30
+DISCOVERY_INTERVAL_SECONDS = 1.0
 
 
 class ElasticError(Exception):
@@ -67,9 +75,69 @@ def check_settings(args, fault_tolerance_flags: Optional[List[str]], mpi_name: s
                            "(Open MPI 5); this build has no fault tolerance")
 
 
-def environment(args) -> dict:
-    """HVDLITE_* variables that tell the ranks their job is elastic."""
-    return {ELASTIC_ENV: "1", MIN_NP_ENV: str(args.min_np if args.min_np is not None else 1)}
+def environment(args, hosts_file: Optional[str] = None,
+                command: Optional[List[str]] = None) -> dict:
+    """HVDLITE_* variables that tell the ranks their job is elastic; with a hosts file (a
+    discovery script), also how to start new ranks."""
+    env = {ELASTIC_ENV: "1", MIN_NP_ENV: str(args.min_np if args.min_np is not None else 1)}
+    if args.max_np is not None:
+        env[MAX_NP_ENV] = str(args.max_np)
+    if hosts_file is not None:
+        env[HOSTS_FILE_ENV] = hosts_file
+        env[COMMAND_ENV] = json.dumps(command or [])
+    return env
+
+
+def with_slots(found, script: str) -> List[Tuple[str, int]]:
+    missing = [h for h, s in found if s is None]
+    if missing:
+        raise ElasticError(f"--host-discovery-script {script}: give every host its slots "
+                           f"(host:slots); {', '.join(missing)} has none")
+    return [(h, int(s)) for h, s in found]
+
+
+class HostWatcher:
+    """Runs the discovery script every ``interval`` seconds and keeps the ranks' hosts file
+    (see :mod:`hvdlite.elastic.membership`) up to date; ``write`` shows each change."""
+
+    def __init__(self, script: str, path: str, np: int, hosts, write: Callable[[str], None],
+                 interval: float = DISCOVERY_INTERVAL_SECONDS):
+        self.script, self.path, self.interval, self._write = script, path, interval, write
+        hosts = with_slots(hosts, script)
+        self.current = membership.HostsFile(0, hosts, np, hosts)
+        membership.write_hosts(path, self.current)
+        self._stop = threading.Event()
+        self._failed = None
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+
+    def poll(self) -> bool:
+        """Run the script once; True when the hosts changed (and the file was rewritten)."""
+        try:
+            hosts = with_slots(discover_hosts(self.script), self.script)
+        except ElasticError as e:
+            if str(e) != self._failed:   # say it once; the ranks keep the last hosts
+                self._failed = str(e)
+                self._write(f"warning: {e}; keeping the hosts found before")
+            return False
+        self._failed = None
+        if hosts == self.current.hosts:
+            return False
+        old = self.current.hosts
+        self.current = self.current._replace(version=self.current.version + 1, hosts=hosts)
+        membership.write_hosts(self.path, self.current)
+        show = lambda hs: ",".join(f"{h}:{s}" for h, s in hs)  # noqa: E731
+        self._write(f"hosts changed: {show(hosts)} (was {show(old)})")
+        return True
+
+    def _loop(self):
+        while not self._stop.wait(self.interval):
+            self.poll()
 
 
 class Membership:
@@ -85,9 +153,24 @@ class Membership:
         self.live = np
         self.min_np = min_np
         self.lost: List[int] = []
+        self.left: List[int] = []   # ranks whose host was removed (they exited cleanly)
         self._write = write
         self._end_job = end_job
         self._lock = threading.Lock()
+
+    def on_joined(self, rank: int) -> None:
+        with self._lock:
+            self.live += 1
+            live = self.live
+        self._write(f"rank {rank} joined; continuing with {live} rank{'s' if live != 1 else ''}")
+
+    def on_left(self, rank: int) -> None:
+        with self._lock:
+            self.live -= 1
+            self.left.append(rank)
+            live = self.live
+        self._write(f"rank {rank} left (its host was removed); continuing with {live} "
+                    f"rank{'s' if live != 1 else ''}")
 
     def on_lost(self, rank: int, how: str) -> None:
         with self._lock:

@@ -37,12 +37,13 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import dialect as dialects
 from . import elastic
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
-from .output import OutputRouter, failure_summary, how_exited
+from .output import Exit, OutputRouter, failure_summary, how_exited
 
 PROG = "hvdlite-run"
 
@@ -53,6 +54,9 @@ FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end 
 # In an elastic job Open MPI 5's runtime sometimes stays up after every rank has ended (the
 # lost ranks confuse its bookkeeping): once all have ended, it gets this long, then is ended.
 ELASTIC_EXIT_GRACE_SECONDS = 5.0
+# How long a rank the survivors found lost may take to report its own end before the
+# survivors' word is taken (a vanished host's ranks never report).
+LOST_REPORT_GRACE_SECONDS = 2.0
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
@@ -171,8 +175,9 @@ def make_parser() -> argparse.ArgumentParser:
     el.add_argument("--max-np", type=_positive_int, metavar="N",
                     help="make the job elastic, with at most N ranks")
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
-                    help="make the job elastic; SCRIPT prints its hosts, one host:slots a line "
-                         "(read once, at the start)")
+                    help="make the job elastic; SCRIPT prints its hosts, one host:slots a line. "
+                         "It is run every second: at the next commit, ranks on hosts no "
+                         "longer listed leave and new ranks fill added slots (up to --max-np)")
 
     launch = p.add_argument_group("launch")
     launch.add_argument("--verbose", "-v", action="store_true",
@@ -360,6 +365,10 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     program = list(args.command)
     if guard:
         program = [sys.executable, "-S", "-E", GUARD, *program]
+    if elastic.is_elastic(args) and args.host_discovery_script is not None:
+        # The ranks read the discovered hosts there, and start new ranks as this one.
+        env.update(elastic.environment(args, hosts_file(workdir), program))
+        forwarded = _forwarded_names(args, env)
     if dialect is None:
         return [mpirun, "-np", str(args.np), *extra, *program], env
 
@@ -380,11 +389,18 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
             with open(path, "w") as f:
                 f.write(dialect.hostfile_text(hosts))
             cmd += dialect.hostfile(path)
+        if not all(is_local(h) for h, _ in hosts):
+            cmd += dialect.remote_daemons(env)
     if args.network_interface:
         cmd += dialect.network_interface(args.network_interface)
     cmd += dialect.ssh(args.ssh_port, args.ssh_identity_file, workdir)
     cmd += dialect.forward_env(forwarded, env)
     return cmd + extra + program, env
+
+
+def hosts_file(workdir: str) -> str:
+    """Where an elastic job's discovered hosts are kept for the ranks (see HostWatcher)."""
+    return os.path.join(workdir, "elastic-hosts.json")
 
 
 # ----------------------------------------------------------------------------------------
@@ -414,12 +430,24 @@ def _start(cmd: List[str], env: Dict[str, str]) -> subprocess.Popen:
 
 
 def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
-            min_np: Optional[int] = None) -> int:
+            min_np: Optional[int] = None, watcher_args: Optional[Tuple] = None) -> int:
     """Run mpirun, stream its output through ``router``, summarise a failure; return exit code.
 
     ``min_np`` makes the job elastic: a failed rank is reported and the job goes on while
-    ``min_np`` ranks are left.
+    ``min_np`` ranks are left. ``watcher_args`` (script, hosts file, np, first hosts) start
+    an :class:`elastic.HostWatcher` for the job's discovery script.
     """
+    err = getattr(sys.stderr, "buffer", sys.stderr)
+
+    def announce(text):
+        try:
+            err.write(f"{PROG}: {text}\n".encode())
+            err.flush()
+        except (OSError, ValueError):
+            pass
+
+    # The ranks' hosts file exists before they start.
+    watcher = elastic.HostWatcher(*watcher_args, write=announce) if watcher_args else None
     try:
         proc = _start(cmd, env)
     except OSError as e:
@@ -430,14 +458,6 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     failed = []
     too_few = []
     lingered = []
-    err = getattr(sys.stderr, "buffer", sys.stderr)
-
-    def announce(text):
-        try:
-            err.write(f"{PROG}: {text}\n".encode())
-            err.flush()
-        except (OSError, ValueError):
-            pass
 
     def end_elastic_job(message):
         too_few.append(message)
@@ -448,6 +468,28 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
 
     membership = (elastic.Membership(router.size, min_np, announce, end_elastic_job)
                   if min_np is not None else None)
+    if membership is not None:
+        def joined(rank):
+            router.size += 1
+            membership.on_joined(rank)
+
+        router.on_start = joined
+        router.on_leave = membership.on_left
+
+        def reported_lost(ranks):
+            # The guard's own report is better (it says how the rank ended): wait for it.
+            def unreported():
+                for rank in ranks:
+                    if rank not in ended:
+                        rank_ended(rank, Exit(-1, 0, 0, time.time()),
+                                   lost_how="no report from it; the survivors found it gone")
+            timer = threading.Timer(LOST_REPORT_GRACE_SECONDS, unreported)
+            timer.daemon = True
+            timer.start()
+
+        router.on_lost_report = reported_lost
+    if watcher is not None:
+        watcher.start()
 
     def end_job():
         if proc.poll() is None and not received:
@@ -467,12 +509,20 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
             except OSError:
                 pass
 
-    def rank_ended(rank, how):
+    ended_lock = threading.Lock()
+
+    def rank_ended(rank, how, lost_how=None):
         if membership is not None:
-            ended[rank] = how
-            if how.code or how.signal:
+            with ended_lock:
+                if rank in ended:   # the survivors reported it lost already
+                    return
+                ended[rank] = how
+                everyone = len(ended) == router.size
+            if lost_how is not None:
+                membership.on_lost(rank, lost_how)
+            elif how.code or how.signal:
                 membership.on_lost(rank, how_exited(how).replace("was killed", "killed"))
-            if len(ended) == router.size:
+            if everyone:
                 timer = threading.Timer(ELASTIC_EXIT_GRACE_SECONDS, end_lingering_mpirun)
                 timer.daemon = True
                 timer.start()
@@ -525,6 +575,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
         for t in threads:
             t.join(timeout=10)
     finally:
+        if watcher is not None:
+            watcher.stop()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
 
@@ -583,9 +635,11 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
                                  "-H/--hostfile, not both")
             try:
                 found = elastic.discover_hosts(args.host_discovery_script)
+                elastic.with_slots(found, args.host_discovery_script)
             except elastic.ElasticError as e:
                 raise UsageError(str(e))
             args.hosts = ",".join(h if s is None else f"{h}:{s}" for h, s in found)
+            args.discovered_hosts = found
         try:
             elastic.check_settings(args, dialect.fault_tolerance() if dialect else None,
                                    dialect.describe() if dialect else "this MPI",
@@ -625,7 +679,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                               verbose=args.verbose, size=args.np,
                               chunked_tags=bool(dialect and dialect.chunked_tags))
         min_np = (args.min_np or 1) if elastic.is_elastic(args) else None
-        return run_job(cmd, env, router, min_np=min_np)
+        watcher_args = None
+        if min_np is not None and args.host_discovery_script is not None:
+            watcher_args = (args.host_discovery_script, hosts_file(workdir), args.np,
+                            args.discovered_hosts)
+        return run_job(cmd, env, router, min_np=min_np, watcher_args=watcher_args)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

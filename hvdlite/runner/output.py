@@ -20,7 +20,7 @@ import re
 import threading
 from typing import Dict, List, Optional, Pattern, Tuple
 
-from .rank_guard import EXIT_MARKER
+from .rank_guard import EXIT_MARKER, LEAVE_MARKER, LOST_MARKER, START_MARKER
 
 TAIL_KEEP = 400       # lines kept per rank (the summary shows the last SUMMARY_LINES of them)
 SUMMARY_LINES = 20
@@ -65,6 +65,11 @@ class OutputRouter:
         self.verbose = verbose
         self.size = size   # number of ranks, when known
         self.on_exit = None   # called with (rank, Exit) when a rank's program has ended
+        # Elastic jobs: called with the rank when an added rank starts / a rank leaves because
+        # its host was removed (markers from the guard and from hvdlite.elastic).
+        self.on_start = None
+        self.on_leave = None
+        self.on_lost_report = None   # called with the ranks the survivors found lost
         # Hydra tags each chunk a rank writes, not each line: a line may arrive in pieces,
         # with other ranks' chunks between them.
         self.chunked_tags = chunked_tags
@@ -169,6 +174,16 @@ class OutputRouter:
     def _route(self, rank: Optional[int], stream: str, text: bytes) -> List[bytes]:
         """Record one piece; return what to print now (possibly nothing, or held lines)."""
         if rank is not None:
+            for marker, callback in ((START_MARKER, self.on_start), (LEAVE_MARKER, self.on_leave)):
+                if text.startswith(marker.encode()):
+                    if callback is not None:
+                        callback(rank)
+                    return []
+            if text.startswith(LOST_MARKER.encode()):
+                ranks = text[len(LOST_MARKER):].strip().partition(b"=")[2]
+                if self.on_lost_report is not None:
+                    self.on_lost_report([int(r) for r in ranks.split(b",") if r.strip().isdigit()])
+                return []
             k = text.find(EXIT_MARKER.encode())
             if k >= 0:
                 self._note_exit(rank, text[k:])

@@ -11,6 +11,11 @@ stdout, stderr and environment) and stays its parent, so that:
   which hvdlite-run consumes (and never shows). This names the rank that left first, also
   when it exited cleanly while the others still waited for it.
 
+A rank that an elastic job adds (MPI_Comm_spawn; HVDLITE_ELASTIC_WORKER_ID set) is not
+rank-tagged by mpirun: its guard tags the program's lines itself, as Open MPI 5 does
+(``[2,K]<stdout>: ``, K the launcher's number for the rank), and first writes
+``<start marker> rank=K``.
+
 Signals the guard receives (SIGTERM from mpirun, SIGINT, ...) are passed on to the program.
 The guard exits as the program did (same code, or killed by the same signal), except in an
 elastic job (HVDLITE_ELASTIC=1), where a program that exits with an error status makes the
@@ -25,6 +30,12 @@ import threading
 import time
 
 EXIT_MARKER = "hvdlite-run-rank-exit:"
+START_MARKER = "hvdlite-run-rank-start:"   # an elastic job added this rank
+LEAVE_MARKER = "hvdlite-run-rank-leave:"   # written by hvdlite.elastic: its host was removed
+# Written by an elastic job's new rank 0 after a loss: "<marker> ranks=1,4" (launcher's
+# numbers), for ranks whose guard could not report (a vanished host) or whose report was lost.
+LOST_MARKER = "hvdlite-run-ranks-lost:"
+ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"  # see hvdlite.elastic.settings
 GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0
@@ -32,7 +43,7 @@ _FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "S
 
 
 def _rank() -> str:
-    for name in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
+    for name in (ADDED_ID_ENV, "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MPI_LOCALRANKID"):
         if os.environ.get(name, "").isdigit():
             return os.environ[name]
     return "?"
@@ -47,6 +58,61 @@ def _parent_death_signal(sig: int) -> None:
         pass
 
 
+class _Tagger:
+    """Tags an added rank's output lines as Open MPI 5's ``--output tag`` does."""
+
+    TAIL_SECONDS = 5.0   # how long to wait for output left in the pipes after the exit
+
+    def __init__(self, worker: int):
+        self.worker = worker
+        self.pipes = {1: os.pipe(), 2: os.pipe()}
+        self.threads = []
+        os.write(2, self.prefix(b"stderr") + f"{START_MARKER} rank={worker}\n".encode())
+
+    def prefix(self, stream: bytes) -> bytes:
+        return b"[2,%d]<%s>: " % (self.worker, stream)
+
+    def connect_child(self):
+        for fd, (r, w) in self.pipes.items():
+            os.dup2(w, fd)
+            os.close(r)
+            os.close(w)
+
+    def start(self):
+        for fd, (r, w) in self.pipes.items():
+            os.close(w)
+            t = threading.Thread(target=self._copy, args=(r, fd), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _copy(self, r: int, fd: int):
+        head = self.prefix(b"stdout" if fd == 1 else b"stderr")
+        with os.fdopen(r, "rb", buffering=0) as src:
+            pending = b""
+            while True:
+                chunk = src.read(65536)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    _write_all(fd, b"".join(head + line + b"\n" for line in lines))
+            if pending:
+                _write_all(fd, head + pending + b"\n")
+
+    def finish(self):
+        for t in self.threads:
+            t.join(self.TAIL_SECONDS)
+
+
+def _write_all(fd: int, data: bytes):
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass
+
+
 def main(argv) -> int:
     if not argv:
         sys.stderr.write("usage: python -m hvdlite.runner.rank_guard PROGRAM [ARGS...]\n")
@@ -57,9 +123,13 @@ def main(argv) -> int:
         return 128 + signal.SIGTERM
     sys.stdout.flush()
     os.environ[GUARDED_ENV] = "1"
+    tag = os.environ.get(ADDED_ID_ENV, "")
+    tagging = _Tagger(int(tag)) if tag.isdigit() else None
     pid = os.fork()
     if pid == 0:   # the program
         try:
+            if tagging is not None:
+                tagging.connect_child()
             for name in ("SIGPIPE", "SIGXFSZ"):   # Python ignores these; the program must not
                 if hasattr(signal, name):
                     signal.signal(getattr(signal, name), signal.SIG_DFL)
@@ -70,6 +140,8 @@ def main(argv) -> int:
         except OSError as e:
             os.write(2, f"hvdlite-run: cannot start {argv[0]!r}: {e.strerror}\n".encode())
             os._exit(127)
+    if tagging is not None:
+        tagging.start()
     stopping = threading.Event()
 
     def forward(signum, frame):
@@ -104,6 +176,9 @@ def main(argv) -> int:
     code = os.waitstatus_to_exitcode(status)   # -S when killed by signal S
     line = (f"{EXIT_MARKER} rank={_rank()} code={max(code, 0)} "
             f"signal={-code if code < 0 else 0} time={time.time():.6f}\n")
+    if tagging is not None:
+        tagging.finish()
+        line = tagging.prefix(b"stderr").decode() + line
     try:
         os.write(2, line.encode())
     except OSError:

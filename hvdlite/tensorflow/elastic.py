@@ -90,6 +90,11 @@ class TensorFlowKerasState(ObjectState):
         super().restore()
 
     def sync(self):
+        if (self.optimizer is not None and not getattr(self.optimizer, "built", True)
+                and self.model.trainable_variables):
+            # A rank the job added has not stepped yet: its optimizer needs the others'
+            # variables (momentum...) to receive them.
+            self.optimizer.build(self.model.trainable_variables)
         variables = list(self.model.weights) + self._optimizer_variables()
         if variables:
             broadcast_variables(variables, root_rank=0)

@@ -7,6 +7,9 @@ Each host is a set of Linux namespaces of its own, held open by a ``sleep`` proc
   Nothing is added to the machine's own (root) network namespace.
 * UTS: its own host name (``hvdl-a``, ``hvdl-b``), so MPI sees distinct nodes and keeps
   shared memory inside each host.
+* no shared memory between hosts: each has its own ``/dev/shm`` and its own
+  ``/proc/sys/kernel/random/boot_id`` (UCX decides from the boot id which peers share a
+  machine).
 * mount: a private ``/etc/hosts`` naming every host, and a private ``/root/.ssh`` with a fresh
   key pair, ``authorized_keys`` and a client config, so ``ssh hvdl-b`` works as on a cluster.
 
@@ -34,9 +37,13 @@ Usage (as root; the context manager cleans everything up, also after a failure):
 The environment is passed through unchanged (so the venv's PATH works on the first host); on
 the other hosts, mpirun's own forwarding applies, as on a real cluster.
 
-Link delay (``delay_ms``) needs the kernel's netem qdisc; where the kernel lacks it (as on the
-CI machine this was written on: only tbf and htb are built in), :func:`two_hosts` raises
-:class:`ShapingUnavailable` naming what is missing, instead of silently not delaying.
+Link delay (``delay_ms``) needs the kernel's netem qdisc; where the kernel lacks it,
+:func:`two_hosts` raises :class:`ShapingUnavailable` naming what is missing, instead of
+silently not delaying. The CI machine this was written on cannot have it: its kernel
+(6.18.44-fc-v445) is built with ``# CONFIG_NET_SCH_NETEM is not set`` and without loadable
+modules (``# CONFIG_MODULES is not set``; no ``/lib/modules``, no modprobe), and
+``tc qdisc add dev veth0 root netem delay 1ms`` answers ``Error: Specified qdisc kind is
+unknown.`` Of the qdiscs only tbf, htb, pfifo and ingress are built in.
 """
 
 import contextlib
@@ -45,6 +52,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 from typing import Dict, Iterator, List, Optional, Sequence
 
 ALT_SSH_PORT = 2222
@@ -229,8 +237,16 @@ def two_hosts(rate: Optional[str] = None, delay_ms: Optional[float] = None) -> I
         cluster.run(first, ["ip", "link", "add", "veth0", "type", "veth", "peer", "name",
                             "veth0", "netns", str(cluster.pids[names[1]])], check=True)
         for name, address in zip(names, addresses):
+            # Nothing shared in memory between hosts: a /dev/shm of its own, and a boot id
+            # of its own (UCX, under MPICH, takes one boot id for one machine and would use
+            # shared memory and cross-memory attach between the hosts instead of TCP). UCX
+            # finds its TCP devices in /sys/class/net, so /sys shows this host's network.
+            _write(os.path.join(workdir, f"boot_id.{name}"), str(uuid.uuid4()) + "\n")
             setup = (f"hostname {name} && ip link set lo up && "
                      f"mount --bind {workdir}/hosts /etc/hosts && "
+                     f"mount -t tmpfs tmpfs /dev/shm && "
+                     f"mount -t sysfs sysfs /sys && "    # /sys/class/net of this host's network
+                     f"mount --bind {workdir}/boot_id.{name} /proc/sys/kernel/random/boot_id && "
                      f"mount --bind {workdir}/ssh /root/.ssh && "
                      f"ip link set veth0 up && ip addr add {address}/24 dev veth0 && "
                      + " && ".join(f"{sshd} -f {workdir}/sshd_{p}.conf"

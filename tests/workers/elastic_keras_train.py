@@ -1,6 +1,7 @@
 """Elastic Keras training (model.fit with the elastic callbacks) on digits; one rank fails.
 
-argv: mode (kill | raise | none), victim rank, fail step, output .npz path. Step s is batch
+argv: mode (kill | raise | none | add), victim rank, fail step, output .npz path[, new hosts]
+("add": rank 0 changes the discovered hosts at that step, see tests/elastic_hosts.py). Step s is batch
 s % BATCHES of epoch s // BATCHES and uses the global batches of tests/elastic_digits.py.
 The lowest surviving rank saves the final weights, the resets and a one-process replay
 (plain Keras, no hvdlite) that runs at 3 ranks' shards before the committed step the
@@ -17,15 +18,19 @@ import tensorflow as tf
 
 import elastic_digits as problem
 import hvdlite.tensorflow.keras as hvd
+from elastic_hosts import change_hosts
+from hvdlite.elastic import settings
 
 keras.config.set_floatx("float64")
 BATCHES = 5
 EPOCHS = problem.STEPS // BATCHES
 mode, victim, fail_step, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+new_hosts = sys.argv[5] if len(sys.argv) > 5 else ""
 failure_clock = out + ".failed_at"
 
 hvd.init()
-first_rank = hvd.rank()
+added = settings.added_worker_id()
+first_rank = added if added is not None else hvd.rank()
 start_size = hvd.size()
 x_all, y_all = (t.numpy() for t in problem.data())
 
@@ -58,7 +63,11 @@ class FailAndTime(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         step = state.epoch * BATCHES + state.batch
-        if step == fail_step and first_rank == victim and mode != "none":
+        if step == fail_step and first_rank == 0 and mode == "add":
+            with open(failure_clock, "w") as f:   # timed from the change
+                f.write(repr(time.time()))
+            change_hosts(out, new_hosts)
+        if step == fail_step and first_rank == victim and mode in ("kill", "raise"):
             with open(failure_clock, "w") as f:
                 f.write(repr(time.time()))
             if mode == "kill":

@@ -1,8 +1,12 @@
-"""Elastic torch training on digits; one rank fails at FAIL_STEP (killed or raising).
+"""Elastic torch training on digits; the membership changes at EVENT_STEP.
 
-argv: mode (kill | raise | none), victim rank, fail step, output .npz path.
-The lowest surviving rank saves the final parameters, the (step, size) of every reset and
-the time from the failure to the first step completed at the new size.
+argv: mode, victim rank, event step, output .npz path[, new hosts].
+Modes: kill | raise (the victim fails), none, and add | remove: rank 0 rewrites the file
+the test's discovery script prints (OUT.hosts) to the new hosts ("localhost:3"), and waits
+until hvdlite-run has seen it, so that the next commit applies the change.
+Rank 0 saves the final parameters, the (step, size) of every reset and the time from the
+failure (or from the start of the commit that saw the host change) to the first step
+completed at the new size.
 """
 import os
 import signal
@@ -14,13 +18,16 @@ import torch
 
 import elastic_digits as problem
 import hvdlite.torch as hvd
+from elastic_hosts import change_hosts
+from hvdlite.elastic import settings
 
 torch.set_num_threads(1)
 mode, victim, fail_step, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+new_hosts = sys.argv[5] if len(sys.argv) > 5 else ""
 failure_clock = out + ".failed_at"
-
 hvd.init()
-first_rank = hvd.rank()
+added = settings.added_worker_id()
+first_rank = added if added is not None else hvd.rank()
 x, y = problem.data()
 model, optimizer = problem.model_and_optimizer()
 optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
@@ -41,7 +48,9 @@ state.register_reset_callbacks([on_reset])
 def train(state):
     while state.step < problem.STEPS:
         n, r = hvd.size(), hvd.rank()
-        if state.step == fail_step and first_rank == victim and mode != "none":
+        if state.step == fail_step and first_rank == 0 and mode in ("add", "remove"):
+            change_hosts(out, new_hosts)
+        if state.step == fail_step and first_rank == victim and mode in ("kill", "raise"):
             with open(failure_clock, "w") as f:
                 f.write(repr(time.time()))
             if mode == "kill":
@@ -54,9 +63,13 @@ def train(state):
         state.step += 1
         if recovered["pending"]:
             recovered["pending"] = False
-            with open(failure_clock) as f:
-                recovered["seconds"] = time.time() - float(f.read())
+            if mode in ("kill", "raise"):
+                with open(failure_clock) as f:
+                    recovered["seconds"] = time.time() - float(f.read())
+            else:
+                recovered["seconds"] = time.time() - recovered["commit_started"]
         if state.step % problem.COMMIT_EVERY == 0:
+            recovered["commit_started"] = time.time()
             state.commit()
 
 

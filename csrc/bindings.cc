@@ -257,12 +257,10 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
   }
 }
 
-std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
-                                       const std::vector<nb::object>& inputs,
-                                       const std::vector<nb::object>& outputs, int op,
-                                       double prescale, double postscale, int compression,
-                                       int process_set) {
-  std::shared_ptr<Engine> eng = context_ref();
+EntryList allreduce_entries(const std::vector<std::string>& names,
+                            const std::vector<nb::object>& inputs,
+                            const std::vector<nb::object>& outputs, int op, double prescale,
+                            double postscale, int compression) {
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
@@ -278,7 +276,40 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
     e->request.compression = static_cast<Compression>(compression);
     entries.push_back(std::move(e));
   }
-  return eng->enqueue(process_set, std::move(entries));
+  return entries;
+}
+
+std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
+                                       const std::vector<nb::object>& inputs,
+                                       const std::vector<nb::object>& outputs, int op,
+                                       double prescale, double postscale, int compression,
+                                       int process_set, bool wake) {
+  std::shared_ptr<Engine> eng = context_ref();
+  return eng->enqueue(process_set,
+                      allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
+                      wake);
+}
+
+// enqueue_allreduce then wait for every member, in one call: the calling thread runs the
+// rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
+// member's error once all have finished; the caller keeps the arrays alive meanwhile.
+void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::object>& inputs,
+                   const std::vector<nb::object>& outputs, int op, double prescale,
+                   double postscale, int compression, int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
+  std::vector<int64_t> handles = eng->enqueue(
+      process_set, allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
+      false);
+  Outcome first_error;
+  {
+    nb::gil_scoped_release release;
+    for (int64_t h : handles) {
+      Outcome o = eng->wait(h);
+      if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
+    }
+    eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
+  }
+  if (first_error.status != Status::Success) throw Error(first_error.status, first_error.error);
 }
 
 int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
@@ -556,10 +587,15 @@ NB_MODULE(_core, m) {
   });
 
   // Every enqueue takes process_set=: the id of the set it runs in (0, the default, is the
-  // global set).
+  // global set). enqueue_allreduce's wake=False is for a caller that waits at once: its
+  // wait() runs the rounds instead of the engine's thread (Group::enqueue).
   m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::arg("compression"), nb::kw_only(), nb::arg("process_set") = 0);
+        nb::arg("compression"), nb::kw_only(), nb::arg("process_set") = 0,
+        nb::arg("wake") = true);
+  m.def("run_allreduce", &run_allreduce, nb::arg("names"), nb::arg("inputs"), nb::arg("outputs"),
+        nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("compression"),
+        nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),

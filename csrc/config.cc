@@ -59,7 +59,8 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) { c.fusion_threshold = parse_count(v, t); }},
       {{"HVDLITE_CYCLE_TIME", "HOROVOD_CYCLE_TIME", "0.25",
         "ms; the longest sleep between polls while waiting for other ranks (the engine blocks "
-        "when idle, and spins for the first 100 us of a wait)"},
+        "when idle, and spins for the first 100 us of a wait; a caller running its own round "
+        "then polls, yielding the core, up to 2 ms before sleeping)"},
        [](Config& c, const std::string& t, const std::string& v) { c.cycle_time_ms = parse_number(v, t); }},
       {{"HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
         "responses cached so repeated tensors skip the coordinator; 0 disables"},
@@ -70,6 +71,10 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) {
          c.ring_piece_bytes = std::clamp<size_t>(parse_count(v, t), 64, size_t(1) << 30);
        }},
+      {{"HVDLITE_EXCHANGE_MAX_BYTES", "", "65536",
+        "at 2 ranks, all-reduce batches up to this many bytes are reduced by swapping whole "
+        "buffers (one step) rather than by the ring (two); 0 always uses the ring"},
+       [](Config& c, const std::string& t, const std::string& v) { c.exchange_max_bytes = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
         "after this many seconds; 0 disables"},

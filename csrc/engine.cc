@@ -129,7 +129,7 @@ std::string Engine::unknown_set(int id) const {
          "removed); the existing sets are " + known;
 }
 
-std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries) {
+std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries, bool wake) {
   std::shared_ptr<Group> group;
   {
     std::lock_guard<std::mutex> lk(sets_mu_);
@@ -146,7 +146,19 @@ std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries) {
     }
     group = it->second;
   }
-  return group->enqueue(std::move(entries));
+  return group->enqueue(std::move(entries), wake);
+}
+
+Outcome Engine::wait(int64_t handle) {
+  std::shared_ptr<Group> group;
+  const int owner = handles_.owner(handle);
+  if (owner >= 0) {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto it = groups_.find(owner);
+    if (it != groups_.end()) group = it->second;
+  }
+  if (group) group->help(handle);
+  return handles_.wait(handle);
 }
 
 Engine::ProcessSetInfo Engine::process_set(int id) const {

@@ -37,9 +37,13 @@ class Engine {
 
   // Queues the entries in process set `process_set` and returns their handles. Throws
   // InvalidArgument when the set does not exist or this rank is not one of its members.
-  std::vector<int64_t> enqueue(int process_set, EntryList entries);
+  // wake=false leaves the set's loop thread asleep: for a caller that waits at once, which
+  // then runs the rounds itself (Group::enqueue).
+  std::vector<int64_t> enqueue(int process_set, EntryList entries, bool wake = true);
   bool poll(int64_t handle) { return handles_.poll(handle); }
-  Outcome wait(int64_t handle) { return handles_.wait(handle); }
+  // Runs the owning set's rounds on this thread while no other thread does (Group::help),
+  // then returns the outcome.
+  Outcome wait(int64_t handle);
 
   // Stops every group on every rank (the first rank to ask decides; others' pending requests
   // fail with ShutDown). Returns when this rank's loops have ended.

@@ -16,6 +16,10 @@
 
 namespace hvdlite {
 
+// Merged negotiation rounds (controller.h) carry small cached all-reduces of one kind: their
+// inputs, prescaled, back to back in `entries` order.
+void pack_prereduce(const std::vector<TensorEntry*>& entries, void* dst);
+
 class AllreduceExecutor {
  public:
   using Complete = std::function<void(TensorEntry*, Outcome)>;
@@ -28,6 +32,9 @@ class AllreduceExecutor {
   void add(const Response& response, TensorEntry* entry);
   // Runs every batch still open. Called at the end of each round.
   void flush();
+  // A merged round reduced these entries' data (pack_prereduce's layout) already: postscale
+  // it into each output and complete the entries.
+  void complete_prereduced(const std::vector<TensorEntry*>& entries, const void* reduced);
 
  private:
   struct Member {

@@ -1,6 +1,7 @@
-// A group's loop: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
-// It never sleeps on a fixed cycle: with no work it blocks on a condition variable, and with
-// work it is always inside a negotiation round (see Controller::wait_for_round).
+// A group's rounds: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
+// The loop thread never sleeps on a fixed cycle: with no work it blocks on a condition
+// variable, and with work it is always inside a negotiation round (see
+// Controller::wait_for_round). A waiting caller may run the rounds instead (help()).
 #include "group.h"
 
 #include <chrono>
@@ -58,7 +59,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
 
 Group::~Group() { stop(); }
 
-std::vector<int64_t> Group::enqueue(EntryList entries) {
+std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
   std::vector<int64_t> handles;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -77,15 +78,54 @@ std::vector<int64_t> Group::enqueue(EntryList entries) {
     for (auto& e : entries) {
       e->request.process_set = members_.set_id;
       e->request.rank = transport_->rank();
-      e->handle = handles_.create();
+      e->handle = handles_.create(members_.set_id);
       handles.push_back(e->handle);
       in_flight_.insert(e->request.name);
       queue_.push_back(std::move(e));
     }
+    if (!wake) return handles;
     work_queued_ = true;
   }
   cv_.notify_one();
   return handles;
+}
+
+void Group::help(int64_t handle) {
+  bool mine = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!driving_ && !stopped_) {
+      driving_ = mine = true;
+    } else if (!queue_.empty() && !work_queued_) {
+      // The holder drains the queue each round; make sure a round follows for entries
+      // enqueued without waking the loop.
+      work_queued_ = true;
+    }
+  }
+  if (!mine) {
+    cv_.notify_one();
+    return;
+  }
+  auto done = [&] {
+    try {
+      return handles_.poll(handle);
+    } catch (const Error&) {
+      return true;  // waited for by another thread meanwhile: nothing left to drive for
+    }
+  };
+  bool alive = true;
+  while (alive && !done()) alive = run_round(/*caller=*/true);
+  release_driver();
+}
+
+void Group::release_driver() {
+  bool more;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    driving_ = false;
+    more = stopped_ || work_queued_ || !pending_.empty();
+  }
+  if (more) cv_.notify_one();
 }
 
 void Group::request_stop(const std::string& reason) {
@@ -116,51 +156,96 @@ void Group::complete(TensorEntry* entry, Outcome outcome) {
 }
 
 void Group::run_loop() {
-  try {
-    while (true) {
-      bool stop_requested;
-      if (pending_.empty()) {
-        // Work tends to follow work (the next gradient of a backward pass, the next step of
-        // a loop): look for it briefly before sleeping on the condition variable.
-        const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-        while (!work_queued_ && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-      }
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        // Idle: wake now and then so the stall inspector can answer and warn.
-        while (!cv_.wait_for(lk, controller_.stall_poll_interval(),
-                             [&] { return !queue_.empty() || !pending_.empty() || stop_requested_; })) {
-          lk.unlock();
-          controller_.check_stalls(pending_);
-          lk.lock();
-        }
-        for (auto& e : queue_) {
-          trace_drained(*e);
-          pending_.push_back(std::move(e));
-        }
-        queue_.clear();
-        work_queued_ = stop_requested_;
-        stop_requested = stop_requested_;
-      }
-      trace_round();
-      RoundOutcome round = controller_.negotiate(pending_, stop_requested);
-      execute(round.responses);
-      if (round.shutdown) {
-        std::string reason;
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          reason = stop_reason_;
-        }
-        fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
-        break;
-      }
+  bool busy = false;  // this thread's last round left requests pending
+  while (true) {
+    if (!busy) {
+      // Work tends to follow work (the next gradient of a backward pass, the next step of
+      // a loop): look for it briefly before sleeping on the condition variable.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (!work_queued_ && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     }
-  } catch (const Error& e) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto runnable = [&] {
+        return stopped_ || (!driving_ && (work_queued_ || !pending_.empty() || stop_requested_));
+      };
+      // Idle: wake now and then so the stall inspector can answer and warn, and so entries
+      // whose caller never came to drive them (enqueue(wake=false)) are not left behind.
+      while (!cv_.wait_for(lk, controller_.stall_poll_interval(), runnable)) {
+        if (driving_) continue;
+        if (!queue_.empty()) {
+          work_queued_ = true;
+          break;
+        }
+        driving_ = true;
+        lk.unlock();
+        const bool alive = check_stalls_idle();
+        lk.lock();
+        driving_ = false;
+        if (!alive) break;
+      }
+      if (stopped_) break;
+      driving_ = true;
+    }
+    const bool alive = run_round();
+    busy = !pending_.empty();
+    release_driver();
+    if (!alive) break;
+  }
+  if (on_exit_) on_exit_();
+}
+
+bool Group::check_stalls_idle() {
+  try {
+    controller_.check_stalls(pending_);
+    return true;
+  } catch (const Error& e) {  // the stall inspector ended the job
     fail_pending(e.status(), std::string("hvdlite stopped: ") + e.what());
   } catch (const std::exception& e) {
     fail_pending(Status::Internal, std::string("hvdlite stopped: ") + e.what());
   }
-  if (on_exit_) on_exit_();
+  return false;
+}
+
+bool Group::run_round(bool caller) {
+  bool stop_requested;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& e : queue_) {
+      trace_drained(*e);
+      pending_.push_back(std::move(e));
+    }
+    queue_.clear();
+    work_queued_ = stop_requested_;
+    stop_requested = stop_requested_;
+  }
+  try {
+    trace_round();
+    RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
+    if (round.prereduced.empty()) {
+      execute(round.responses);
+    } else {
+      for (TensorEntry* e : round.prereduced) trace_negotiated(*e);
+      allreduce_.complete_prereduced(round.prereduced, round.reduced);
+      pending_.clear();  // a merged round held every pending entry (controller.h)
+    }
+    if (round.shutdown) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        reason = stop_reason_;
+      }
+      fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
+      return false;
+    }
+  } catch (const Error& e) {
+    fail_pending(e.status(), std::string("hvdlite stopped: ") + e.what());
+    return false;
+  } catch (const std::exception& e) {
+    fail_pending(Status::Internal, std::string("hvdlite stopped: ") + e.what());
+    return false;
+  }
+  return true;
 }
 
 void Group::execute(const std::vector<Response>& responses) {

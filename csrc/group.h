@@ -6,7 +6,11 @@
 // Each group has its own loop thread, so a collective that blocks in one set (waiting for a
 // slow member, or moving data) never holds up another: sets proceed independently, and two
 // sets that share ranks cannot deadlock by running their collectives in different orders.
-// Every transport call of a group happens on its own thread.
+//
+// Rounds are run by whichever thread holds the group's driver token: the loop thread, or a
+// caller that waits for its own request while the loop is idle (help()). A caller driving
+// saves two thread handoffs per collective, which on a machine with few cores is most of a
+// small all-reduce's cost. The token serialises every transport call and all round state.
 #pragma once
 
 #include <atomic>
@@ -52,8 +56,14 @@ class Group {
 
   // Queues the entries together (so a group negotiates in one round) and returns their
   // handles. Throws InvalidArgument for a name already in flight in this group, and the
-  // group's stop status once it has stopped.
-  std::vector<int64_t> enqueue(EntryList entries);
+  // group's stop status once it has stopped. wake=false does not wake the loop thread: the
+  // caller promises to wait for a handle at once, and help() runs the rounds then (the loop
+  // still takes such entries on its next round, or its next periodic wake-up).
+  std::vector<int64_t> enqueue(EntryList entries, bool wake = true);
+
+  // Runs rounds on the calling thread until `handle` (one of this group's) completes,
+  // provided no other thread is running them; otherwise makes sure the loop thread will.
+  void help(int64_t handle);
 
   // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
   // and on the others with a message naming the ranks that asked (also here when `reason` is
@@ -69,6 +79,15 @@ class Group {
  private:
   // group.cc: the loop and what it runs.
   void run_loop();
+  // One round (drain the queue, negotiate, execute), by the holder of the driver token.
+  // False once the group has ended (shut down, or an error stopped it).
+  // caller: run by a waiting caller (help()), which may poll longer for its peers.
+  bool run_round(bool caller = false);
+  // The stall inspector's turn while idle, by the token's holder. False once it ended the
+  // group (a stall past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).
+  bool check_stalls_idle();
+  // Gives the token back; wakes the loop thread when rounds are left to run.
+  void release_driver();
   void execute(const std::vector<Response>& responses);
   void complete(TensorEntry* entry, Outcome outcome);
   void fail_pending(Status status, const std::string& reason);
@@ -90,11 +109,14 @@ class Group {
   bool stop_requested_ = false;                // guarded by mu_
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
   std::atomic<bool> work_queued_{false};       // set with queue_/stop, read without the lock
+  bool driving_ = false;                       // guarded by mu_: some thread is running rounds
   bool stopped_ = false;                       // guarded by mu_
   Status stop_status_ = Status::ShutDown;      // guarded by mu_
 
-  EntryList pending_;                          // loop thread only
-  std::vector<uint8_t> work_, scratch_;        // loop thread only (reducescatter buffers)
+  // The driver token's holder only (controller_ and allreduce_ likewise). Read under mu_
+  // by a thread about to take the token: the last holder wrote it before releasing mu_.
+  EntryList pending_;
+  std::vector<uint8_t> work_, scratch_;        // reducescatter buffers
   std::thread thread_;
   std::mutex join_mu_;  // join() may be called by several threads (shutdown, group 0's exit)
 };

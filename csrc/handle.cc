@@ -23,11 +23,19 @@ OwnedBuffer& OwnedBuffer::operator=(OwnedBuffer&& o) noexcept {
 
 OwnedBuffer::~OwnedBuffer() { std::free(data); }
 
-int64_t HandleTable::create() {
+int64_t HandleTable::create(int owner) {
   std::lock_guard<std::mutex> lk(mu_);
   int64_t h = next_++;
-  slots_.emplace(h, Slot{});
+  Slot slot;
+  slot.owner = owner;
+  slots_.emplace(h, std::move(slot));
   return h;
+}
+
+int HandleTable::owner(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = slots_.find(handle);
+  return it == slots_.end() ? -1 : it->second.owner;
 }
 
 void HandleTable::complete(int64_t handle, Outcome outcome) {

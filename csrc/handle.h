@@ -38,14 +38,18 @@ struct Outcome {
 
 class HandleTable {
  public:
-  int64_t create();
+  // owner: the process set whose group completes the handle (Engine::wait lets the caller
+  // drive that group's rounds).
+  int64_t create(int owner = 0);
+  // The owner given to create(), or -1 for an unknown or already waited-for handle.
+  int owner(int64_t handle);
   void complete(int64_t handle, Outcome outcome);
   bool poll(int64_t handle);
   // Blocks until done, then removes the handle and returns its outcome.
   Outcome wait(int64_t handle);
 
  private:
-  struct Slot { bool done = false; Outcome outcome; };
+  struct Slot { bool done = false; int owner = 0; Outcome outcome; };
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t next_ = 1;

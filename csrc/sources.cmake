@@ -7,6 +7,7 @@ set(HVDLITE_CORE_SOURCES
   config.cc
   controller.cc
   engine.cc
+  exchange_allreduce.cc
   fusion.cc
   group.cc
   handle.cc

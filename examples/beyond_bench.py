@@ -44,6 +44,13 @@ def digits_options(args, steps_per_epoch):
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         (f"topk {args.topk_ratio:.0%}", {"compression": hvd.Compression.topk(args.topk_ratio)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
+        (f"topk {args.topk_ratio:.0%} warm-up", {"compression": hvd.Compression.topk(
+            args.topk_ratio, warmup_steps=args.topk_warmup_epochs * steps_per_epoch)},
+         lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
+        (f"topk {args.topk_ratio:.0%} DGC", {"compression": hvd.Compression.topk(
+            args.topk_ratio, warmup_steps=args.topk_warmup_epochs * steps_per_epoch,
+            momentum=0.9), "momentum": 0.0},
+         lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("fp16 + error feedback", {"compression": hvd.Compression.fp16(error_feedback=True)},
          lambda opt, shapes: opt._reducer.expected_bytes_sent(shapes, 4, hvd.size())),
         ("local SGD H=4", {"local_steps": 4, "local_sgd_warmup_steps": steps_per_epoch},
@@ -59,8 +66,10 @@ def train_digits(args, options):
     torch.manual_seed(args.seed)
     model = Net()
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    options = dict(options)
+    momentum = options.pop("momentum", 0.9)     # 0 where the compression applies it
     opt = hvd.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9),
+        torch.optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=momentum),
         named_parameters=model.named_parameters(), **options)
     warmup = min(steps_per_epoch, total_steps // 4)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(
@@ -163,6 +172,8 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--topk-ratio", type=float, default=0.05)
+    parser.add_argument("--topk-warmup-epochs", type=int, default=2,
+                        help="the warm-up of 'topk warm-up' (Compression.topk(warmup_steps=))")
     parser.add_argument("--only", default="", help="comma-separated option name prefixes")
     parser.add_argument("--sharded", action="store_true", help="memory: shard the state")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="memory: bucket size")

@@ -90,16 +90,24 @@ class PowerSGD(StatefulCompression):
 
 
 class TopK(StatefulCompression):
-    """Top-k sparsification (a ``ratio`` of each tensor's entries) with error feedback."""
+    """Top-k sparsification (a ``ratio`` of each tensor's entries) with error feedback; over
+    the first ``warmup_steps`` the ratio falls exponentially from dense to ``ratio``; with
+    ``momentum`` the reducer applies momentum itself, before selecting (momentum correction:
+    give the optimizer momentum 0). See :class:`hvdlite.error_feedback.TopKReducer`."""
 
-    def __init__(self, ratio):
+    def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         if not 0.0 < float(ratio) < 1.0:
             raise ValueError(f"Compression.topk: ratio must be in (0, 1), got {ratio}")
-        self.ratio = float(ratio)
+        if int(warmup_steps) < 0:
+            raise ValueError(f"Compression.topk: warmup_steps must be >= 0, got {warmup_steps}")
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"Compression.topk: momentum must be in [0, 1), got {momentum}")
+        self.ratio, self.warmup_steps = float(ratio), int(warmup_steps)
+        self.momentum = float(momentum)
 
     def make_reducer(self):
         from .error_feedback import TopKReducer
-        return TopKReducer(self.ratio)
+        return TopKReducer(self.ratio, self.warmup_steps, self.momentum)
 
 
 class ErrorFeedbackCast(StatefulCompression):
@@ -153,7 +161,8 @@ def cast_compressors(cast, is_floating, float16, bfloat16):
 
     class Compression:
         """The built-in compressors: ``Compression.none``, ``.fp16``, ``.bf16`` (each also
-        ``.fp16(error_feedback=True)``), ``.powersgd(rank, start_step)``, ``.topk(ratio)``."""
+        ``.fp16(error_feedback=True)``), ``.powersgd(rank, start_step)``,
+        ``.topk(ratio, warmup_steps, momentum)``."""
         none = NoneCompressor
         fp16 = FP16Compressor
         bf16 = BF16Compressor

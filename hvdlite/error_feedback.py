@@ -37,6 +37,15 @@ class GradientReducer:
     def __init__(self):
         self.step = 0
         self.errors = {}
+        #: Reduce over this process set (None: all ranks); set before the first step.
+        self.process_set = None
+
+    def _set_kw(self):
+        return {} if self.process_set is None else {"process_set": self.process_set}
+
+    def set_size(self):
+        """The number of ranks the gradients are reduced over."""
+        return _ops._core.size() if self.process_set is None else self.process_set.size()
 
     def reduce(self, grads, names, op=Average, prescale=1.0, postscale=1.0):
         """Reduce ``grads`` (contiguous float numpy arrays) in place across ranks."""
@@ -55,7 +64,7 @@ class GradientReducer:
 
     def _reduce(self, grads, names, op, prescale, postscale):
         _ops.wait_all(_ops.grouped_allreduce_async(grads, None, [f"plain.{n}" for n in names],
-                                                   op, prescale, postscale))
+                                                   op, prescale, postscale, **self._set_kw()))
 
     def expected_bytes_sent(self, shapes, itemsize, size):
         """Bytes one rank sends per step for gradients of ``shapes`` (the promise that the
@@ -108,7 +117,7 @@ class CastReducer(GradientReducer):
             g[...] = m
         _ops.wait_all(_ops.grouped_allreduce_async(
             grads, None, [f"ef.{self.wire}.{n}" for n in names], op, prescale, postscale,
-            self.wire))
+            self.wire, **self._set_kw()))
 
     def expected_bytes_sent(self, shapes, itemsize, size):
         return super().expected_bytes_sent(shapes, 2, size)
@@ -119,35 +128,64 @@ class TopKReducer(GradientReducer):
 
     A tensor of n elements sends k = ceil(ratio * n) pairs; it is compressed only when that
     costs less than its all-reduce (k * size < n), else it is all-reduced whole.
+
+    Two remedies of Deep Gradient Compression (Lin et al. 2018) for ratios of a few percent:
+
+    - ``warmup_steps``: over the first steps the ratio falls exponentially from dense to
+      ``ratio`` (``ratio ** ((t+1)/(W+1))`` at step t), so the early, fast-changing gradients
+      are not starved while the error buffers are still filling.
+    - ``momentum`` (momentum correction): the reducer keeps each rank's momentum itself,
+      u = momentum * u + g, accumulates u (not g) in the error buffer and selects from that,
+      and zeroes u where it sent (momentum factor masking). Tensors that go whole send u,
+      which averages to plain momentum SGD exactly. Use it with the optimizer's own momentum
+      at 0 (the reducer has already applied it).
     """
 
-    def __init__(self, ratio):
+    def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         super().__init__()
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"topk momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.velocities = {}
         ratio = float(ratio)
         if not 0.0 < ratio < 1.0:
             raise ValueError(f"topk ratio must be in (0, 1), got {ratio}")
-        self.ratio = ratio
+        if int(warmup_steps) < 0:
+            raise ValueError(f"topk warmup_steps must be >= 0, got {warmup_steps}")
+        self.ratio, self.warmup_steps = ratio, int(warmup_steps)
 
-    def k_of(self, numel, size):
-        k = max(1, int(np.ceil(self.ratio * numel)))
+    def ratio_at(self, step):
+        if step >= self.warmup_steps:
+            return self.ratio
+        return self.ratio ** ((step + 1) / (self.warmup_steps + 1))
+
+    def k_of(self, numel, size, step=None):
+        """Pairs a tensor of ``numel`` elements sends at ``step`` (default: after the warm-up,
+        where the fewest are sent); None where it goes uncompressed."""
+        ratio = self.ratio if step is None else self.ratio_at(step)
+        k = max(1, int(np.ceil(ratio * numel)))
         return k if k * size < numel else None
 
     def expected_bytes_sent(self, shapes, itemsize, size):
+        """After the warm-up."""
         ks = [(int(np.prod(s)), self.k_of(int(np.prod(s)), size)) for s in shapes]
         dense = sum(n for n, k in ks if k is None)
         pairs = sum(k for _, k in ks if k is not None)
         return ring_allreduce_bytes(dense, itemsize, size) + (size - 1) * pairs * 8
 
     def _reduce(self, grads, names, op, prescale, postscale):
-        size = _ops._core.size()
-        sparse = [(g, n, self.k_of(g.size, size)) for g, n in zip(grads, names)]
+        size = self.set_size()
+        sparse = [(g, n, self.k_of(g.size, size, self.step)) for g, n in zip(grads, names)]
         dense = [(g, n) for g, n, k in sparse if k is None]
         sparse = [(g, n, k) for g, n, k in sparse if k is not None]
         handles = []
         if dense:
+            for g, n in dense:
+                if self.momentum:
+                    g[...] = self._velocity(g, n)
             handles = _ops.grouped_allreduce_async([g for g, _ in dense], None,
                                                    [f"topk.dense.{n}" for _, n in dense],
-                                                   op, prescale, postscale)
+                                                   op, prescale, postscale, **self._set_kw())
         total = sum(k for _, _, k in sparse)
         if total:
             # One row per pair: [index, float32 bits of the value], so a single all-gather
@@ -155,15 +193,18 @@ class TopKReducer(GradientReducer):
             pairs = np.empty((total, 2), dtype=np.int32)
             at = 0
             for g, n, k in sparse:
-                m = self._with_error(g, n).reshape(-1)
+                u = self._velocity(g, n) if self.momentum else g
+                m = self._with_error(u, n).reshape(-1)
                 idx = np.argpartition(np.abs(m), m.size - k)[m.size - k:].astype(np.int32)
                 vals = m[idx].astype(np.float32)
                 pairs[at:at + k, 0] = idx
                 pairs[at:at + k, 1] = vals.view(np.int32)
                 m[idx] -= vals.astype(m.dtype)      # what was sent leaves the error
                 self.errors[n] = m.reshape(g.shape)
+                if self.momentum:
+                    u.reshape(-1)[idx] = 0          # momentum factor masking
                 at += k
-            gathered = _ops.wait(_ops.allgather_async(pairs, "topk.pairs")).output
+            gathered = _ops.wait(_ops.allgather_async(pairs, "topk.pairs", **self._set_kw())).output
             scale = prescale * postscale / (size if op == Average else 1)
             at = 0
             for g, n, k in sparse:
@@ -175,3 +216,21 @@ class TopKReducer(GradientReducer):
                 flat *= scale
                 at += k
         _ops.wait_all(handles)
+
+    def _velocity(self, g, name):
+        """This rank's momentum of ``name`` after this step's gradient (kept)."""
+        u = self.velocities.get(name)
+        u = g.copy() if u is None or u.shape != g.shape else self.momentum * u + g
+        self.velocities[name] = u
+        return u
+
+    def state_dict(self, rank, size):
+        sd = super().state_dict(rank, size)
+        sd.update({f"velocity.{n}": u for n, u in self.velocities.items()})
+        return sd
+
+    def load_state_dict(self, sd, rank, size):
+        super().load_state_dict(sd, rank, size)
+        own = sd.get("rank") == rank and sd.get("size") == size
+        self.velocities = {k[len("velocity."):]: np.array(v) for k, v in sd.items()
+                           if own and k.startswith("velocity.")}

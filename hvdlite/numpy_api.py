@@ -74,14 +74,21 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, compression=None, process_set=None):
-    return grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                   postscale_factor, compression, process_set).wait()
+    tensors = [_as_array(t) for t in tensors]
+    outputs = [_empty_like(t) for t in tensors]
+    ops.grouped_allreduce(tensors, outputs, group_names(name, len(tensors)),
+                          resolve_op(op, average), prescale_factor, postscale_factor,
+                          compression, process_set)
+    return outputs
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, compression=None, process_set=None):
-    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                    postscale_factor, compression, process_set).wait()
+    tensors = list(tensors)
+    ops.grouped_allreduce(tensors, tensors, group_names(name, len(tensors)),
+                          resolve_op(op, average), prescale_factor, postscale_factor,
+                          compression, process_set)
+    return tensors
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -95,8 +102,12 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, compression=None, process_set=None):
-    return allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                           compression, process_set).wait()
+    tensor = _as_array(tensor)
+    output = _empty_like(tensor)
+    ops.grouped_allreduce([tensor], [output], None if name is None else [name],
+                          resolve_op(op, average), prescale_factor, postscale_factor,
+                          compression, process_set)
+    return output
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -107,8 +118,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, compression=None, process_set=None):
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            compression, process_set).wait()
+    ops.grouped_allreduce([tensor], [tensor], None if name is None else [name],
+                          resolve_op(op, average), prescale_factor, postscale_factor,
+                          compression, process_set)
+    return tensor
 
 
 def allgather_async(tensor, name=None, process_set=None):

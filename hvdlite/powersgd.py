@@ -65,7 +65,7 @@ class PowerSGDReducer(GradientReducer):
         if dense:
             handles = _ops.grouped_allreduce_async([g for g, _ in dense], None,
                                                    [f"powersgd.dense.{n}" for _, n in dense],
-                                                   op, prescale, postscale)
+                                                   op, prescale, postscale, **self._set_kw())
         if low:
             ms, ps = [], []
             for g, n, (rows, cols) in low:
@@ -77,14 +77,16 @@ class PowerSGDReducer(GradientReducer):
                 ps.append(np.ascontiguousarray(m @ q))
             # The scale of P does not matter (it is orthonormalised): sum it.
             _ops.wait_all(_ops.grouped_allreduce_async(
-                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], _ops.Sum))
+                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], _ops.Sum,
+                **self._set_kw()))
             qs = []
             for m, p in zip(ms, ps):
                 p[...] = _orthonormalise(p)
                 qs.append(np.ascontiguousarray(m.T @ p))
             local_qs = [q.copy() for q in qs]
             _ops.wait_all(_ops.grouped_allreduce_async(
-                qs, None, [f"powersgd.Q.{n}" for _, n, _ in low], op, prescale, postscale))
+                qs, None, [f"powersgd.Q.{n}" for _, n, _ in low], op, prescale, postscale,
+                **self._set_kw()))
             for (g, n, _), m, p, q, q_local in zip(low, ms, ps, qs, local_qs):
                 self.errors[n] = (m - p @ q_local.T).reshape(g.shape)
                 self.qs[n] = q

@@ -61,8 +61,7 @@ class Work:
         self._value = None
         self._error = None
         self._taken = False
-        if _orphans:
-            _reap_orphans()
+        reap_orphans()
 
     # -- Horovod's int handles ----------------------------------------------------------
 
@@ -158,6 +157,13 @@ class Work:
     def __repr__(self):
         state = "done" if self._done else f"{len(self._handles)} pending"
         return f"<hvdlite Work {state}>"
+
+
+def reap_orphans():
+    """Finish the dropped Works the core is done with. Every new collective calls this
+    (a Work's creation, or a synchronous all-reduce that makes none)."""
+    if _orphans:
+        _reap_orphans()
 
 
 def _reap_orphans():

@@ -53,3 +53,9 @@ def test_ranks_with_different_settings_fail_init():
 def test_process_sets():
     out = run_mpi(3, "workers/core_process_sets.py", timeout=240).stdout
     assert out.count("ALL OK") == 3, out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_small_allreduce_paths(np_):
+    out = run_mpi(np_, "workers/core_small_paths.py", timeout=180).stdout
+    assert out.count("ALL OK") == np_

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <random>
 
+#include "../exchange_allreduce.h"
 #include "../fusion.h"
 #include "../half.h"
 #include "../ring_allreduce.h"
@@ -32,6 +33,9 @@ TEST(span_buffer_walks_runs_across_spans) {
   CHECK(s.count == std::vector<size_t>({3, 3, 2}) && s.offset == std::vector<size_t>({0, 3, 6}));
 }
 
+// Which all-reduce a case runs: the ring, or the exchange (recursive doubling).
+bool g_exchange = false;
+
 // Each rank's data is split into three spans (one empty) and reduced with tiny pieces.
 template <typename T>
 void ring_case(int n, size_t count, DataType dtype, ReduceOp op, double postscale,
@@ -45,14 +49,15 @@ void ring_case(int n, size_t count, DataType dtype, ReduceOp op, double postscal
     for (size_t i = 0; i < count; ++i) d[i] = value(r, i);
     const size_t first = std::min<size_t>(count, 3);
     std::vector<uint8_t> scratch;
-    ring_allreduce(*t, SpanBuffer({{d.data(), first}, {nullptr, 0}, {d.data() + first, count - first}}, sizeof(T)),
-                   dtype, op, postscale, scratch, /*piece_bytes=*/3 * sizeof(T));
+    SpanBuffer buf({{d.data(), first}, {nullptr, 0}, {d.data() + first, count - first}}, sizeof(T));
+    if (g_exchange) exchange_allreduce(*t, buf, dtype, op, postscale, scratch);
+    else ring_allreduce(*t, buf, dtype, op, postscale, scratch, /*piece_bytes=*/3 * sizeof(T));
   });
   for (int r = 0; r < n; ++r) {
     CHECK(std::memcmp(data[r].data(), data[0].data(), count * sizeof(T)) == 0);  // bitwise equal
     for (size_t i = 0; i < count; ++i) {
       if (!(data[r][i] == expected(i))) {
-        throw testing::Failure("ring at " + std::to_string(n) + " ranks, " + std::to_string(count) +
+        throw testing::Failure(std::string(g_exchange ? "exchange" : "ring") + " at " + std::to_string(n) + " ranks, " + std::to_string(count) +
                                " elements: element " + std::to_string(i) + " on rank " + std::to_string(r) +
                                " is " + std::to_string(double(data[r][i])) + ", expected " +
                                std::to_string(double(expected(i))));
@@ -61,7 +66,7 @@ void ring_case(int n, size_t count, DataType dtype, ReduceOp op, double postscal
   }
 }
 
-TEST(ring_allreduce_at_1_to_7_ranks) {
+void allreduce_at_1_to_7_ranks() {
   for (int n = 1; n <= 7; ++n) {
     for (size_t count : {size_t(0), size_t(1), size_t(n - 1), size_t(n), size_t(2 * n + 3), size_t(1000)}) {
       // Sums of small integers are exact in float32 whatever the order.
@@ -80,6 +85,43 @@ TEST(ring_allreduce_at_1_to_7_ranks) {
                         [](int r, size_t i) { return double(i) + r; },
                         [n](size_t i) { return (double(i) * n + n * (n - 1) / 2.0) * (1.0 / n); });
     }
+  }
+}
+
+TEST(ring_allreduce_at_1_to_7_ranks) { allreduce_at_1_to_7_ranks(); }
+
+// The same cases (powers of two and the folding of ranks beyond them), by recursive doubling.
+TEST(exchange_allreduce_at_1_to_7_ranks) {
+  g_exchange = true;
+  try {
+    allreduce_at_1_to_7_ranks();
+    for (int n = 1; n <= 7; ++n) {
+      ring_case<uint16_t>(n, 37, DataType::Float16, ReduceOp::Sum, 1.0,
+                          [](int r, size_t i) { return float_to_fp16(0.5f * float(r) + float(i % 5)); },
+                          [n](size_t i) { return float_to_fp16(0.25f * n * (n - 1) + float(n) * float(i % 5)); });
+    }
+  } catch (...) {
+    g_exchange = false;
+    throw;
+  }
+  g_exchange = false;
+}
+
+TEST(exchange_allreduce_random_floats_are_bitwise_identical_on_every_rank) {
+  for (int n = 2; n <= 7; ++n) {
+    Fabric fabric(n);
+    const size_t count = 1031;
+    std::vector<std::vector<float>> data(n, std::vector<float>(count));
+    run_ranks(n, [&](int r) {
+      std::mt19937 rng(r);
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (float& x : data[r]) x = u(rng);
+      auto t = fabric.world(r);
+      std::vector<uint8_t> scratch;
+      exchange_allreduce(*t, SpanBuffer({{data[r].data(), 500}, {data[r].data() + 500, count - 500}}, 4),
+                         DataType::Float32, ReduceOp::Average, 1.0 / n, scratch);
+    });
+    for (int r = 1; r < n; ++r) CHECK(std::memcmp(data[r].data(), data[0].data(), count * 4) == 0);
   }
 }
 

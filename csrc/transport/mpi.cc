@@ -277,9 +277,36 @@ class MpiTransport : public Transport {
           "MPI_Iallreduce");
   }
 
+  bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) override {
+    if (topo_.size != 2) return false;
+    stats().control_bytes_sent += count * sizeof(uint64_t);
+    const int peer = 1 - topo_.rank;
+    // In pieces that each go eagerly: a larger message would take MPI's rendezvous (an extra
+    // round trip), which costs more than the extra messages.
+    swap_requests_.clear();
+    for (size_t at = 0; at < count; at += kSwapPieceWords) {
+      const int n = static_cast<int>(std::min(kSwapPieceWords, count - at));
+      swap_requests_.emplace_back();
+      check(MPI_Irecv(recv + at, n, MPI_UINT64_T, peer, kSwapTag, control_, &swap_requests_.back()),
+            "MPI_Irecv");
+      swap_requests_.emplace_back();
+      check(MPI_Isend(send + at, n, MPI_UINT64_T, peer, kSwapTag, control_, &swap_requests_.back()),
+            "MPI_Isend");
+    }
+    swapping_ = true;
+    return true;
+  }
+
   bool test_control() override {
     int done = 0;
-    check(MPI_Test(&control_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (swapping_) {
+      check(MPI_Testall(static_cast<int>(swap_requests_.size()), swap_requests_.data(), &done,
+                        MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+      if (done) swapping_ = false;
+    } else {
+      check(MPI_Test(&control_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    }
     return done != 0;
   }
 
@@ -446,6 +473,12 @@ class MpiTransport : public Transport {
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> swap_requests_;
+  bool swapping_ = false;  // the round in flight is a swap (start_control_swap)
+  static constexpr int kSwapTag = 18;
+  // Under Open MPI's shared-memory eager limit (btl_sm_eager_limit, 4 KiB including its
+  // header): a larger message goes by single copy (process_vm_readv), slower at this size.
+  static constexpr size_t kSwapPieceWords = (4096 - 128) / sizeof(uint64_t);
   std::vector<MPI_Request> requests_;
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight

@@ -57,6 +57,13 @@ class Transport {
   // Bitwise AND of `words` across ranks, started without blocking; poll with test_control().
   virtual void start_control_and(uint64_t* words, size_t count) = 0;
   virtual bool test_control() = 0;
+  // At 2 members: the round's words swapped with the peer instead of reduced (the caller
+  // merges both sides alike), polled with test_control() too; `send` and `recv` (count words
+  // each) stay alive until then. False when the backend cannot (nothing is started).
+  virtual bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) {
+    (void)send, (void)recv, (void)count;
+    return false;
+  }
   // Rank 0 receives every rank's bytes (others get an empty vector).
   virtual std::vector<std::vector<uint8_t>> gather_control(const std::vector<uint8_t>& mine) = 0;
   // Rank 0's bytes reach every rank.

@@ -15,13 +15,22 @@ in checkpoints); every N-th call all-reduces the sums (divided by N with
 ``iterations``, as in Horovod.
 """
 
+import warnings
+
 import keras
 from keras import ops
 
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+from hvdlite.compression import is_stateful
 from hvdlite.ops import Average
 
-from . import policy
+from . import options, policy
 from .backend import bridge
+from .local_sgd import LocalSGDState
+from .stateful_compression import CompressionState
+from .zero import ShardedState
+from .zero import check_supported as check_sharding_supported
 
 
 class _HvdSettings:
@@ -30,7 +39,8 @@ class _HvdSettings:
     def __init__(self, name, compression=None, sparse_as_dense=False, op=Average,
                  gradient_predivide_factor=1.0, backward_passes_per_step=1,
                  average_aggregated_gradients=False, process_set=None,
-                 scale_local_gradients=True):
+                 scale_local_gradients=True, shard_optimizer_state=False, local_steps=None,
+                 local_sgd_warmup_steps=0, average_optimizer_state=False):
         self.name = name
         self.process_set = process_set
         self.scale_local_gradients = bool(scale_local_gradients)
@@ -44,10 +54,31 @@ class _HvdSettings:
                              f"{backward_passes_per_step}")
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
-        self.reduce_all = bridge().gradient_reducer(
-            name, op, float(gradient_predivide_factor),
-            bridge().Compression.none if compression is None else compression,
-            self.sparse_as_dense, process_set, self.what)
+        self.op = op
+        options.check_combination(self.what, compression, shard_optimizer_state, local_steps,
+                                  local_sgd_warmup_steps, average_optimizer_state,
+                                  gradient_predivide_factor, op)
+        self.compression_state = self.sharded = self.local_sgd = None
+        if is_stateful(compression):
+            self.compression_state = CompressionState(
+                name, compression, op, float(gradient_predivide_factor), process_set, self.what)
+            self.reduce_all = self.compression_state.reduce
+        else:
+            self.reduce_all = bridge().gradient_reducer(
+                name, op, float(gradient_predivide_factor),
+                bridge().Compression.none if compression is None else compression,
+                self.sparse_as_dense, process_set, self.what)
+        if shard_optimizer_state:
+            self.sharded = ShardedState(name, op, float(gradient_predivide_factor),
+                                        process_set, self.what)
+        if local_steps is not None:
+            self.local_sgd = LocalSGDState(name, local_steps, local_sgd_warmup_steps,
+                                           average_optimizer_state, process_set, self.what)
+
+    def adds_variables(self):
+        """Whether the optimizer gets variables of hvdlite's (saved with it)."""
+        return self.backward_passes_per_step > 1 or any(
+            x is not None for x in (self.compression_state, self.sharded, self.local_sgd))
 
     def reduce(self, grads, variables, when=None):
         """All-reduce ``grads`` except those of local variables, which stay local (divided
@@ -83,14 +114,35 @@ class _DistributedOptimizer:
     @property
     def hvdlite_reducer(self):
         """The stateful compression's reducer (None for plain all-reduce)."""
-        return getattr(self._hvd_settings().reduce_all, "reducer", None)
+        state = self._hvd_settings().compression_state
+        return None if state is None else state.reducer
 
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
-        self._hvd_settings().local_variables[id(var)] = var
+        settings = self._hvd_settings()
+        if settings.sharded is not None or settings.local_sgd is not None or \
+                settings.compression_state is not None:
+            raise HvdliteInvalidArgumentError(
+                f"{settings.what}: local variables (PartialDistributedOptimizer) do not "
+                f"combine with shard_optimizer_state, local_steps or stateful compression")
+        settings.local_variables[id(var)] = var
 
     def build(self, variables):
-        super().build(variables)
+        settings = self._hvd_settings()
+        variables = list(variables)
+        if settings.sharded is None:
+            super().build(variables)
+        else:
+            # The wrapped optimizer's slots are built for this rank's shards only; the
+            # model's variables stay _trainable_variables (Keras' JAX trainer maps them).
+            super().build(settings.sharded.shard_variables(self, variables))
+            # (object.__setattr__: Keras' tracker would add them to the optimizer's variables)
+            object.__setattr__(self, "_trainable_variables", variables[:])
+        self._hvd_index = {self._var_key(v): i for i, v in enumerate(variables)}
+        if settings.compression_state is not None:
+            settings.compression_state.build(self, variables)
+        if settings.local_sgd is not None:
+            settings.local_sgd.build(self)
         self._hvd_make_accumulators(variables)
 
     def _hvd_make_accumulators(self, variables):
@@ -119,8 +171,19 @@ class _DistributedOptimizer:
                 self.built = True
         settings = self._hvd_settings()
         if settings.backward_passes_per_step == 1:
-            return super().apply(settings.reduce(grads, variables), trainable_variables)
+            return self._hvd_update(settings, grads, variables, trainable_variables)
         return self._hvd_aggregate(settings, grads, variables, trainable_variables)
+
+    def _hvd_update(self, settings, grads, variables, trainable_variables, when=None):
+        """One update with this step's (local) gradients: reduce and apply, as the options
+        say. ``when`` (a boolean tensor) gates the collectives where both branches run."""
+        base_apply = super().apply
+        if settings.sharded is not None:
+            return settings.sharded.update(base_apply, grads, variables, when)
+        if settings.local_sgd is not None:
+            return settings.local_sgd.update(self, base_apply, settings.reduce, grads,
+                                             variables, when)
+        return base_apply(settings.reduce(grads, variables, when=when), trainable_variables)
 
     def _hvd_aggregate(self, settings, grads, variables, trainable_variables):
         n = settings.backward_passes_per_step
@@ -131,20 +194,20 @@ class _DistributedOptimizer:
                 continue
             g = bridge().dense_gradient(g, policy.variable_label(v, i),
                                         settings.sparse_as_dense, settings.what)
-            acc = self._hvd_accumulators[self._get_variable_index(v)]
+            acc = self._hvd_accumulators[self._hvd_index[self._var_key(v)]]
             acc.assign(acc + ops.cast(g, acc.dtype))
             accs.append(acc)
         passes = self._hvd_passes
         passes.assign(passes + 1)
         is_step = ops.equal(passes.value, n)
-        base_apply = super().apply
 
         def apply_step():
             summed = [None if a is None else a.value for a in accs]
-            reduced = settings.reduce(summed, variables, when=is_step)
             if settings.average_aggregated_gradients:
-                reduced = [None if r is None else r / n for r in reduced]
-            base_apply(reduced, trainable_variables)
+                # Dividing before the reduction equals dividing after it (both linear),
+                # and lets every option (shards, local SGD) take the averaged sum.
+                summed = [None if s is None else s / n for s in summed]
+            self._hvd_update(settings, summed, variables, trainable_variables, when=is_step)
             for a in accs:
                 if a is not None:
                     a.assign(ops.zeros_like(a.value))
@@ -183,7 +246,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
                          gradient_predivide_factor=1.0, op=Average,
                          backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=None,
-                         scale_local_gradients=True):
+                         scale_local_gradients=True, shard_optimizer_state=False,
+                         local_steps=None, local_sgd_warmup_steps=0,
+                         average_optimizer_state=False):
     """Wrap a Keras 3 optimizer so that gradients are all-reduced across ranks before
     they are applied (Horovod's ``hvd.DistributedOptimizer``).
 
@@ -206,12 +271,30 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             ``register_local_var`` (which are not all-reduced) by the number of ranks.
         device_dense, device_sparse, num_groups, groups: accepted for Horovod
             compatibility (every gradient already goes in one group).
+
+    Beyond Horovod (each also works with ``backward_passes_per_step`` and ``process_set``):
+        compression: ``Compression.powersgd(rank, start_step)``, ``Compression.topk(ratio)``
+            and ``Compression.fp16/bf16(error_feedback=True)`` keep their state (error
+            buffers, PowerSGD's Q) in optimizer variables (hvdlite/keras/stateful_compression.py).
+        shard_optimizer_state: ZeRO-1, this rank keeps the optimizer's slots for 1/size of
+            the variables (hvdlite/keras/zero.py).
+        local_steps: local SGD, variables averaged every H steps; ``local_sgd_warmup_steps``
+            synchronous steps first; ``average_optimizer_state`` averages the slots too
+            (hvdlite/keras/local_sgd.py).
     """
     _check_keras_optimizer(optimizer)
+    if shard_optimizer_state:
+        check_sharding_supported(optimizer, policy.resolve_op(op, None, "DistributedOptimizer"),
+                                 "DistributedOptimizer")
+        if getattr(optimizer, "built", False):
+            raise HvdliteInvalidArgumentError(
+                "DistributedOptimizer(shard_optimizer_state=True): wrap the optimizer before "
+                "it is built (its full-size slots cannot be cut into this rank's shard here)")
     settings = _HvdSettings(name or "Distributed" + type(optimizer).__name__, compression,
                             sparse_as_dense, op, gradient_predivide_factor,
                             backward_passes_per_step, average_aggregated_gradients,
-                            process_set, scale_local_gradients)
+                            process_set, scale_local_gradients, shard_optimizer_state,
+                            local_steps, local_sgd_warmup_steps, average_optimizer_state)
     new = _distributed_class(type(optimizer)).from_config(optimizer.get_config())
     new._hvd = settings
     if getattr(optimizer, "built", False):
@@ -248,17 +331,73 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense='', device_sp
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=None,
                **distributed_kwargs):
     """Load a Keras model saved with or without hvdlite and wrap its optimizer in a
-    ``DistributedOptimizer`` (keeping the optimizer state that was saved)."""
+    ``DistributedOptimizer`` (keeping the optimizer state that was saved, and hvdlite's own
+    state of a model saved with the same options: accumulators, compression state,
+    shards, the local SGD step). ``distributed_kwargs`` are ``DistributedOptimizer``'s."""
     objects = dict(custom_objects or {})
     for cls in custom_optimizers or []:
         objects[cls.__name__] = cls
+    name = distributed_kwargs.pop("name", None)
+
+    def settings_for(cls):
+        return _HvdSettings(name or "Distributed" + cls.__name__, compression,
+                            **distributed_kwargs)
+
+    base = _saved_optimizer_class(filepath, objects)
+    if base is not None and settings_for(base).adds_variables():
+        # Build the optimizer as a DistributedOptimizer from the start, so that Keras makes
+        # hvdlite's variables too before it loads the saved ones into them.
+        loading = type(base.__name__, (_distributed_class(base),), {"_hvd": settings_for(base)})
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model = keras.models.load_model(filepath,
+                                            custom_objects={**objects, base.__name__: loading})
+        skipped = False
+        for w in caught:
+            if "Skipping variable loading for optimizer" in str(w.message):
+                skipped = True      # saved without these options: load it as plain below
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        if not skipped:
+            opt = model.optimizer
+            opt._hvd = loading._hvd     # the instance's own from now on
+            sharded = opt._hvd.sharded
+            if sharded is not None and sharded.built:
+                sharded.check_owner(keras.ops.convert_to_numpy(sharded.owner.value))
+            return model
     model = keras.models.load_model(filepath, custom_objects=objects or None)
     opt = getattr(model, "optimizer", None)
     if opt is not None and not isinstance(opt, _DistributedOptimizer):
-        name = distributed_kwargs.pop("name", None) or "Distributed" + type(opt).__name__
-        settings = _HvdSettings(name, compression, **distributed_kwargs)
+        settings = settings_for(type(opt))
+        if settings.sharded is not None and opt.built:
+            raise HvdliteInvalidArgumentError(
+                "load_model(shard_optimizer_state=True): the file holds unsharded optimizer "
+                "state; load it without shard_optimizer_state")
         opt.__class__ = _distributed_class(type(opt))  # keeps the loaded slots
         opt._hvd = settings
         if opt.built:
+            opt._hvd_index = {opt._var_key(v): i for i, v in enumerate(opt._trainable_variables)}
             opt._hvd_make_accumulators(list(opt._trainable_variables))
+            if settings.compression_state is not None:
+                settings.compression_state.build(opt, list(opt._trainable_variables))
+            if settings.local_sgd is not None:
+                settings.local_sgd.build(opt)
     return model
+
+
+def _saved_optimizer_class(filepath, objects):
+    """The optimizer class a ``.keras`` file was compiled with (None if unknown)."""
+    import json
+    import zipfile
+    try:
+        with zipfile.ZipFile(filepath) as z:
+            config = json.loads(z.read("config.json"))
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return None
+    opt = ((config.get("compile_config") or {}).get("optimizer") or {})
+    cls_name = opt.get("class_name") if isinstance(opt, dict) else None
+    if not cls_name:
+        return None
+    cls = objects.get(cls_name) or getattr(keras.optimizers, cls_name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer) \
+        else None

@@ -5,7 +5,6 @@ import inspect
 
 import hvdlite as _hvd
 from hvdlite import _policy
-from hvdlite.compression import is_stateful
 
 # Op resolution, the predivide check and wire routing are hvdlite._policy's, shared by every
 # adapter; what is here is only what Keras' bridges need on top of it.
@@ -52,13 +51,3 @@ def process_set_kwargs(fn, process_set):
         raise NotImplementedError(f"{fn.__module__}.{fn.__qualname__} does not take "
                                   f"process_set in this build of hvdlite")
     return {"process_set": process_set}
-
-
-def refuse_stateful(compression, what):
-    """Stateful compression (PowerSGD, top-k, error feedback) runs on the TensorFlow
-    backend only, through hvdlite.tensorflow's reducer crossing."""
-    if is_stateful(compression):
-        raise NotImplementedError(
-            f"{what}: compression={compression!r} keeps state between steps, which "
-            f"hvdlite.keras supports on the TensorFlow backend only so far (torch.optim "
-            f"optimizers: hvdlite.torch.DistributedOptimizer supports it)")

@@ -57,9 +57,11 @@ def parameter_names(optimizer, named_parameters, what):
 
 
 class SynchronizeProtocol:
-    """``synchronize()`` / ``skip_synchronize()`` / ``step()`` as in ``DistributedOptimizer``.
+    """``synchronize()`` / ``skip_synchronize()`` / ``step()`` of every ``DistributedOptimizer``
+    (Horovod's all-reduce and the options beyond it).
 
-    Subclasses implement ``_reduce_gradients()`` and ``_apply_step(closure)``.
+    Subclasses implement ``_reduce_gradients()``, and ``_apply_step(*step_args)`` where the
+    update is more than the wrapped optimizer's own step.
     """
 
     def _init_protocol(self):
@@ -67,20 +69,27 @@ class SynchronizeProtocol:
         self._should_synchronize = True
 
     def synchronize(self):
-        """Reduce the gradients now (``step()`` then needs ``skip_synchronize()``)."""
+        """Reduce the gradients now. Afterwards step with ``with optimizer.skip_synchronize():
+        optimizer.step()`` so as not to synchronize again (e.g. after clipping)."""
         self._reduce_gradients()
         self._synchronized = True
 
     @contextmanager
     def skip_synchronize(self):
-        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)."""
+        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)::
+
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
         self._should_synchronize = False
         try:
             yield
         finally:
             self._should_synchronize = True
 
-    def step(self, closure=None):
+    def step(self, *args, **kwargs):
         if self._should_synchronize:
             if self._synchronized:
                 warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
@@ -90,15 +99,43 @@ class SynchronizeProtocol:
                               "optimizer.synchronize() in your code.")
             self._reduce_gradients()
         self._synchronized = False
-        return self._apply_step(closure)
+        return self._apply_step(*args, **kwargs)
 
-    def _base_step(self, closure=None):
+    def _base_step(self, *args, **kwargs):
         """The wrapped optimizer's own step()."""
-        return super().step(closure) if closure is not None else super().step()
+        return super().step(*args, **kwargs)
+
+    _apply_step = _base_step
 
     # torch.optim.Optimizer wraps a class's step() with its hook machinery when the first
     # instance is built; the wrapped class's own step() already is.
     step.hooked = True
+
+
+def weak_hook(opt_ref, method, *args):
+    """A tensor hook calling ``opt_ref().method(*args)`` while the optimizer lives (hooks sit
+    on the parameters, which may outlive the optimizer)."""
+    def hook(*_):
+        opt = opt_ref()
+        if opt is not None:
+            getattr(opt, method)(*args)
+    return hook
+
+
+def remove_hooks(handles):
+    for h in handles:
+        h.remove()
+
+
+def will_accumulate(grad_acc):
+    """Whether the running backward pass will accumulate into this parameter's .grad."""
+    will_execute = getattr(torch._C, "_will_engine_execute_node", None)
+    if will_execute is None:
+        return True
+    try:
+        return bool(will_execute(grad_acc))
+    except RuntimeError:
+        return False    # torch.autograd.grad(): returns gradients, leaves .grad alone
 
 
 def flat_view(tensor):

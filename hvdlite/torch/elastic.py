@@ -11,6 +11,7 @@ from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                              HvdliteRanksLostError, ObjectState, State, run, run_fn)
 from hvdlite import _core
+from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 
@@ -49,6 +50,14 @@ class TorchState(ObjectState):
         super().sync()
 
     def reset(self):
+        if getattr(self.optimizer, "_hvd_sharded", False) and \
+                self.optimizer._zero_size != _core.size():
+            raise HvdliteInvalidArgumentError(
+                f"elastic training changed the job from {self.optimizer._zero_size} to "
+                f"{_core.size()} ranks, but a DistributedOptimizer with "
+                f"shard_optimizer_state=True cannot be resharded in place. Save "
+                f"optimizer.consolidate_state_dict() and load it into a new sharded "
+                f"optimizer, or use shard_optimizer_state=False with elastic training")
         # A DistributedOptimizer averages over the job's size, which the rebuild changed.
         if self.optimizer is not None and hasattr(self.optimizer, "_hvd_size"):
             self.optimizer._hvd_size = _core.size()

@@ -34,14 +34,19 @@ def _reject(what, **given):
 
 def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
          gradient_predivide_factor, groups, sparse_as_dense, shard_optimizer_state,
-         local_steps, bucket_bytes=None, local_sgd_warmup_steps=0,
+         local_steps, process_set=None, bucket_bytes=None, local_sgd_warmup_steps=0,
          average_optimizer_state=False):
+    """The option's DistributedOptimizer; each reduces over ``process_set`` (None: all)."""
+    if process_set is not None and not process_set.included():
+        raise HvdliteInvalidArgumentError(
+            f"DistributedOptimizer: this rank ({_rank()}) is not a member of {process_set}; "
+            f"only its members can build an optimizer that reduces over it")
     stateful = is_stateful(compression)
     plain_compression = compression not in (None, NoneCompressor) and not stateful
     names = parameter_names(optimizer, named_parameters, "allreduce")
     if op == Average and gradient_predivide_factor != 1.0:
         f = float(gradient_predivide_factor)
-        op, pre, post = Sum, 1.0 / f, f / _size()
+        op, pre, post = Sum, 1.0 / f, f / _size(process_set)
     else:
         pre, post = 1.0, 1.0
     if shard_optimizer_state:
@@ -51,7 +56,8 @@ def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
                 average_optimizer_state=average_optimizer_state)
         from .zero import DEFAULT_BUCKET_BYTES, make_sharded
         return make_sharded(optimizer, names, backward_passes_per_step, op, pre, post,
-                            DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes)
+                            DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes,
+                            process_set)
     if bucket_bytes is not None:
         raise HvdliteInvalidArgumentError("bucket_bytes applies to shard_optimizer_state=True")
     if local_steps is not None:
@@ -61,7 +67,7 @@ def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
             raise HvdliteInvalidArgumentError("local SGD averages parameters: op must be Average")
         from .local_sgd import make_local_sgd
         return make_local_sgd(optimizer, names, local_steps, local_sgd_warmup_steps,
-                              average_optimizer_state)
+                              average_optimizer_state, process_set)
     _reject("compression=" + type(compression).__name__, groups=groups,
             local_sgd_warmup_steps=local_sgd_warmup_steps,
             average_optimizer_state=average_optimizer_state)
@@ -69,9 +75,14 @@ def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
         raise HvdliteInvalidArgumentError(f"{type(compression).__name__}: op must be Average "
                                           f"or Sum")
     from .stateful_compression import make_compressed
-    return make_compressed(optimizer, names, compression, op, pre, post)
+    return make_compressed(optimizer, names, compression, op, pre, post, process_set)
 
 
-def _size():
+def _size(process_set=None):
     import hvdlite
-    return hvdlite.size()
+    return hvdlite.size() if process_set is None else process_set.size()
+
+
+def _rank():
+    import hvdlite
+    return hvdlite.rank()

@@ -25,7 +25,8 @@ _STATE_KEY = "hvdlite_local_sgd"
 class LocalSGDOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
 
-    def _local_setup(self, names, local_steps, warmup_steps, average_state):
+    def _local_setup(self, names, local_steps, warmup_steps, average_state, process_set):
+        self._set_kw = {} if process_set is None else {"process_set": process_set}
         self.local_steps = int(local_steps)
         self.local_sgd_warmup_steps = int(warmup_steps)
         self.average_optimizer_state = bool(average_state)
@@ -48,10 +49,10 @@ class LocalSGDOptimizer(SynchronizeProtocol):
                 p.grad = torch.zeros_like(p)
             grads.append(p.grad.detach())
         _ops.wait_all(_ops.grouped_allreduce_async(
-            grads, None, [f"localsgd.grad.{n}" for n in self._names], Average))
+            grads, None, [f"localsgd.grad.{n}" for n in self._names], Average, **self._set_kw))
 
-    def _apply_step(self, closure):
-        result = self._base_step(closure)
+    def _apply_step(self, *args, **kwargs):
+        result = self._base_step(*args, **kwargs)
         self.steps_taken += 1
         local = self.steps_taken - self.local_sgd_warmup_steps
         if local > 0 and local % self.local_steps == 0:
@@ -69,7 +70,8 @@ class LocalSGDOptimizer(SynchronizeProtocol):
                         tensors.append(v)
                         names.append(f"localsgd.state.{n}.{key}")
         with torch.no_grad():
-            _ops.wait_all(_ops.grouped_allreduce_async(tensors, None, names, Average))
+            _ops.wait_all(_ops.grouped_allreduce_async(tensors, None, names, Average,
+                                                       **self._set_kw))
 
     def state_dict(self):
         sd = super().state_dict()
@@ -84,11 +86,12 @@ class LocalSGDOptimizer(SynchronizeProtocol):
             self.steps_taken = int(saved["steps_taken"])
 
 
-def make_local_sgd(optimizer, names, local_steps, warmup_steps, average_state):
+def make_local_sgd(optimizer, names, local_steps, warmup_steps, average_state,
+                   process_set=None):
     if int(local_steps) < 1:
         raise ValueError(f"local_steps must be >= 1, got {local_steps}")
     if int(warmup_steps) < 0:
         raise ValueError(f"local_sgd_warmup_steps must be >= 0, got {warmup_steps}")
     opt = wrap(LocalSGDOptimizer, optimizer)
-    opt._local_setup(names, local_steps, warmup_steps, average_state)
+    opt._local_setup(names, local_steps, warmup_steps, average_state, process_set)
     return opt

@@ -145,12 +145,13 @@ def _set_size(process_set):
 # allreduce
 
 def _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
-                     finish=None):
+                     finish=None, wake=True):
+    """wake=False when the caller waits at once (its wait runs the engine's round)."""
     staged = _Staged(list(tensors), names, opname, inplace)
     core_names = [_policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names, op, pre, post, wire, process_set,
-        staged.finish if finish is None else (lambda r: finish(staged.finish(r))))
+        staged.finish if finish is None else (lambda r: finish(staged.finish(r))), wake=wake)
 
 
 def _backward_allreduce(grads, ctx):
@@ -165,7 +166,7 @@ class _GroupedAllreduceFn(torch.autograd.Function):
     def forward(ctx, names, op, pre, post, wire, process_set, *tensors):
         ctx.op, ctx.pre, ctx.post, ctx.process_set = op, pre, post, process_set
         return tuple(_start_allreduce(tensors, names, op, pre, post, wire, process_set,
-                                      False, "allreduce").wait())
+                                      False, "allreduce", wake=False).wait())
 
     @staticmethod
     def backward(ctx, *grads):
@@ -185,14 +186,14 @@ def _allreduce_group(tensors, names, op, pre, post, compression, process_set, op
         outs = list(_GroupedAllreduceFn.apply(names, op, pre, post, wire, process_set, *tensors))
     else:
         outs = _start_allreduce(tensors, names, op, pre, post, wire, process_set, False,
-                                opname).wait()
+                                opname, wake=False).wait()
     if python_side:
         outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
     return outs
 
 
 def _allreduce_async_group(tensors, names, average, op, pre, post, compression, process_set,
-                           inplace, opname, single=False):
+                           inplace, opname, single=False, wake=True):
     op = resolve_op(op, average, opname)
     wire, python_side = _group_wire(compression, tensors, opname)
     if python_side:
@@ -200,7 +201,7 @@ def _allreduce_async_group(tensors, names, average, op, pre, post, compression, 
             f"hvdlite.torch.{opname}: only Compression.none/fp16/bf16 are supported here; "
             f"use the synchronous out-of-place form for a custom compressor")
     return _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
-                            _first if single else None)
+                            _first if single else None, wake)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -236,8 +237,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set, compression=None):
     """In-place :func:`allreduce`; returns ``tensor``. Not differentiable."""
-    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                            process_set, compression).wait()
+    return _allreduce_async_group([tensor], [name], average, op, prescale_factor,
+                                  postscale_factor, compression, process_set, True,
+                                  "allreduce_async_", single=True, wake=False).wait()
 
 
 def _member_names(name, n):

@@ -8,7 +8,6 @@ accumulating that gradient, so communication overlaps the rest of the backward p
 
 import warnings
 import weakref
-from contextlib import contextmanager
 
 import torch
 
@@ -18,6 +17,7 @@ from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.work import wait_all
 
 from . import extended as _extended
+from ._wrap import SynchronizeProtocol, remove_hooks, weak_hook, will_accumulate
 from .compression import Compression
 from .mpi_ops import (Average, _check_tensor, _dtype_name, _host, global_process_set,
                       sparse_allreduce_async)
@@ -70,42 +70,7 @@ def _split_list(items, n):
     return [c for c in out if c]
 
 
-def _hook_for(opt_ref, index):
-    def hook(_param):
-        opt = opt_ref()
-        if opt is not None:
-            opt._hvd_grad_ready(index)
-    return hook
-
-
-def _remove_hooks(handles):
-    for h in handles:
-        h.remove()
-
-
-def _will_accumulate(grad_acc):
-    """Whether the running backward pass will accumulate into this parameter's .grad."""
-    will_execute = getattr(torch._C, "_will_engine_execute_node", None)
-    if will_execute is None:
-        return True
-    try:
-        return bool(will_execute(grad_acc))
-    except RuntimeError:
-        return False    # torch.autograd.grad(): returns gradients, leaves .grad alone
-
-
-def _pre_hook_for(opt_ref, index):
-    # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
-    # backward pass here keeps it from adding into a buffer that is being all-reduced.
-    def pre_hook(_grad):
-        opt = opt_ref()
-        if (opt is not None and opt._hvd_delay[index] <= 0
-                and _will_accumulate(opt._hvd_grad_accs[index])):
-            opt._hvd_raise_too_many_passes(index)
-    return pre_hook
-
-
-class _DistributedOptimizer:
+class _DistributedOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
     # -- setup --------------------------------------------------------------------------
@@ -157,14 +122,13 @@ class _DistributedOptimizer:
         self._hvd_grad_accs = []
         self._hvd_pending = {}         # int index or ("g", group id) -> _GradReduction
         self._hvd_delay = []
-        self._synchronized = False
-        self._should_synchronize = True
+        self._init_protocol()
         self._hvd_group_of = []
         self._hvd_groups = []
         self._hvd_group_ready = []
         self._hvd_self_ref = weakref.ref(self)
         # The hooks live on the parameters: take them off when this optimizer goes away.
-        weakref.finalize(self, _remove_hooks, self._hvd_hook_handles)
+        weakref.finalize(self, remove_hooks, self._hvd_hook_handles)
         for group in self.param_groups:
             for p in group["params"]:
                 self._parameter_names[p] = names_by_id[id(p)]
@@ -184,9 +148,11 @@ class _DistributedOptimizer:
         self._hvd_group_of.append(None)
         with torch.enable_grad():   # p's AccumulateGrad node, kept alive so it stays p's
             self._hvd_grad_accs.append(p.view_as(p).grad_fn.next_functions[0][0])
-        self._hvd_hook_handles.append(p.register_hook(_pre_hook_for(self._hvd_self_ref, index)))
+        self._hvd_hook_handles.append(p.register_hook(
+            weak_hook(self._hvd_self_ref, "_hvd_before_accumulate", index)))
         self._hvd_hook_handles.append(
-            p.register_post_accumulate_grad_hook(_hook_for(self._hvd_self_ref, index)))
+            p.register_post_accumulate_grad_hook(
+                weak_hook(self._hvd_self_ref, "_hvd_grad_ready", index)))
 
     def _hvd_setup_groups(self, groups):
         self._groups = groups
@@ -296,13 +262,9 @@ class _DistributedOptimizer:
             if self._hvd_group_ready[gid] == len(self._hvd_groups[gid]):
                 self._hvd_pending[("g", gid)] = self._hvd_start(self._hvd_groups[gid])
 
-    def synchronize(self):
-        """Finish the all-reduce of every gradient (starting those not started yet).
-
-        Parameters that got no gradient on this rank contribute zeros. After this call
-        ``p.grad`` holds the reduced gradients; use ``with optimizer.skip_synchronize():
-        optimizer.step()`` to step without synchronizing again (e.g. after clipping).
-        """
+    def _reduce_gradients(self):
+        """Finish the all-reduce of every gradient (starting those not started yet);
+        parameters that got no gradient on this rank contribute zeros."""
         try:
             if self._hvd_size > 1:
                 for i in range(len(self._hvd_params)):
@@ -321,7 +283,6 @@ class _DistributedOptimizer:
                 raise error
         finally:
             self._hvd_reset()
-        self._synchronized = True
 
     def _hvd_reset(self):
         self._hvd_pending.clear()
@@ -335,36 +296,11 @@ class _DistributedOptimizer:
 
     # -- the optimizer interface --------------------------------------------------------
 
-    @contextmanager
-    def skip_synchronize(self):
-        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)::
-
-            optimizer.synchronize()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            with optimizer.skip_synchronize():
-                optimizer.step()
-        """
-        self._should_synchronize = False
-        try:
-            yield
-        finally:
-            self._should_synchronize = True
-
-    def step(self, *args, **kwargs):
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). This can cause training "
-                              "slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            self.synchronize()
-        self._synchronized = False
-        return super().step(*args, **kwargs)
-
-    # torch.optim.Optimizer wraps a class's step() with its hook machinery the first time an
-    # instance is built; the wrapped class's own step() already is, so don't wrap this one.
-    step.hooked = True
+    def _hvd_before_accumulate(self, index):
+        # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
+        # backward pass here keeps it from adding into a buffer that is being all-reduced.
+        if self._hvd_delay[index] <= 0 and will_accumulate(self._hvd_grad_accs[index]):
+            self._hvd_raise_too_many_passes(index)
 
     def zero_grad(self, *args, **kwargs):
         if self._hvd_mid_step():
@@ -399,6 +335,12 @@ class _DistributedOptimizer:
 
 
 _class_cache = {}
+
+
+def _world_as_none(process_set):
+    """None for the global set (the options beyond Horovod then name no set at all)."""
+    return None if process_set is None or process_set is global_process_set or \
+        process_set.process_set_id == 0 else process_set
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -455,7 +397,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         return _extended.make(optimizer, named_parameters, compression,
                               backward_passes_per_step, op, gradient_predivide_factor, groups,
                               sparse_as_dense, shard_optimizer_state, local_steps,
-                              **extended_options)
+                              _world_as_none(process_set), **extended_options)
     if extended_options:
         raise TypeError(f"DistributedOptimizer() got unexpected keyword arguments "
                         f"{sorted(extended_options)} (bucket_bytes goes with "

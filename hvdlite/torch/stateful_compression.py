@@ -23,9 +23,10 @@ _STATE_KEY = "hvdlite_compression"
 class CompressedOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
 
-    def _compressed_setup(self, names, compression, op, prescale, postscale):
+    def _compressed_setup(self, names, compression, op, prescale, postscale, process_set):
         self._compression = compression
         self._reducer = compression.make_reducer()
+        self._reducer.process_set = process_set
         self._reduction = (op, prescale, postscale)
         self._params = require_contiguous(
             [p for g in self.param_groups for p in g["params"] if p.requires_grad], names,
@@ -50,9 +51,6 @@ class CompressedOptimizer(SynchronizeProtocol):
             grads.append(p.grad.detach().numpy())
         self._reducer.reduce(grads, self._names, *self._reduction)
 
-    def _apply_step(self, closure):
-        return self._base_step(closure)
-
     def state_dict(self):
         sd = super().state_dict()
         sd[_STATE_KEY] = {k: (torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v)
@@ -69,7 +67,7 @@ class CompressedOptimizer(SynchronizeProtocol):
                 _hvd.rank(), _hvd.size())
 
 
-def make_compressed(optimizer, names, compression, op, prescale, postscale):
+def make_compressed(optimizer, names, compression, op, prescale, postscale, process_set=None):
     opt = wrap(CompressedOptimizer, optimizer)
-    opt._compressed_setup(names, compression, op, prescale, postscale)
+    opt._compressed_setup(names, compression, op, prescale, postscale, process_set)
     return opt

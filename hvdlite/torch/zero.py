@@ -39,7 +39,8 @@ import hvdlite as _hvd
 from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ._wrap import SynchronizeProtocol, flat_view, require_contiguous, wrap
+from ._wrap import (SynchronizeProtocol, flat_view, remove_hooks, require_contiguous,
+                    weak_hook, will_accumulate, wrap)
 from .mpi_ops import Average, Sum, _from_core
 
 SUPPORTED = tuple(getattr(torch.optim, n) for n in (
@@ -47,7 +48,7 @@ SUPPORTED = tuple(getattr(torch.optim, n) for n in (
     "Rprop") if hasattr(torch.optim, n))
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
-_instances = itertools.count()
+_instances = {}     # process set id -> count of sharded optimizers built over that set
 _STATE_KEY = "hvdlite_zero"
 
 
@@ -106,11 +107,17 @@ class ShardedOptimizer(SynchronizeProtocol):
     _hvd_sharded = True
 
     def _zero_setup(self, names, backward_passes_per_step, op, prescale, postscale,
-                    bucket_bytes):
-        self._zero_size, self._zero_rank = _hvd.size(), _hvd.rank()
-        # Optimizers are built in the same order on every rank: their collectives' names
-        # carry that number, so two sharded optimizers never share a name.
-        self._zero_prefix = f"zero{next(_instances)}"
+                    bucket_bytes, process_set=None):
+        # Shards are cut over the ranks of process_set (None: all ranks).
+        self._zero_set_kw = {} if process_set is None else {"process_set": process_set}
+        self._zero_size, self._zero_rank = (
+            (_hvd.size(), _hvd.rank()) if process_set is None
+            else (process_set.size(), process_set.rank()))
+        # Optimizers over one process set are built in the same order on each of its ranks
+        # (not across sets: a rank may be in several): their collectives' names carry the
+        # set and that number, so two sharded optimizers never share a name.
+        set_id = 0 if process_set is None else process_set.process_set_id
+        self._zero_prefix = f"zero{set_id}.{next(_instances.setdefault(set_id, itertools.count()))}"
 
         self.backward_passes_per_step = int(backward_passes_per_step)
         self._zero_op, self._zero_prescale, self._zero_postscale = op, prescale, postscale
@@ -144,10 +151,12 @@ class ShardedOptimizer(SynchronizeProtocol):
         for p in self._zero_bucket_of:
             with torch.enable_grad():   # p's AccumulateGrad node, kept so it stays p's
                 self._zero_grad_accs[p] = p.view_as(p).grad_fn.next_functions[0][0]
-            self._zero_hooks.append(p.register_hook(_pre_hook(self_ref, p)))
-            self._zero_hooks.append(p.register_post_accumulate_grad_hook(_hook(self_ref)))
+            self._zero_hooks.append(p.register_hook(
+                weak_hook(self_ref, "_zero_before_accumulate", p)))
+            self._zero_hooks.append(p.register_post_accumulate_grad_hook(
+                weak_hook(self_ref, "_zero_grad_ready", p)))
         self._zero_attach_grads(zero=False)
-        weakref.finalize(self, _remove_hooks, self._zero_hooks)
+        weakref.finalize(self, remove_hooks, self._zero_hooks)
         self._zero_countdown = {}
         self._zero_reset()
         self._init_protocol()
@@ -188,8 +197,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        from .optimizer import _will_accumulate
-        if self._zero_countdown[p] <= 0 and _will_accumulate(self._zero_grad_accs[p]):
+        if self._zero_countdown[p] <= 0 and will_accumulate(self._zero_grad_accs[p]):
             self._zero_too_many_passes(p)
 
     def _zero_grad_ready(self, p):
@@ -214,7 +222,7 @@ class ShardedOptimizer(SynchronizeProtocol):
                     pc.grad_view.copy_(pc.param.grad)
         b.handle = _ops.reducescatter_async(b.flat_grad, f"{self._zero_prefix}.grad.{b.index}",
                                             self._zero_op, self._zero_prescale,
-                                            self._zero_postscale)
+                                            self._zero_postscale, **self._zero_set_kw)
 
     def _reduce_gradients(self):
         for b in self._zero_buckets:
@@ -250,11 +258,12 @@ class ShardedOptimizer(SynchronizeProtocol):
         if norm_type == math.inf:
             local = max((g.abs().max().double() for g in grads if g.numel()),
                         default=torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, _ops.Max, "zero.clip.max")
+            total = _allreduce_scalar(local, _ops.Max, "zero.clip.max", self._zero_set_kw)
         else:
             local = sum((g.double().abs().pow(norm_type).sum() for g in grads),
                         torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, Sum, "zero.clip.sum") ** (1.0 / norm_type)
+            total = _allreduce_scalar(local, Sum, "zero.clip.sum",
+                                      self._zero_set_kw) ** (1.0 / norm_type)
         if error_if_nonfinite and not math.isfinite(total):
             raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
                                f"non-finite, so it cannot be clipped.")
@@ -266,7 +275,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     # -- the update -------------------------------------------------------------------------
 
-    def _apply_step(self, closure):
+    def _apply_step(self, closure=None):
         if closure is not None:
             raise HvdliteInvalidArgumentError(
                 "step(closure): closures are not supported with shard_optimizer_state=True "
@@ -291,7 +300,8 @@ class ShardedOptimizer(SynchronizeProtocol):
         def start(i):
             if i < len(buckets):
                 handles[i] = _ops.allgather_async(buckets[i].shard.detach(),
-                                                  f"{self._zero_prefix}.param.{i}")
+                                                  f"{self._zero_prefix}.param.{i}",
+                                                  **self._zero_set_kw)
         start(0)
         try:
             for i, b in enumerate(buckets):
@@ -361,7 +371,8 @@ class ShardedOptimizer(SynchronizeProtocol):
             for k in keys:
                 if _is_elementwise(st[k], b.shard):
                     handles.append(_ops.allgather_async(
-                        st[k].detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}"))
+                        st[k].detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}",
+                        **self._zero_set_kw))
         results = iter(_ops.wait_all(handles))
         if to is not None and self._zero_rank != to:
             for _ in results:
@@ -469,27 +480,6 @@ class ShardedOptimizer(SynchronizeProtocol):
         self.load_state_dict(full)
 
 
-def _hook(opt_ref):
-    def hook(p):
-        opt = opt_ref()
-        if opt is not None:
-            opt._zero_grad_ready(p)
-    return hook
-
-
-def _pre_hook(opt_ref, p):
-    def pre_hook(_grad):
-        opt = opt_ref()
-        if opt is not None:
-            opt._zero_before_accumulate(p)
-    return pre_hook
-
-
-def _remove_hooks(handles):
-    for h in handles:
-        h.remove()
-
-
 def _chunks(params, bucket_bytes):
     chunk, size = [], 0
     for p in params:
@@ -520,14 +510,14 @@ def _key_is_elementwise(key, bucket, param_state):
     return key != "step"
 
 
-def _allreduce_scalar(value, op, name):
+def _allreduce_scalar(value, op, name, set_kw):
     buf = value.reshape(1).clone()
-    _ops.wait(_ops.allreduce_async(buf, None, name, op))
+    _ops.wait(_ops.allreduce_async(buf, None, name, op, **set_kw))
     return float(buf.item())
 
 
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,
-                 bucket_bytes=DEFAULT_BUCKET_BYTES):
+                 bucket_bytes=DEFAULT_BUCKET_BYTES, process_set=None):
     """The sharded form of ``optimizer`` (called by ``DistributedOptimizer``)."""
     if not isinstance(optimizer, SUPPORTED):
         raise HvdliteInvalidArgumentError(
@@ -542,5 +532,6 @@ def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, posts
     if int(bucket_bytes) <= 0:
         raise ValueError("bucket_bytes must be > 0")
     opt = wrap(ShardedOptimizer, optimizer)
-    opt._zero_setup(names, backward_passes_per_step, op, prescale, postscale, int(bucket_bytes))
+    opt._zero_setup(names, backward_passes_per_step, op, prescale, postscale, int(bucket_bytes),
+                    process_set)
     return opt

@@ -17,3 +17,4 @@ def test_keras_optimizer_on_a_process_set():
     assert out.count("keras process sets ok") == 3, out[-5000:]
     errors = [float(e) for e in re.findall(r"max relative weight error (\S+)", out)]
     assert len(errors) == 2 and max(errors) < 1e-5, out[-3000:]
+    assert out.count("sharded, local SGD and PowerSGD over the set ok") == 2, out[-5000:]

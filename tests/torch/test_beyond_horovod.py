@@ -50,7 +50,7 @@ def test_beyond_bench_bytes_match_promises():
                   "digits", "--epochs", "4", "--json", timeout=240).stdout
     rows = {r["option"]: r for r in (json.loads(line[line.index("{"):])
                                      for line in out.splitlines() if '"option"' in line)}
-    assert set(rows) == {"sync", "sharded", "powersgd r=2", "topk 5%",
+    assert set(rows) == {"sync", "sharded", "powersgd r=2", "topk 5%", "topk 5% warm-up", "topk 5% DGC",
                          "fp16 + error feedback", "local SGD H=4"}, out
     for name, r in rows.items():
         assert abs(r["measured_factor"] / r["promised_factor"] - 1) < 0.01, (name, r)

@@ -21,6 +21,6 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def test_torch_process_sets_3_ranks():
-    proc = run_mpi(3, "workers/torch_process_sets.py", timeout=180,
+    proc = run_mpi(3, "workers/torch_process_sets.py", timeout=280,
                    env={"HVDLITE_DYNAMIC_PROCESS_SETS": "1"})
     assert proc.stdout.count("torch process sets ok") == 3, proc.stdout[-5000:]

@@ -2,7 +2,8 @@
 
 Run by tests/keras/test_keras_process_sets.py. Ranks 0 and 2 train with model.fit, each on its
 half of every batch, averaging gradients over ProcessSet([0, 2]) only; the result must match
-one process training on the whole batches. Rank 1, outside the set, is refused by the
+one process training on the whole batches, also with shard_optimizer_state=True and
+local_steps=1 (PowerSGD: members stay equal). Rank 1, outside the set, is refused by the
 set's all-reduce and trains alone meanwhile (disjoint work proceeds independently).
 """
 import os
@@ -59,6 +60,21 @@ if ps.included():
     peers = hvd.allgather(np.concatenate([g.ravel() for g in got])[None], process_set=ps)
     assert np.array_equal(np.asarray(peers)[0], np.asarray(peers)[1]), "members diverged"
     print(f"rank {R}: max relative weight error {err:.2e}", flush=True)
+    # The options beyond Horovod over the set: sharded state and local SGD (H=1, momentum
+    # averaged) equal the full-batch run; PowerSGD keeps the members equal.
+    for label, kwargs in [("sharded", {"shard_optimizer_state": True}),
+                          ("local SGD H=1", {"local_steps": 1, "average_optimizer_state": True}),
+                          ("powersgd", {"compression": hvd.Compression.powersgd(rank=1)})]:
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1, momentum=0.5),
+                                       process_set=ps, **kwargs)
+        got = train(make_model(), opt, X[rows], Y[rows], LOCAL_B)
+        if label != "powersgd":
+            e = max(float(np.max(np.abs(g - w)) / (np.max(np.abs(w)) + 1e-12))
+                    for g, w in zip(got, want))
+            assert e < 1e-5, f"rank {R} {label}: weights differ from full-batch by {e:.2e}"
+        peers = hvd.allgather(np.concatenate([g.ravel() for g in got])[None], process_set=ps)
+        assert np.array_equal(np.asarray(peers)[0], np.asarray(peers)[1]), f"{label} diverged"
+    print(f"rank {R}: sharded, local SGD and PowerSGD over the set ok", flush=True)
 else:
     try:
         hvd.allreduce(np.ones(3, np.float32), process_set=ps)

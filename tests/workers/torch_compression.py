@@ -65,6 +65,31 @@ def error_feedback_conserves(make, steps=6):
     return red
 
 
+def topk_momentum_correction():
+    """Top-k with momentum correction: a tensor that goes whole sends its momentum, which
+    averages to momentum SGD's; a compressed one conserves the sum of its momenta."""
+    red = TopKReducer(0.5, momentum=0.9)
+    gs = [rng.standard_normal(3) for _ in range(3)]      # k=2 pairs per rank >= 3: whole
+    u = np.zeros(3)
+    for g in gs:
+        work = [g.copy()]
+        red.reduce(work, ["whole"])
+        u = 0.9 * u + g
+        np.testing.assert_allclose(work[0], mean_over_ranks(u), rtol=1e-12)
+    red = TopKReducer(0.1, momentum=0.9)
+    g = rng.standard_normal(100)
+    total, u_sum = np.zeros(100), np.zeros(100)
+    for _ in range(4):
+        work = [g.copy()]
+        red.reduce(work, ["sparse"])
+        total += work[0]
+    # Without masking the accumulated momenta would be 4g(1 + .9 + ...); with it, what was
+    # sent plus what is left (error) is at most that, and nothing is lost from the error.
+    left = mean_over_ranks(red.errors["sparse"])
+    assert np.all(np.abs(total + left) <= mean_over_ranks(np.abs(g)) * 4 / (1 - 0.9) + 1e-9)
+    assert "velocity.sparse" in red.state_dict(R, N)
+
+
 def measured_bytes(red, names, grads):
     _core.transport_stats(reset=True)
     red.reduce(grads, names)
@@ -128,6 +153,7 @@ def optimizer_round_trip():
 
 
 powersgd_exact_on_low_rank()
+topk_momentum_correction()
 for make in (lambda: PowerSGDReducer(rank=2), lambda: TopKReducer(0.05),
              lambda: CastReducer("fp16"), lambda: CastReducer("bf16")):
     red = error_feedback_conserves(make)

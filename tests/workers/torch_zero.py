@@ -254,6 +254,19 @@ def behaviours():
         assert "closure" in str(e), e
     else:
         raise AssertionError("step(closure) was accepted")
+    # Elastic training that resized the job: the shards cannot follow, and say so. (The
+    # shards' size is made to differ from the job's, as after a resize.)
+    from hvdlite.torch.elastic import TorchState
+    state = TorchState(model, opt)
+    opt._zero_size += 1
+    try:
+        state.reset()
+    except HvdliteInvalidArgumentError as e:
+        assert "cannot be resharded" in str(e) and "consolidate_state_dict" in str(e), e
+    else:
+        raise AssertionError("an elastic resize of sharded state was accepted")
+    finally:
+        opt._zero_size -= 1
 
 
 def save(path):

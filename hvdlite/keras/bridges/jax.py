@@ -26,7 +26,7 @@ from hvdlite import ops as _ops
 from hvdlite.compression import cast_compressors
 from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError
 
-from ..policy import (process_set_kwargs, reduction, refuse_stateful, set_size,
+from ..policy import (process_set_kwargs, reduction, set_size,
                       variable_label, wire_format, with_labels)
 
 Compression, FP16Compressor, BF16Compressor = cast_compressors(
@@ -102,8 +102,6 @@ def _grouped_allreduce(xs, names, op, prescale, postscale, compression, process_
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    refuse_stateful(compression, what)
-
     def reduce(grads, variables, when=None):
         grads = list(grads)
         present = [i for i, g in enumerate(grads) if g is not None]
@@ -122,6 +120,18 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
         return grads
 
     return reduce
+
+
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges: one host callback (the result feeds the update, so there
+    is no order to keep, as for the gradients)."""
+    def host(run, *arrays):
+        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
+
+    shapes = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in out_specs]
+    run = np.bool_(True) if when is None else when
+    return list(_call_host(host, shapes, run, *[jnp.asarray(a) for a in args], ordered=False))
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

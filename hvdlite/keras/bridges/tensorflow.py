@@ -1,27 +1,21 @@
 """The TensorFlow bridge: hvdlite.tensorflow's collectives, which cross into the core
 eagerly and from ``tf.function`` graphs (one ``tf.numpy_function`` per grouped request)."""
 
+import numpy as np
 import tensorflow as tf
 
 import hvdlite.tensorflow as _hvd_tf
 from hvdlite.tensorflow import Compression  # noqa: F401 - part of the bridge interface
-from hvdlite.compression import is_stateful
 from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
-from hvdlite.tensorflow.stateful_compression import make_stateful_reduce_fn
 
 from ..policy import process_set_kwargs
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    if is_stateful(compression):   # PowerSGD, top-k, casts with error feedback
-        if process_set is not None:
-            raise NotImplementedError(f"{what}: compression={compression!r} runs over all "
-                                      f"ranks; it takes no process_set")
-        reduce_all = make_stateful_reduce_fn(name, compression, op, predivide, what)
-    else:
-        reduce_all = make_allreduce_grads_fn(
-            name, compression, sparse_as_dense, op, predivide, what=what,
-            **process_set_kwargs(make_allreduce_grads_fn, process_set))
+    # (Stateful compression never reaches a bridge: hvdlite/keras/stateful_compression.py.)
+    reduce_all = make_allreduce_grads_fn(
+        name, compression, sparse_as_dense, op, predivide, what=what,
+        **process_set_kwargs(make_allreduce_grads_fn, process_set))
 
     def reduce(grads, variables, when=None):
         if when is None:
@@ -35,8 +29,25 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
             out[i] = r
         return out
 
-    reduce.reducer = getattr(reduce_all, "reducer", None)
     return reduce
+
+
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges: one stateful ``tf.numpy_function`` (graphs keep it in
+    program order), or a direct call eagerly."""
+    def host(run, *arrays):
+        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
+        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
+
+    run = tf.constant(True) if when is None else tf.convert_to_tensor(when)
+    args = [tf.convert_to_tensor(a) for a in args]
+    if tf.executing_eagerly():
+        return [tf.convert_to_tensor(o) for o in host(run.numpy(), *[a.numpy() for a in args])]
+    out = tf.numpy_function(host, [run] + args, [tf.as_dtype(d) for _, d in out_specs],
+                            stateful=True, name="hvdlite_host_call")
+    for o, (s, _) in zip(out, out_specs):
+        o.set_shape(s)
+    return list(out)
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

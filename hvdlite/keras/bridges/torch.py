@@ -1,6 +1,7 @@
 """The PyTorch bridge: Keras' torch trainer runs eagerly (gradients are torch tensors on
 ``variable.value.grad``), so hvdlite.torch's collectives serve it as they are."""
 
+import numpy as np
 import torch
 
 import hvdlite.torch as _hvd_torch
@@ -8,13 +9,10 @@ from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteError
 from hvdlite.torch import Compression  # noqa: F401 - part of the bridge interface
 
-from ..policy import (process_set_kwargs, reduction, refuse_stateful, variable_label,
-                      with_labels)
+from ..policy import process_set_kwargs, reduction, variable_label, with_labels
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    refuse_stateful(compression, what)
-
     def reduce(grads, variables, when=None):
         grads = list(grads)
         if when is not None and not bool(when):
@@ -40,6 +38,15 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
         return grads
 
     return reduce
+
+
+def host_call(fn, args, out_specs, when=None):
+    """See hvdlite.keras.bridges (Keras' torch trainer is eager: a direct call)."""
+    run = True if when is None else bool(when)
+    arrays = [np.array(_tensor(a).detach().cpu().numpy(), copy=True) for a in args]
+    out = fn(run, *arrays)
+    return [torch.from_numpy(np.array(o, dtype=d, order="C").reshape(s))
+            for o, (s, d) in zip(out, out_specs)]
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

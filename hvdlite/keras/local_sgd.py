@@ -1,0 +1,76 @@
+"""Local SGD for the Keras ``DistributedOptimizer``: ``DistributedOptimizer(opt, local_steps=H)``.
+
+Ranks apply their own gradients and average their variables (and, with
+``average_optimizer_state=True``, the optimizer's floating-point slots such as momentum)
+every H steps: one all-reduce of the variables per H steps instead of one of the gradients
+per step. The first ``local_sgd_warmup_steps`` steps are synchronous (gradients averaged
+before the update): post-local SGD (Lin et al., 2020). As in hvdlite.torch's local SGD,
+with H=1 and plain SGD (or momentum with ``average_optimizer_state=True``) every step equals
+a synchronous step, up to float rounding.
+
+The step count is an optimizer variable (``hvdlite_local_sgd_steps``): it is saved with the
+optimizer and, on JAX, part of the stateless train state.
+"""
+
+import numpy as np
+from keras import ops
+
+from hvdlite import ops as _ops
+from hvdlite.ops import Average
+
+from .backend import bridge
+
+
+class LocalSGDState:
+    def __init__(self, name, local_steps, warmup_steps, average_state, process_set, what):
+        if int(local_steps) < 1:
+            raise ValueError(f"{what}: local_steps must be >= 1, got {local_steps}")
+        if int(warmup_steps) < 0:
+            raise ValueError(f"{what}: local_sgd_warmup_steps must be >= 0, got {warmup_steps}")
+        self.name, self.what, self.process_set = name, what, process_set
+        self.local_steps, self.warmup_steps = int(local_steps), int(warmup_steps)
+        self.average_state = bool(average_state)
+        self.steps = None
+
+    def build(self, optimizer):
+        if self.steps is None:
+            self.steps = optimizer.add_variable((), initializer="zeros", dtype="int32",
+                                                name="hvdlite_local_sgd_steps")
+
+    def in_warmup(self):
+        return ops.less(self.steps.value, self.warmup_steps)
+
+    def update(self, optimizer, base_apply, reduce, grads, variables, when=None):
+        """Warm-up: reduce then apply; afterwards apply locally and average every H steps."""
+        warm = self.in_warmup()
+        grads = reduce(grads, variables, when=warm if when is None else
+                       ops.logical_and(when, warm))
+        base_apply(grads, variables)
+        self.steps.assign(self.steps + 1)
+        local = self.steps.value - self.warmup_steps
+        due = ops.logical_and(ops.greater(local, 0), ops.equal(local % self.local_steps, 0))
+        self.average(optimizer, variables, due if when is None else ops.logical_and(when, due))
+
+    def average(self, optimizer, variables, when=None):
+        """Average ``variables`` (and the optimizer's float slots, if asked) where ``when``."""
+        tensors = list(variables)
+        if self.average_state:
+            own = {id(v) for v in tensors} | {id(optimizer.iterations)}
+            if self.steps is not None:
+                own.add(id(self.steps))
+            tensors += [v for v in optimizer.variables
+                        if id(v) not in own and "float" in str(v.dtype) and len(v.shape) > 0
+                        and "hvdlite" not in v.name]
+        names = [f"{self.name}.localsgd.{i}" for i in range(len(tensors))]
+        kw = {} if self.process_set is None else {"process_set": self.process_set}
+
+        def average(run, *arrays):
+            arrays = [np.array(a, order="C") for a in arrays]
+            if run:
+                _ops.wait_all(_ops.grouped_allreduce_async(arrays, None, names, Average, **kw))
+            return arrays
+
+        out = bridge().host_call(average, [t.value for t in tensors],
+                                 [(tuple(t.shape), str(t.dtype)) for t in tensors], when)
+        for t, o in zip(tensors, out):
+            t.assign(o)

@@ -75,10 +75,10 @@ def _initialize_state(optimizer, model):
                 p.grad = torch.zeros_like(p)
                 if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
                     p.grad = p.grad.to_sparse()
-    from .optimizer import _DistributedOptimizer
-    if isinstance(optimizer, _DistributedOptimizer):
+    from ._wrap import SynchronizeProtocol
+    if isinstance(optimizer, SynchronizeProtocol):
         # the wrapped optimizer's own step: no all-reduce that other ranks would not join
-        super(_DistributedOptimizer, optimizer).step()
+        optimizer._base_step()
     else:
         optimizer.step()
 

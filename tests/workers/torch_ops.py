@@ -320,6 +320,22 @@ def _():
     bufs = hvd.allgather_object([s["momentum_buffer"].tolist() for s in sd2["state"].values()])
     assert all(b == bufs[0] for b in bufs)
     assert all(torch.equal(a, q) for a, q in zip(before, model.parameters()))  # zero steps
+    # a DistributedOptimizer stepped on root only (a rank that just joined an elastic job):
+    # the others' zero step must be the wrapped optimizer's own, with no all-reduce that
+    # root would never join (it stalled once)
+    dist = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                    named_parameters=model.named_parameters())
+    if R == 0:  # gradients set by hand: backward() would start the hooks' all-reduces
+        params = list(model.parameters())
+        for q, g in zip(params, torch.autograd.grad(model(torch.randn(5, 4)).sum(), params)):
+            q.grad = g
+        with dist.skip_synchronize():
+            dist.step()
+    hvd.broadcast_optimizer_state(dist, root_rank=0)
+    bufs = hvd.allgather_object([s["momentum_buffer"].tolist()
+                                 for s in dist.state_dict()["state"].values()])
+    assert len(bufs[0]) == 6 and all(b == bufs[0] for b in bufs)
+    dist.zero_grad()
     # objects
     obj = hvd.broadcast_object({"rank": R, "f": (lambda v: v + 1) if R == 0 else None}, root_rank=0)
     assert obj["rank"] == 0 and obj["f"](1) == 2

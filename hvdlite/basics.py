@@ -4,6 +4,7 @@ import atexit
 import os
 import signal
 import sys
+import time
 import threading
 
 from . import _core, _policy, config, work, process_sets as _process_sets
@@ -94,6 +95,9 @@ def _install_excepthook(abort_on_error):
         if exc_type is not KeyboardInterrupt and _core.is_initialized() and _core.size() > 1:
             sys.stderr.flush()
             sys.stdout.flush()
+            # MPICH's Hydra proxy drops output still in flight when the abort kills the job
+            # (a traceback was cut before its last line): give it a moment to forward it.
+            time.sleep(0.25)
             _core.abort(1)
 
     sys.excepthook = hook

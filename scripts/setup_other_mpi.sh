@@ -13,7 +13,7 @@ venv=$root/venv
 PY=${PYTHON:-python3}
 mkdir -p "$root"
 [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout \
+"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout pytest-rerunfailures \
   "scikit-build-core>=0.10" "nanobind>=2.4"
 activate=$root/activate.sh
 case "$which" in

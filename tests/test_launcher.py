@@ -679,9 +679,6 @@ def test_rank_that_left_cleanly_is_blamed():
 
 
 @needs_core
-# Failed once on MPICH: a rank ended mid-line while printing its traceback, so the summary
-# could not match it to the others' (passed alone). One rerun until the router handles it.
-@pytest.mark.flaky(reruns=1)
 def test_mismatch_shows_the_root_cause_once():
     """Issue: one mismatch gave ~60 lines: tracebacks, MPI_ABORT boxes, the traceback again."""
     proc, _ = run_launcher("-np", 3, sys.executable, worker("launcher_hvd_mismatch.py"))
@@ -695,5 +692,9 @@ def test_mismatch_shows_the_root_cause_once():
     header = [l for l in lines if l.startswith("hvdlite-run: rank")]
     assert header and "HvdliteMismatchError" in header[0], show(proc)
     verbose, _ = run_launcher("-np", 3, "--verbose", sys.executable, worker("launcher_hvd_mismatch.py"))
-    assert "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
+    assert "hvdlite-run: running: " in verbose.stderr, show(verbose)   # the mpirun command
+    # MPI's own abort notice is shown as it is. Hydra prints it from the aborting rank, and
+    # about one run in three loses it when the job is torn down first: required of Open MPI only.
+    hydra = "(MPICH (Hydra)" in verbose.stderr or "Intel" in verbose.stderr
+    assert hydra or "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
 

@@ -32,6 +32,25 @@ REDUCE_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min",
                    Product: "Product"}
 
 
+def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
+    """The one check for every integer parameter (root_rank, splits, op, ...).
+
+    Python and numpy integers pass (so do integer scalar tensors, through ``__index__``);
+    bools, floats, strings and out-of-range values raise HvdliteInvalidArgumentError, never
+    a truncation or a generic TypeError.
+    """
+    if isinstance(value, bool):
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got the bool {value!r}")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got {value!r} "
+                                          f"({type(value).__name__})") from None
+    if not low <= v <= high:
+        raise HvdliteInvalidArgumentError(f"{what} {v} is out of range [{low}, {high}]")
+    return v
+
+
 def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
     """Horovod's ``op=`` / deprecated ``average=`` rules; returns a reduce op the core runs."""
     if op is not None and average is not None:
@@ -42,13 +61,7 @@ def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
         op = Average if average else Sum
     if op is None:
         op = Average
-    if isinstance(op, bool):
-        raise HvdliteInvalidArgumentError(f"{what}: op must be an integer, got the bool {op!r}")
-    try:
-        op = operator.index(op)
-    except TypeError:
-        raise HvdliteInvalidArgumentError(f"{what}: op must be an integer, got {op!r} "
-                                          f"({type(op).__name__})") from None
+    op = integer_arg(op, f"{what}: op")
     if op == Adasum:
         raise HvdliteUnsupportedError(f"{what}: op=Adasum is not supported by hvdlite; use "
                                       f"Average or Sum")

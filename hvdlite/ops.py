@@ -19,34 +19,14 @@ callers may drop theirs. Policies (op resolution, names, compression) live in
 :mod:`hvdlite._policy`.
 """
 
-import operator
 from typing import Callable, List, Optional, Sequence
 
 from . import _core
-from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name,  # noqa: F401
+from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer_arg,  # noqa: F401
                       group_names, resolve_op, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
 from .process_sets import process_set_id
 from .work import Result, Work, reap_orphans, wait_all as _wait_all  # noqa: F401
-
-
-def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
-    """The one check for every integer parameter (root_rank, splits, op, ...).
-
-    Python and numpy integers pass (so do integer scalar tensors, through ``__index__``);
-    bools, floats, strings and out-of-range values raise HvdliteInvalidArgumentError, never
-    a truncation or a generic TypeError.
-    """
-    if isinstance(value, bool):
-        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got the bool {value!r}")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise HvdliteInvalidArgumentError(f"{what} must be an integer, got {value!r} "
-                             f"({type(value).__name__})") from None
-    if not low <= v <= high:
-        raise HvdliteInvalidArgumentError(f"{what} {v} is out of range [{low}, {high}]")
-    return v
 
 
 def root_rank_arg(root_rank) -> int:

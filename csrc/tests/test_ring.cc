@@ -107,10 +107,12 @@ TEST(exchange_allreduce_at_1_to_7_ranks) {
   g_exchange = false;
 }
 
-TEST(exchange_allreduce_random_floats_are_bitwise_identical_on_every_rank) {
+// Random floats averaged at 2..7 ranks: every rank ends with the same bits. `reduce` runs one
+// rank's all-reduce of its `count` floats in `buf`.
+template <typename Reduce>
+void random_floats_case(size_t count, Reduce reduce) {
   for (int n = 2; n <= 7; ++n) {
     Fabric fabric(n);
-    const size_t count = 1031;
     std::vector<std::vector<float>> data(n, std::vector<float>(count));
     run_ranks(n, [&](int r) {
       std::mt19937 rng(r);
@@ -118,11 +120,17 @@ TEST(exchange_allreduce_random_floats_are_bitwise_identical_on_every_rank) {
       for (float& x : data[r]) x = u(rng);
       auto t = fabric.world(r);
       std::vector<uint8_t> scratch;
-      exchange_allreduce(*t, SpanBuffer({{data[r].data(), 500}, {data[r].data() + 500, count - 500}}, 4),
-                         DataType::Float32, ReduceOp::Average, 1.0 / n, scratch);
+      reduce(*t, data[r].data(), n, scratch);
     });
     for (int r = 1; r < n; ++r) CHECK(std::memcmp(data[r].data(), data[0].data(), count * 4) == 0);
   }
+}
+
+TEST(exchange_allreduce_random_floats_are_bitwise_identical_on_every_rank) {
+  random_floats_case(1031, [](Transport& t, float* buf, int n, std::vector<uint8_t>& scratch) {
+    exchange_allreduce(t, SpanBuffer({{buf, 500}, {buf + 500, 1031 - 500}}, 4),
+                       DataType::Float32, ReduceOp::Average, 1.0 / n, scratch);
+  });
 }
 
 TEST(ring_allreduce_float16_reduces_in_float32) {
@@ -134,21 +142,10 @@ TEST(ring_allreduce_float16_reduces_in_float32) {
 }
 
 TEST(ring_allreduce_random_floats_are_bitwise_identical_on_every_rank) {
-  for (int n = 2; n <= 7; ++n) {
-    Fabric fabric(n);
-    const size_t count = 4099;
-    std::vector<std::vector<float>> data(n, std::vector<float>(count));
-    run_ranks(n, [&](int r) {
-      std::mt19937 rng(r);
-      std::uniform_real_distribution<float> u(-1, 1);
-      for (float& x : data[r]) x = u(rng);
-      auto t = fabric.world(r);
-      std::vector<uint8_t> scratch;
-      ring_allreduce(*t, SpanBuffer({{data[r].data(), count}}, 4), DataType::Float32,
-                     ReduceOp::Average, 1.0 / n, scratch, 1000);
-    });
-    for (int r = 1; r < n; ++r) CHECK(std::memcmp(data[r].data(), data[0].data(), count * 4) == 0);
-  }
+  random_floats_case(4099, [](Transport& t, float* buf, int n, std::vector<uint8_t>& scratch) {
+    ring_allreduce(t, SpanBuffer({{buf, 4099}}, 4), DataType::Float32, ReduceOp::Average,
+                   1.0 / n, scratch, 1000);
+  });
 }
 
 // Fusion: members of several sizes, fused into batches by the threshold, some packed and some

@@ -26,7 +26,8 @@ def test_keras_callbacks_sparse_save_load_errors():
 
 
 def test_mismatched_models_fail_fast_with_named_error():
-    proc = run_mpi(2, "workers/tf_mismatch.py", timeout=90, check=False)
+    proc = run_mpi(2, "workers/keras_mismatch.py", "hvdlite.tensorflow.keras", timeout=90,
+                   check=False, env={"KERAS_BACKEND": "tensorflow"})
     out = proc.stdout
     assert proc.returncode not in (0, 124, 137), out[-5000:]
     assert "UNREACHABLE" not in out

@@ -1,6 +1,8 @@
 """Ranks whose models differ: model.fit must stop the job with an error naming the
-gradient request and its variable, not hang, on the backend KERAS_BACKEND names.
-Run by tests/keras/test_keras_backends.py (expects failure)."""
+gradient request and its variable, not hang, on the backend KERAS_BACKEND names. Imports
+hvdlite.keras, or the module named by the first argument (e.g. hvdlite.tensorflow.keras).
+Run by tests/keras/test_keras_backends.py and tests/tensorflow/test_keras.py (expect failure)."""
+import importlib
 import os
 import sys
 
@@ -10,7 +12,7 @@ import keras_common  # noqa: E402,F401
 import numpy as np  # noqa: E402
 import keras  # noqa: E402
 
-import hvdlite.keras as hvd  # noqa: E402
+hvd = importlib.import_module(sys.argv[1] if len(sys.argv) > 1 else "hvdlite.keras")
 
 hvd.init()
 width = 16 + hvd.rank()          # every rank a different hidden width

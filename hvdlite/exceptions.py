@@ -72,6 +72,23 @@ class HvdliteHostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
+def raise_replaced(error: BaseException, replacement: BaseException, chain: bool = True):
+    """Raise ``replacement`` for the caught ``error`` (chained to it unless ``chain`` is
+    false), or re-raise ``error`` when they are the same object.
+
+    Call it as ``except E as e: raise_replaced(e, convert(e))``. A frame that keeps the
+    raised exception in a local (``new = convert(e); raise new``) is itself in that
+    exception's traceback: a cycle that keeps every tensor the frames hold alive until
+    Python's cycle collector runs. Here no frame keeps it.
+    """
+    try:
+        if replacement is error:
+            raise error
+        raise replacement from (error if chain else None)
+    finally:
+        error = replacement = None
+
+
 # Must match hvdlite::Status in csrc/hvdlite.h.
 STATUS_TO_ERROR = {
     1: HvdliteInvalidArgumentError,

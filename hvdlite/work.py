@@ -12,8 +12,10 @@ is dropped without being waited for is finished in the background: its arrays st
 referenced until the core is done with them, then everything is freed.
 """
 
+import copy
 import itertools
 import threading
+import traceback
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 from . import _core
@@ -102,7 +104,7 @@ class Work:
             if not self._done:
                 self._complete()
         if self._error is not None:
-            raise self._error
+            raise _fresh(self._error)  # Note [no cycles through a failed Work]
         return self._value
 
     def synchronize(self, what: str = "synchronize"):
@@ -122,23 +124,21 @@ class Work:
         """Horovod's sparse_allreduce_async hands out a function to call for the result."""
         return self.synchronize()
 
+    # Note [no cycles through a failed Work]
+    # A raised exception's traceback holds every frame it passed through; each frame holds its
+    # locals and (once it has returned) its caller's frame. If the Work kept an exception that
+    # had been raised, any of those frames holding the Work (self, a list of Works) would close
+    # a Work -> error -> traceback -> frame -> Work cycle, and the failed group's inputs and
+    # outputs would stay alive until Python's cycle collector ran: tens of MiB per failure.
+    # So the Work keeps its error without a traceback, and wait() raises a fresh copy.
+
     def _complete(self):
-        results, error = [], None
-        for h in self._handles:
-            try:
-                output, is_bf16, splits, last = _core.wait(h)
-                results.append(Result(output, bool(is_bf16), splits, last))
-            except Exception as e:  # noqa: BLE001 - every member is waited for first
-                results.append(None)
-                error = error or e
+        results, error = _wait_members(self._handles)
         self._handles, self._refs, self._done = [], None, True
         with _lock:
             _by_id.pop(self._id, None)
         if error is None and self._finish is not None:
-            try:
-                self._value = self._finish(results)
-            except Exception as e:  # noqa: BLE001 - raised by wait()
-                error = e
+            self._value, error = _finish_results(self._finish, results)
         elif error is None:
             self._value = results
         self._finish = None
@@ -183,6 +183,38 @@ def _reap_orphans():
     if keep:
         with _lock:
             _orphans.extend(keep)
+
+
+def _wait_members(handles):
+    """(results, first error): every member is waited for before an error is reported."""
+    results, error = [], None
+    for h in handles:
+        try:
+            output, is_bf16, splits, last = _core.wait(h)
+            results.append(Result(output, bool(is_bf16), splits, last))
+        except Exception as e:  # noqa: BLE001 - reported once the rest are waited for
+            results.append(None)
+            # the core's own frames say nothing; see Note [no cycles through a failed Work]
+            error = error or e.with_traceback(None)
+    return results, error
+
+
+def _finish_results(finish, results):
+    """(value, None), or (None, the error finish raised, its traceback kept as a note)."""
+    try:
+        return finish(results), None
+    except Exception as e:  # noqa: BLE001 - raised by wait()
+        e.add_note("raised in the Work's finish step:\n"
+                   + "".join(traceback.format_tb(e.__traceback__)).rstrip())
+        return None, e.with_traceback(None)
+
+
+def _fresh(error: BaseException) -> BaseException:
+    """A copy of ``error`` to raise, so that the one the Work keeps never gets a traceback."""
+    try:
+        return copy.copy(error)
+    except Exception:  # noqa: BLE001 - a type that cannot be rebuilt from its args
+        return error
 
 
 def forget_all() -> None:

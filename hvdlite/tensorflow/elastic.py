@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdlite import _core
+from hvdlite.exceptions import raise_replaced
 from hvdlite import elastic as _elastic
 from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noqa: F401
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
@@ -37,10 +38,7 @@ def _translating(func):
         try:
             return func(*args, **kwargs)
         except tf.errors.OpError as e:
-            mapped = _as_hvdlite_error(e)
-            if mapped is None:
-                raise
-            raise mapped from e
+            raise_replaced(e, _as_hvdlite_error(e) or e)
     return wrapper
 
 

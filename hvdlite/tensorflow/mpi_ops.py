@@ -41,7 +41,7 @@ import tensorflow as tf
 from hvdlite import _core, _policy, ops as _ops
 from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                              resolve_op, wire_format)
-from hvdlite.exceptions import HvdliteError
+from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
@@ -85,7 +85,7 @@ def check_dtype(tensor, what, name=None):
     try:
         _policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
     except HvdliteError as e:
-        raise _errors.native(e) from None
+        raise_replaced(e, _errors.native(e), chain=False)
 
 
 def _check_arg(check, value):
@@ -93,14 +93,14 @@ def _check_arg(check, value):
     try:
         return check(value)
     except HvdliteError as e:
-        raise _errors.native(e) from None
+        raise_replaced(e, _errors.native(e), chain=False)
 
 
 def _resolve_op(op, average, what):
     try:
         return resolve_op(op, average, f"hvdlite.tensorflow.{what}")
     except HvdliteError as e:
-        raise _errors.native(e) from None
+        raise_replaced(e, _errors.native(e), chain=False)
 
 
 _graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
@@ -181,10 +181,7 @@ def _native_errors(fn):
         try:
             return fn(*args)
         except HvdliteError as e:
-            native = _errors.native(e)
-            if native is e:
-                raise
-            raise native from None
+            raise_replaced(e, _errors.native(e), chain=False)
     return wrapped
 
 
@@ -268,10 +265,7 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
             _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale, wire,
                                          process_set).wait()
         except HvdliteError as e:
-            labelled = _with_labels(e, names, labels)
-            if labelled is e:
-                raise
-            raise labelled from e
+            raise_replaced(e, _with_labels(e, names, labels))
         return outs
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],
                  "HvdliteAllreduce")

@@ -24,7 +24,7 @@ from jax.experimental import io_callback
 from hvdlite import _core
 from hvdlite import ops as _ops
 from hvdlite.compression import cast_compressors
-from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError
+from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError, raise_replaced
 
 from ..policy import (process_set_kwargs, reduction, set_size,
                       variable_label, wire_format, with_labels)
@@ -48,10 +48,7 @@ def _check_dtype(x, what, label):
 
 
 def _relabel(e, labels):
-    labelled = with_labels(e, labels) if labels else e
-    if labelled is e:
-        raise e
-    raise labelled from e
+    raise_replaced(e, with_labels(e, labels) if labels else e)
 
 
 def _traced(*xs):

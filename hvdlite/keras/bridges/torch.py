@@ -6,7 +6,7 @@ import torch
 
 import hvdlite.torch as _hvd_torch
 from hvdlite import ops as _ops
-from hvdlite.exceptions import HvdliteError
+from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.torch import Compression  # noqa: F401 - part of the bridge interface
 
 from ..policy import process_set_kwargs, reduction, variable_label, with_labels
@@ -29,10 +29,7 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
                 postscale_factor=postscale, compression=compression,
                 **process_set_kwargs(_hvd_torch.grouped_allreduce, process_set))
         except HvdliteError as e:
-            labelled = with_labels(e, labels)
-            if labelled is e:
-                raise
-            raise labelled from e
+            raise_replaced(e, with_labels(e, labels))
         for i, r in zip(present, reduced):
             grads[i] = r
         return grads

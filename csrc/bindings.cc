@@ -43,16 +43,18 @@ std::mutex g_context_mu;     // guards the g_context pointer
 std::mutex g_lifecycle_mu;   // serialises init and shutdown
 std::atomic<pid_t> g_owner_pid{0};  // the process that ran init()
 
-// A fork()ed child inherits the engine's memory but not its thread or its MPI connection.
-bool in_forked_child() {
-  const pid_t owner = g_owner_pid.load();
-  return owner != 0 && owner != getpid();
-}
+// Set in a fork()ed child of a process that ran init() (by on_fork_child, so that every
+// collective need not ask the kernel for its pid).
+std::atomic<bool> g_forked_child{false};
 
-// Runs in the child right after fork(): the inherited engine must never be destroyed there
+// A fork()ed child inherits the engine's memory but not its thread or its MPI connection.
+bool in_forked_child() { return g_forked_child.load(std::memory_order_relaxed); }
+
+// Runs in the child right after fork(). The inherited engine must never be destroyed there
 // (its destructor would join a thread that does not exist), so the child keeps a reference
 // it never drops. The child never changes g_context after this, so it reads it unlocked.
-void keep_engine_in_forked_child() {
+void on_fork_child() {
+  if (g_owner_pid.load() != 0) g_forked_child = true;
   if (g_context) new std::shared_ptr<Engine>(g_context);
 }
 
@@ -234,6 +236,16 @@ std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, nb::
   return e;
 }
 
+// In place: one import, as a writable array (saves a second DLPack export per tensor).
+std::unique_ptr<TensorEntry> make_entry_in_place(const std::string& name, OpType op, nb::handle tensor) {
+  auto e = std::make_unique<TensorEntry>();
+  e->request.name = name;
+  e->request.op = op;
+  OutArray a = to_array<OutArray>(tensor, name, "input and output", e->request);
+  e->input = e->output = a.data();
+  return e;
+}
+
 void attach_output(TensorEntry& e, nb::handle output) {
   Request out_req;
   OutArray out = to_array<OutArray>(output, e.request.name, "output", out_req);
@@ -267,8 +279,13 @@ EntryList allreduce_entries(const std::vector<std::string>& names,
   if (compression < 0 || compression > 2) throw Error(Status::InvalidArgument, "unknown compression code");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    auto e = make_entry(names[i], OpType::Allreduce, inputs[i]);
-    attach_output(*e, outputs[i]);
+    std::unique_ptr<TensorEntry> e;
+    if (inputs[i].is(outputs[i])) {
+      e = make_entry_in_place(names[i], OpType::Allreduce, inputs[i]);
+    } else {
+      e = make_entry(names[i], OpType::Allreduce, inputs[i]);
+      attach_output(*e, outputs[i]);
+    }
     check_reduction(e->request, op, prescale, postscale);
     e->request.reduce_op = static_cast<ReduceOp>(op);
     e->request.prescale = prescale;
@@ -471,7 +488,7 @@ NB_MODULE(_core, m) {
     }
   });
 
-  pthread_atfork(nullptr, nullptr, keep_engine_in_forked_child);
+  pthread_atfork(nullptr, nullptr, on_fork_child);
 
   m.def("init", [] {
     if (in_forked_child()) return;  // the parent's engine is not this process's to restart
@@ -595,7 +612,7 @@ NB_MODULE(_core, m) {
         nb::arg("wake") = true);
   m.def("run_allreduce", &run_allreduce, nb::arg("names"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("compression"),
-        nb::kw_only(), nb::arg("process_set") = 0);
+        nb::arg("process_set") = 0);
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),

@@ -109,7 +109,8 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, 
   const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
   const size_t tuning_words = autotune_.enabled() ? Autotune::kWords : 0;
   const size_t late_words = late_.active() ? late_.words(nwords, rank_words) : 0;
-  std::vector<uint64_t> words(1 + 2 * nwords + rank_words + tuning_words + late_words, 0);
+  std::vector<uint64_t>& words = words_;  // reused: no allocation per round
+  words.assign(1 + 2 * nwords + rank_words + tuning_words + late_words, 0);
   uint64_t* ready = words.data() + 1;
   uint64_t* valid = ready + nwords;
   uint64_t* staying = valid + nwords;
@@ -184,8 +185,8 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, 
         }
       }
       cache_.evict(static_cast<int>(s));
-    } else if (bit(ready, s) && !all_joined && cache_.occupied(static_cast<int>(s))) {
-      out.responses.push_back(cache_.at(static_cast<int>(s)));
+    } else if (bit(ready, s) && !all_joined && !prereduced && cache_.occupied(static_cast<int>(s))) {
+      out.responses.push_back(cache_.at(static_cast<int>(s)));  // a merged round ran them already
     }
   }
   if (!(words[0] & kNoNewRequests)) {

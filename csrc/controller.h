@@ -81,6 +81,7 @@ class Controller {
   const Membership& members_;
   ResponseCache cache_;
   int64_t round_ = 0;
+  std::vector<uint64_t> words_;         // this round's control words (negotiate)
   bool merged_ = false;                 // this round used start_control_merge
   size_t room_words_ = 0;               // agreed room for data in this round's packet
   std::vector<uint64_t> packet_;        // header, control words, data

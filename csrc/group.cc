@@ -67,7 +67,7 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
     std::unordered_set<std::string> batch;
     for (auto& e : entries) {
       const std::string& name = e->request.name;
-      if (in_flight_.count(name) || !batch.insert(name).second) {
+      if (in_flight_.count(name) || (entries.size() > 1 && !batch.insert(name).second)) {
         throw Error(Status::InvalidArgument,
                     "a " + std::string(op_name(e->request.op)) + " named '" + name +
                     "' is already in flight on rank " + std::to_string(members_.global(transport_->rank())) +

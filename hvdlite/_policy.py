@@ -32,6 +32,9 @@ REDUCE_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min",
                    Product: "Product"}
 
 
+_CORE_OPS = frozenset((Average, Sum, Min, Max, Product))  # the ops the core runs
+
+
 def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
     """The one check for every integer parameter (root_rank, splits, op, ...).
 
@@ -53,6 +56,8 @@ def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> i
 
 def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
     """Horovod's ``op=`` / deprecated ``average=`` rules; returns a reduce op the core runs."""
+    if average is None and op.__class__ is int and op in _CORE_OPS:  # the common case, first
+        return op
     if op is not None and average is not None:
         raise ValueError("The op parameter supersedes average. Please provide only one of them.")
     if average is not None:

@@ -269,6 +269,25 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
   }
 }
 
+std::unique_ptr<TensorEntry> allreduce_entry(const std::string& name, nb::handle input,
+                                             nb::handle output, int op, double prescale,
+                                             double postscale, int compression) {
+  if (compression < 0 || compression > 2) throw Error(Status::InvalidArgument, "unknown compression code");
+  std::unique_ptr<TensorEntry> e;
+  if (input.is(output)) {
+    e = make_entry_in_place(name, OpType::Allreduce, input);
+  } else {
+    e = make_entry(name, OpType::Allreduce, input);
+    attach_output(*e, output);
+  }
+  check_reduction(e->request, op, prescale, postscale);
+  e->request.reduce_op = static_cast<ReduceOp>(op);
+  e->request.prescale = prescale;
+  e->request.postscale = postscale;
+  e->request.compression = static_cast<Compression>(compression);
+  return e;
+}
+
 EntryList allreduce_entries(const std::vector<std::string>& names,
                             const std::vector<nb::object>& inputs,
                             const std::vector<nb::object>& outputs, int op, double prescale,
@@ -276,22 +295,9 @@ EntryList allreduce_entries(const std::vector<std::string>& names,
   if (names.size() != inputs.size() || outputs.size() != inputs.size()) {
     throw Error(Status::InvalidArgument, "allreduce needs as many names and outputs as inputs");
   }
-  if (compression < 0 || compression > 2) throw Error(Status::InvalidArgument, "unknown compression code");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::unique_ptr<TensorEntry> e;
-    if (inputs[i].is(outputs[i])) {
-      e = make_entry_in_place(names[i], OpType::Allreduce, inputs[i]);
-    } else {
-      e = make_entry(names[i], OpType::Allreduce, inputs[i]);
-      attach_output(*e, outputs[i]);
-    }
-    check_reduction(e->request, op, prescale, postscale);
-    e->request.reduce_op = static_cast<ReduceOp>(op);
-    e->request.prescale = prescale;
-    e->request.postscale = postscale;
-    e->request.compression = static_cast<Compression>(compression);
-    entries.push_back(std::move(e));
+    entries.push_back(allreduce_entry(names[i], inputs[i], outputs[i], op, prescale, postscale, compression));
   }
   return entries;
 }
@@ -307,16 +313,11 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                       wake);
 }
 
-// enqueue_allreduce then wait for every member, in one call: the calling thread runs the
+// Enqueues the entries, then waits for every one, in one call: the calling thread runs the
 // rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
-// member's error once all have finished; the caller keeps the arrays alive meanwhile.
-void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::object>& inputs,
-                   const std::vector<nb::object>& outputs, int op, double prescale,
-                   double postscale, int compression, int process_set) {
-  std::shared_ptr<Engine> eng = context_ref();
-  std::vector<int64_t> handles = eng->enqueue(
-      process_set, allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
-      false);
+// entry's error once all have finished; the caller keeps the arrays alive meanwhile.
+void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries) {
+  std::vector<int64_t> handles = eng->enqueue(process_set, std::move(entries), false);
   Outcome first_error;
   {
     nb::gil_scoped_release release;
@@ -327,6 +328,25 @@ void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (first_error.status != Status::Success) throw Error(first_error.status, first_error.error);
+}
+
+// enqueue_allreduce and a wait for every member, in one call (run_entries).
+void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::object>& inputs,
+                   const std::vector<nb::object>& outputs, int op, double prescale,
+                   double postscale, int compression, int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
+  run_entries(std::move(eng), process_set,
+              allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression));
+}
+
+// run_allreduce of one tensor, without the lists: a lone small all-reduce takes a few
+// microseconds in all, and converting three lists is a good part of that.
+void run_allreduce_one(const std::string& name, nb::handle input, nb::handle output, int op,
+                       double prescale, double postscale, int compression, int process_set) {
+  std::shared_ptr<Engine> eng = context_ref();
+  EntryList entries;
+  entries.push_back(allreduce_entry(name, input, output, op, prescale, postscale, compression));
+  run_entries(std::move(eng), process_set, std::move(entries));
 }
 
 int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
@@ -613,6 +633,9 @@ NB_MODULE(_core, m) {
   m.def("run_allreduce", &run_allreduce, nb::arg("names"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("compression"),
         nb::arg("process_set") = 0);
+  m.def("run_allreduce_one", &run_allreduce_one, nb::arg("name"), nb::arg("input"),
+        nb::arg("output"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
+        nb::arg("compression"), nb::arg("process_set"));
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),

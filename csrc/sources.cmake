@@ -21,4 +21,5 @@ set(HVDLITE_CORE_SOURCES
   ring_pass.cc
   stall_inspector.cc
   timeline.cc
-  validate.cc)
+  validate.cc
+  transport/shm_swap.cc)

@@ -104,9 +104,8 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, compression=None, process_set=None):
     tensor = _as_array(tensor)
     output = _empty_like(tensor)
-    ops.grouped_allreduce([tensor], [output], None if name is None else [name],
-                          resolve_op(op, average), prescale_factor, postscale_factor,
-                          compression, process_set)
+    ops.allreduce(tensor, output, name, resolve_op(op, average), prescale_factor,
+                  postscale_factor, compression, process_set)
     return output
 
 
@@ -118,9 +117,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, compression=None, process_set=None):
-    ops.grouped_allreduce([tensor], [tensor], None if name is None else [name],
-                          resolve_op(op, average), prescale_factor, postscale_factor,
-                          compression, process_set)
+    ops.allreduce(tensor, tensor, name, resolve_op(op, average), prescale_factor,
+                  postscale_factor, compression, process_set)
     return tensor
 
 

@@ -99,6 +99,20 @@ def grouped_allreduce(tensors: Sequence, outputs: Optional[Sequence] = None,
                         0 if process_set is None else _set_id(process_set))
 
 
+def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average,
+              prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+              compression=None, process_set=None) -> None:
+    """``grouped_allreduce`` of one tensor into ``output`` (default: in place), without the
+    lists: the lone small all-reduce, whose whole cost is a few microseconds."""
+    if name is None:
+        name = auto_name("allreduce", None, _set_id(process_set))
+    reap_orphans()
+    _core.run_allreduce_one(str(name), tensor, tensor if output is None else output,
+                            resolve_op(op), float(prescale_factor), float(postscale_factor),
+                            0 if compression is None else wire_code(compression),
+                            0 if process_set is None else _set_id(process_set))
+
+
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                     compression=None, process_set=None, finish=None) -> Work:

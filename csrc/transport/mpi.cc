@@ -3,8 +3,14 @@
 // duplicates of MPI_COMM_WORLD; split() derives a process set's pair from them.
 #include <mpi.h>
 
+#include <sched.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <list>
@@ -12,6 +18,7 @@
 
 #include "../hvdlite.h"
 #include "fault_tolerance.h"
+#include "shm_swap.h"
 #include "transport.h"
 
 namespace hvdlite {
@@ -84,6 +91,7 @@ class MpiTransport : public Transport {
     check(MPI_Bcast(&topo_.host, 1, MPI_INT, 0, local), "MPI_Bcast");
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
+    if (topo_.size == 2 && topo_.local_size == 2) share_swap_memory();
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
@@ -123,6 +131,7 @@ class MpiTransport : public Transport {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) {
+      stop_liveness_check();
       MPI_Comm_free(&control_);
       MPI_Comm_free(&data_);
     }
@@ -280,6 +289,13 @@ class MpiTransport : public Transport {
   bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) override {
     if (topo_.size != 2) return false;
     stats().control_bytes_sent += count * sizeof(uint64_t);
+    // Both ranks pass the same count, so both take the same path.
+    if (shm_swap_ && count <= shm_swap_->capacity_words()) {
+      shm_swap_->start(send, recv, count);
+      shm_swapping_ = true;
+      shm_polls_ = 0;
+      return true;
+    }
     const int peer = 1 - topo_.rank;
     // In pieces that each go eagerly: a larger message would take MPI's rendezvous (an extra
     // round trip), which costs more than the extra messages.
@@ -299,6 +315,18 @@ class MpiTransport : public Transport {
 
   bool test_control() override {
     int done = 0;
+    if (shm_swapping_) {
+      if (shm_swap_->test()) {
+        shm_swapping_ = false;
+        stop_liveness_check();
+        return true;
+      }
+      // Yield the core while waiting, as MPI's own polling does (mpi_yield_when_idle):
+      // on a busy machine the peer may be waiting for this very core.
+      if (++shm_polls_ > kPollsBeforeYield) sched_yield();
+      check_peer_alive();
+      return false;
+    }
     if (swapping_) {
       check(MPI_Testall(static_cast<int>(swap_requests_.size()), swap_requests_.data(), &done,
                         MPI_STATUSES_IGNORE),
@@ -406,6 +434,51 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
+  // Two ranks on one host: a segment both map carries the control swaps (shm_swap.h).
+  // Collective; where either rank cannot map it, swaps stay MPI messages.
+  void share_swap_memory() {
+    static std::atomic<int> segments{0};
+    const size_t bytes = ShmSwap::segment_bytes(kShmSwapWords);
+    char name[64] = {0};
+    std::unique_ptr<SharedSegment> segment;
+    if (topo_.rank == 0) {
+      const auto stamp = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::snprintf(name, sizeof(name), "/hvdlite-swap.%d.%d.%llx", static_cast<int>(getpid()),
+                    segments++, static_cast<unsigned long long>(stamp));
+      segment = SharedSegment::create(name, bytes);
+      if (!segment) name[0] = 0;
+    }
+    check(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, data_), "MPI_Bcast");
+    if (topo_.rank == 1 && name[0]) segment = SharedSegment::open(name, bytes);
+    int mapped = segment != nullptr;
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, &mapped, 1, MPI_INT, MPI_LAND, data_);
+    if (topo_.rank == 0 && name[0]) SharedSegment::unlink(name);
+    check(rc, "MPI_Allreduce");
+    if (!mapped) return;
+    swap_segment_ = std::move(segment);
+    shm_swap_ = std::make_unique<ShmSwap>(swap_segment_->data(), kShmSwapWords, topo_.rank);
+  }
+
+  // A swap through shared memory never hears of a lost peer by itself: while a round waits
+  // long, a receive from the peer (on a tag nobody sends on) stands in, which MPI fails when
+  // the peer is lost (with ULFM; without it, MPI ends the job).
+  void check_peer_alive() {
+    if (shm_polls_ < kPollsBeforeLivenessCheck || shm_polls_ % 64 != 0) return;
+    if (liveness_ == MPI_REQUEST_NULL) {
+      check(MPI_Irecv(&liveness_byte_, 1, MPI_BYTE, 1 - topo_.rank, kLivenessTag, control_, &liveness_),
+            "MPI_Irecv");
+    }
+    int arrived = 0;
+    check(MPI_Test(&liveness_, &arrived, MPI_STATUS_IGNORE), "MPI_Test (peer liveness)");
+  }
+
+  void stop_liveness_check() {
+    if (liveness_ == MPI_REQUEST_NULL) return;
+    MPI_Cancel(&liveness_);
+    MPI_Wait(&liveness_, MPI_STATUS_IGNORE);
+    liveness_ = MPI_REQUEST_NULL;
+  }
+
   // This transport's ranks that are not in `survivors`.
   std::vector<int> missing_from(MPI_Comm survivors) const {
     MPI_Group mine, theirs;
@@ -479,6 +552,18 @@ class MpiTransport : public Transport {
   // Under Open MPI's shared-memory eager limit (btl_sm_eager_limit, 4 KiB including its
   // header): a larger message goes by single copy (process_vm_readv), slower at this size.
   static constexpr size_t kSwapPieceWords = (4096 - 128) / sizeof(uint64_t);
+  // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
+  // (16 KiB of data, controller.cc) and a generous set of control words.
+  static constexpr size_t kShmSwapWords = 4096;
+  static constexpr uint64_t kPollsBeforeYield = 16;           // about a microsecond of spinning
+  static constexpr uint64_t kPollsBeforeLivenessCheck = 4096;  // a millisecond or more
+  static constexpr int kLivenessTag = 19;
+  std::unique_ptr<SharedSegment> swap_segment_;
+  std::unique_ptr<ShmSwap> shm_swap_;
+  bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
+  uint64_t shm_polls_ = 0;
+  MPI_Request liveness_ = MPI_REQUEST_NULL;
+  char liveness_byte_ = 0;
   std::vector<MPI_Request> requests_;
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight

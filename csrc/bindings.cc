@@ -236,12 +236,21 @@ std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, nb::
   return e;
 }
 
-// In place: one import, as a writable array (saves a second DLPack export per tensor).
+void attach_output(TensorEntry& e, nb::handle output);
+
+// In place: one import, as a writable array (saves a second DLPack export per tensor). What
+// that cannot import takes the general path, which names what is wrong with it.
 std::unique_ptr<TensorEntry> make_entry_in_place(const std::string& name, OpType op, nb::handle tensor) {
+  OutArray a;
+  if (!try_import(tensor, a)) {
+    auto e = make_entry(name, op, tensor);
+    attach_output(*e, tensor);
+    return e;
+  }
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
-  OutArray a = to_array<OutArray>(tensor, name, "input and output", e->request);
+  describe(a, name, "input", e->request);
   e->input = e->output = a.data();
   return e;
 }

@@ -156,9 +156,9 @@ void AllreduceExecutor::run(Batch& batch) {
                            converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
                            traced ? &times.stages : nullptr);
   } else if (use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes)) {
+    times.exchange = true;
     exchange_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                        converted ? 1.0 : post, scratch_);
-    if (traced) times.scattered = Clock::now();
   } else {
     ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                    converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,

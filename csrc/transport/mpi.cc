@@ -323,8 +323,10 @@ class MpiTransport : public Transport {
       }
       // Yield the core while waiting, as MPI's own polling does (mpi_yield_when_idle):
       // on a busy machine the peer may be waiting for this very core.
-      if (++shm_polls_ > kPollsBeforeYield) sched_yield();
-      check_peer_alive();
+      if (++shm_polls_ > kPollsBeforeYield) {
+        sched_yield();
+        check_peer_alive();
+      }
       return false;
     }
     if (swapping_) {
@@ -463,7 +465,9 @@ class MpiTransport : public Transport {
   // long, a receive from the peer (on a tag nobody sends on) stands in, which MPI fails when
   // the peer is lost (with ULFM; without it, MPI ends the job).
   void check_peer_alive() {
-    if (shm_polls_ < kPollsBeforeLivenessCheck || shm_polls_ % 64 != 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (shm_polls_ == kPollsBeforeYield + 1) shm_waiting_since_ = now;
+    if (now - shm_waiting_since_ < kLivenessCheckAfter) return;
     if (liveness_ == MPI_REQUEST_NULL) {
       check(MPI_Irecv(&liveness_byte_, 1, MPI_BYTE, 1 - topo_.rank, kLivenessTag, control_, &liveness_),
             "MPI_Irecv");
@@ -555,13 +559,14 @@ class MpiTransport : public Transport {
   // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
   // (16 KiB of data, controller.cc) and a generous set of control words.
   static constexpr size_t kShmSwapWords = 4096;
-  static constexpr uint64_t kPollsBeforeYield = 16;           // about a microsecond of spinning
-  static constexpr uint64_t kPollsBeforeLivenessCheck = 4096;  // a millisecond or more
+  static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
+  static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
   static constexpr int kLivenessTag = 19;
   std::unique_ptr<SharedSegment> swap_segment_;
   std::unique_ptr<ShmSwap> shm_swap_;
   bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
-  uint64_t shm_polls_ = 0;
+  uint64_t shm_polls_ = 0;     // of the round in flight
+  std::chrono::steady_clock::time_point shm_waiting_since_;  // when its polls began yielding
   MPI_Request liveness_ = MPI_REQUEST_NULL;
   char liveness_byte_ = 0;
   std::vector<MPI_Request> requests_;

@@ -611,7 +611,7 @@ NB_MODULE(_core, m) {
     if (!in_forked_child()) context_ref()->abort(code);
   });
   // Bytes this rank sent/received since init (or the last reset=True): the measure behind
-  // every "bytes per step" figure.
+  // every "bytes per step" figure; and how many negotiation rounds went through shared memory.
   m.def("transport_stats", [](bool reset) {
     std::shared_ptr<Engine> ctx = context_ref();
     TransportStats& s = ctx->transport_stats();
@@ -620,6 +620,7 @@ NB_MODULE(_core, m) {
     d["bytes_sent"] = read(s.bytes_sent);
     d["bytes_received"] = read(s.bytes_received);
     d["control_bytes_sent"] = read(s.control_bytes_sent);
+    d["shared_memory_swaps"] = read(s.shared_memory_swaps);
     return d;
   }, nb::arg("reset") = false);
   m.def("round_through_wire",

@@ -292,6 +292,7 @@ class MpiTransport : public Transport {
     // Both ranks pass the same count, so both take the same path.
     if (shm_swap_ && count <= shm_swap_->capacity_words()) {
       shm_swap_->start(send, recv, count);
+      stats().shared_memory_swaps += 1;
       shm_swapping_ = true;
       shm_polls_ = 0;
       return true;

@@ -28,6 +28,7 @@ struct Topology {
 struct TransportStats {
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::atomic<uint64_t> control_bytes_sent{0};
+  std::atomic<uint64_t> shared_memory_swaps{0};  // negotiation rounds swapped through shm_swap.h
 };
 
 class Transport {

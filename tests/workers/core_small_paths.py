@@ -2,6 +2,7 @@
 once, mixed with asynchronous requests the engine's thread runs), 2-rank merged rounds that
 carry the data inside negotiation, and the exchange all-reduce. Every result is checked
 against the exact answer and is bitwise identical on every rank."""
+import os
 import threading
 
 import numpy as np
@@ -48,6 +49,9 @@ hvd.allreduce_(x, name="counted")
 s = _core.transport_stats()
 if N == 2:
     assert s["bytes_sent"] == s["bytes_received"] == x.nbytes, s
+    # Both ranks are on this host: the round went through shared memory (where there is one).
+    if os.access("/dev/shm", os.W_OK):
+        assert s["shared_memory_swaps"] >= 1, s
 
 # Several threads waiting on their own synchronous all-reduces (each may run the rounds), while
 # the main thread's asynchronous ones go through the engine's thread.

@@ -7,6 +7,7 @@ The whole module skips, with the reason, where namespaces cannot be made (not ro
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -18,6 +19,7 @@ TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
 sys.path.insert(0, HERE)
 from hosts import namespaces_unavailable_reason, two_hosts  # noqa: E402
+import hosts as hosts_module  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 WORKER = os.path.join(TESTS, "workers", "multihost_topology.py")
@@ -176,3 +178,42 @@ def test_examples_train_as_on_one_host(cluster, example, pattern):
     assert two.returncode == 0, show(two)
     # Same ranks, same data shards, same reduction order: the same model, to the digit.
     assert _accuracy(pattern, two.stdout) == _accuracy(pattern, one.stdout), (one.stdout, two.stdout)
+
+
+ECHO = """
+import socket
+server = socket.create_server(("", 5599))
+print("listening", flush=True)
+conn, _ = server.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (data := conn.recv(64)):
+    conn.sendall(data)
+"""
+
+
+def test_link_delay_without_netem_is_a_delay_line():
+    """Where the kernel has no netem, two_hosts(delay_ms=) joins the hosts by a user-space
+    delay line (delay_line.py): TCP round trips over it take at least twice the delay."""
+    if hosts_module.netem_available():
+        pytest.skip("this kernel has netem: two_hosts(delay_ms=) uses it instead")
+    delay_ms = 5
+    with two_hosts(delay_ms=delay_ms) as c:
+        a, b = c.names
+        assert c.delay_line_ms == delay_ms and c.link_devices(a) == ["dl0"]
+        server = subprocess.Popen(c.command(b, [sys.executable, "-c", ECHO]),
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == "listening"
+            client = (f"import socket, time\ns = socket.create_connection(('{b}', 5599))\n"
+                      "s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\nrtts = []\n"
+                      "for i in range(10):\n    t = time.perf_counter(); s.sendall(b'x')\n"
+                      "    assert s.recv(64) == b'x'\n"
+                      "    rtts.append((time.perf_counter() - t) * 1000)\nprint(min(rtts))")
+            proc = c.run(a, [sys.executable, "-c", client], timeout=60)
+            assert proc.returncode == 0, show(proc)
+            rtt = float(proc.stdout)
+            assert rtt >= 2 * delay_ms, rtt
+            print(f"round trip over a {delay_ms} ms delay line: {rtt:.1f} ms at best")
+        finally:
+            server.kill()
+            server.wait()

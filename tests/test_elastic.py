@@ -80,6 +80,30 @@ def test_torch_survives_a_lost_rank(tmp_path, mode, how):
 
 
 @needs_ulfm
+@pytest.mark.parametrize("mode", ["kill", "remove"])
+def test_torch_sharded_state_is_resharded(tmp_path, mode):
+    """shard_optimizer_state=True: the shards are re-cut for 2 ranks from the last commit's
+    consolidated state (the killed rank's own shard is gone) and training goes on as the
+    replay of the unsharded optimizer says."""
+    out = str(tmp_path / "final.npz")
+    env = {"ELASTIC_SHARDED": "1"}
+    if mode == "kill":
+        proc = run_launcher("-np", 3, "--min-np", 2, "python", WORKER, "kill", 1, 13, out,
+                            env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "rank 2 finished as rank 1 of 2" in proc.stdout, proc.stdout + proc.stderr
+        seconds = check_against_reference(out)
+    else:
+        script = discovery_script(tmp_path, out, ["localhost:2", "127.0.0.1:1"])
+        proc = run_launcher("-np", 3, "--min-np", 2, "--host-discovery-script", script,
+                            "python", WORKER, "remove", 0, 8, out, "localhost:2", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "rank 2 left (its host was removed)" in proc.stderr, proc.stderr
+        seconds = check_host_change(out, 3, 2)
+    print(f"sharded {mode}: event to first step at 2 ranks: {seconds:.3f} s")
+
+
+@needs_ulfm
 def test_core_rebuild_keeps_process_sets():
     proc = run_launcher("-np", 3, "--min-np", 2, "python",
                         os.path.join(HERE, "workers", "elastic_core.py"))

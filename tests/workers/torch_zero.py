@@ -220,6 +220,14 @@ def behaviours():
     before = opt.consolidate_state_dict(to=None)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     same_state(opt.consolidate_state_dict(to=None), before, "broadcast_optimizer_state")
+    # ... also to a rank whose optimizer has no state yet (as one elastic training added):
+    # root says which state it holds, so that rank takes part in gathering it.
+    model, opt = make("adam", True)
+    if R == 0:
+        opt.load_state_dict(before)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    same_state(opt.consolidate_state_dict(to=None), before,
+               "broadcast_optimizer_state to ranks with no state")
 
     # Errors.
     model = Net()

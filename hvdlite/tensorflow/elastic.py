@@ -111,7 +111,8 @@ class TensorFlowKerasState(_VariablesState):
     (``consolidate_variables(to=None)``: one all-gather of the optimizer state per commit,
     and the unsharded state in host memory, as the saved copy of an unsharded optimizer).
     When the job's size changed, ``reset`` re-cuts the shards for the new size from that
-    copy; ``sync`` gives every rank root's whole state, cut for it.
+    copy; ``sync`` broadcasts root's copy, which every rank (one the job added too) cuts for
+    itself: it sends the last committed optimizer state.
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
@@ -163,8 +164,10 @@ class TensorFlowKerasState(_VariablesState):
             # variables (momentum...) to receive them.
             self.optimizer.build(self.model.trainable_variables)
         if self._sharded() is not None:
-            # Each rank holds another shard: root's whole state, cut here for each rank.
-            whole = broadcast_object(self.optimizer.consolidate_variables(to=0), root_rank=0,
+            # Root's live shard is only its slice, and a rank the job added holds none: root's
+            # whole copy of the last commit (what every rank restored or just saved; None:
+            # the optimizer was built since, its slots were zero), cut here for each rank.
+            whole = broadcast_object(self._saved_consolidated, root_rank=0,
                                      name="hvdlite.elastic.sharded_state")
             self.optimizer.load_consolidated_variables(whole)
         super().sync()

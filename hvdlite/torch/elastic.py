@@ -8,7 +8,9 @@ Sharded optimizer state (``shard_optimizer_state=True``): a lost rank takes its 
 it, so a commit keeps the whole state on every rank (``consolidate_state_dict(to=None)``,
 one all-gather of the state per commit, and the full state in host memory, as the saved
 copy of an unsharded optimizer). When the job's size changed, ``reset`` re-cuts the shards
-for the new size and loads that copy; ``sync`` then gives ranks the job added root's state.
+for the new size and loads that copy; ``sync`` broadcasts root's copy, which every rank
+(one the job added too) cuts for itself. So ``sync`` sends the last committed optimizer
+state: create the state after loading a checkpoint into the optimizer.
 """
 
 import copy
@@ -62,7 +64,13 @@ class TorchState(ObjectState):
     def sync(self):
         if self.model is not None:
             broadcast_parameters(self.model.state_dict(), root_rank=0)
-        if self.optimizer is not None:
+        if self._sharded():
+            # Root's live shard is only its slice, and a rank the job added holds no state:
+            # root's whole copy of the last commit (what every rank restored or just saved).
+            self._saved_optimizer = broadcast_object(self._saved_optimizer, root_rank=0,
+                                                     name="hvdlite.elastic.sharded_state")
+            self.optimizer.load_state_dict(self._saved_optimizer)
+        elif self.optimizer is not None:
             broadcast_optimizer_state(self.optimizer, root_rank=0)
         super().sync()
 

@@ -188,10 +188,9 @@ class _DistributedOptimizer:
 
     def reshard(self, values):
         """Re-cut the shards for the job's current size (elastic training changed it) and
-        load ``values`` (a ``consolidate_variables`` result; None: the initial, zero
-        slots) into them. Local. A model
-        compiled with this optimizer must trace its train function again
-        (``model.train_function = None``; ``KerasState`` does it)."""
+        load ``values`` (a ``consolidate_variables`` result; None: the initial, zero slots)
+        into them. Local. A model compiled with this optimizer must trace its train function
+        again (``model.train_function = None``; ``KerasState`` does it)."""
         sharded = self._hvd_built_sharded("reshard")
         if sharded.process_set is not None:
             raise HvdliteInvalidArgumentError(
@@ -200,22 +199,23 @@ class _DistributedOptimizer:
                 f"changed size: process sets are not resized; shard over the global set for "
                 f"elastic training")
         variables = list(self._trainable_variables)
-        # Accumulated gradients (backward_passes_per_step) do not depend on the size.
-        kept = [np.array(keras.ops.convert_to_numpy(a.value))
-                for a in (self._hvd_accumulators or []) + (
-                    [self._hvd_passes] if self._hvd_passes is not None else [])]
+        # Accumulated gradients (backward_passes_per_step) do not depend on the size: kept.
+        kept = [np.array(keras.ops.convert_to_numpy(a.value)) for a in self._hvd_accumulated()]
         for v in self.variables[sharded.prebuilt:]:
             self._tracker.untrack(v)
         self._hvd_accumulators = self._hvd_passes = None
         self._trainable_variables_indices = {}
         self.built = False
         with keras.name_scope(self.name, caller=self):
-            self.build(variables)
+            self.build(variables)       # new shards, owner and slots for this size
         self.built = True
-        for a, value in zip((self._hvd_accumulators or []) + (
-                [self._hvd_passes] if self._hvd_passes is not None else []), kept):
+        for a, value in zip(self._hvd_accumulated(), kept):
             a.assign(value)
-        self._hvd_settings().sharded.load_consolidated(self, values)
+        sharded.load_consolidated(self, values)
+
+    def _hvd_accumulated(self):
+        return list(self._hvd_accumulators or []) + (
+            [self._hvd_passes] if self._hvd_passes is not None else [])
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)

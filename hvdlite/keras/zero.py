@@ -164,10 +164,6 @@ class ShardedState:
         rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
         return self.built and (rank, size) != self.rank_size
 
-    def cut_variables(self, optimizer):
-        """The variables made for this size (shards, owner, slots), in order."""
-        return optimizer.variables[self.prebuilt:self.slot_end]
-
     # -- the unsharded optimizer's variables ----------------------------------------------
 
     def _unsharded_layout(self, optimizer):

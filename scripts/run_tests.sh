@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec "${PYTHON:-python3}" -m pytest tests -v --timeout=900 "$@"
+# --durations: the slowest tests, to keep CI under its time budget
+exec "${PYTHON:-python3}" -m pytest tests -v --timeout=900 --durations=20 "$@"

@@ -1,8 +1,9 @@
-"""Hierarchical all-reduce on two real hosts (network namespaces joined by one veth link, from
-tests/multihost/hosts.py): at 2 hosts x 2 ranks it is chosen by default and gives exact,
+"""Hierarchical all-reduce on two and three real hosts (network namespaces joined by veth links,
+from tests/multihost/hosts.py): at 2 hosts x 2 ranks it is chosen by default and gives exact,
 bitwise-identical results while sending about 2/3 of the flat ring's bytes across hosts
 (counted by the kernel); HVDLITE_HIERARCHICAL_ALLREDUCE=0 forces the flat ring; at 2 hosts x 1
-rank it falls back to the flat ring even when forced on. Jobs go through hvdlite-run (the MPI's
+rank it falls back to the flat ring even when forced on. At 3 hosts x 2 ranks the cross-host
+stage is a ring of 3; at 2 + 1 + 1 ranks the flat ring runs. Jobs go through hvdlite-run (the MPI's
 own dialect), so this module also runs under MPICH and Open MPI 4.1 (scripts/test_other_mpis.sh).
 The two-host benchmark's job mode is run once at one small size.
 
@@ -33,6 +34,15 @@ def cluster():
         yield c
 
 
+@pytest.fixture(scope="module")
+def three_hosts():
+    reason = hosts.namespaces_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    with hosts.many_hosts(3) as c:
+        yield c
+
+
 def run_job(cluster, per_host, setting, **settings):
     """The worker on both hosts through hvdlite-run (the MPI's own dialect, which forwards
     every HVDLITE_* variable); setting: HVDLITE_HIERARCHICAL_ALLREDUCE, None for unset."""
@@ -41,13 +51,15 @@ def run_job(cluster, per_host, setting, **settings):
     if setting is not None:
         env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = setting
     env.update({k: str(v) for k, v in settings.items()})
-    hostlist = ",".join(f"{name}:{per_host}" for name in cluster.names)
-    argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(per_host * len(cluster.names)),
+    if isinstance(per_host, int):
+        per_host = [per_host] * len(cluster.names)
+    hostlist = ",".join(f"{name}:{n}" for name, n in zip(cluster.names, per_host))
+    argv = [sys.executable, "-m", "hvdlite.runner", "-np", str(sum(per_host)),
             "-H", hostlist, sys.executable, WORKER]
     proc = cluster.run(cluster.names[0], argv, timeout=240, env=env, cwd=REPO)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-10000:]
-    assert out.count("ALL OK") == per_host * len(cluster.names), out[-10000:]
+    assert out.count("ALL OK") == sum(per_host), out[-10000:]
     sent = [int(b) for b in re.findall(r"sent (\d+) bytes across hosts", out)]
     assert len(sent) == len(cluster.names), out[-10000:]
     return sent, out
@@ -82,6 +94,31 @@ def test_two_hosts_one_rank_each_falls_back_to_the_flat_ring(cluster):
     for f, h in zip(flat, forced):
         # 2 ranks: each sends half the data twice (reduce-scatter + all-gather): N per host.
         assert 1.0 * data <= f < OVERHEAD * data and 1.0 * data <= h < OVERHEAD * data, (flat, forced)
+
+
+def test_three_hosts_two_ranks_each(three_hosts):
+    """Three hosts on one switch: the cross-host stage is a ring of 3 (not a pair), with
+    pipelined chunks and uneven tails; exact and identical, and fewer bytes than the flat ring."""
+    hier, out = run_job(three_hosts, 2, None, HVDLITE_HIERARCHICAL_CHUNK_BYTES=100000)
+    assert out.count("cross 2/3 all-reduce: hierarchical") == 2, out
+    flat, out = run_job(three_hosts, 2, "0")
+    assert out.count("all-reduce: flat ring") == 6, out
+    data = 16 << 20
+    # Flat ring of 6 (a a b b c c): each host has one outgoing cross-host link, which carries
+    # 2 x 5 steps of a sixth: 5/3 N. Hierarchical: each of a host's 2 ranks all-reduces its
+    # half in a ring of 3 hosts, sending 2 x 2 steps of a third of it: 4/3 N per host.
+    for f, h in zip(flat, hier):
+        assert 5 / 3 * data <= f < 5 / 3 * OVERHEAD * data, (flat, hier)
+        assert 4 / 3 * data <= h < 4 / 3 * OVERHEAD * data, (flat, hier)
+    print(f"3 hosts, bytes sent across hosts per host, 16 MiB all-reduce: flat {flat}, "
+          f"hierarchical {hier}, ratio {sum(hier) / sum(flat):.3f}")
+
+
+def test_three_hosts_uneven_falls_back_to_the_flat_ring(three_hosts):
+    """2 + 1 + 1 ranks: hosts of different sizes cannot split evenly, so the flat ring runs
+    (even when hierarchical is asked for), with the same exact results."""
+    _, out = run_job(three_hosts, [2, 1, 1], "1")
+    assert out.count("all-reduce: flat ring") == 4, out
 
 
 def test_two_host_benchmark_runs_and_counts_bytes(cluster, tmp_path):

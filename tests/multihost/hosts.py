@@ -1,9 +1,9 @@
-"""Two "hosts" on this one machine, for real multi-host MPI jobs over ssh and TCP.
+"""Two or more "hosts" on this one machine, for real multi-host MPI jobs over ssh and TCP.
 
 Each host is a set of Linux namespaces of its own, held open by a ``sleep`` process:
 
-* network: its own ``lo`` and one end of a veth link; the hosts reach each other only over
-  that link (plain TCP, addresses 10.231.N.1, .2, ...), never through this machine's network.
+* network: its own ``lo`` and one end of a veth link (three or more hosts: to a bridge in the
+  first host, a switch); the hosts reach each other only over those links (plain TCP, addresses 10.231.N.1, .2, ...), never through this machine's network.
   Nothing is added to the machine's own (root) network namespace.
 * UTS: its own host name (``hvdl-a``, ``hvdl-b``), so MPI sees distinct nodes and keeps
   shared memory inside each host.
@@ -22,7 +22,7 @@ reaches the other host over a real ssh.
 Usage (as root; the context manager cleans everything up, also after a failure)::
 
     sys.path.insert(0, "<repo>/tests/multihost")   # or, with <repo>/tests on sys.path
-    from hosts import two_hosts, namespaces_unavailable_reason   # (pytest's): multihost.hosts
+    from hosts import two_hosts, many_hosts, namespaces_unavailable_reason   # (pytest's): multihost.hosts
 
     reason = namespaces_unavailable_reason()      # None, or why this machine cannot do it
     with two_hosts(rate="10gbit") as cluster:     # rate: optional tbf shaping of the link
@@ -30,6 +30,8 @@ Usage (as root; the context manager cleans everything up, also after a failure):
         proc = cluster.run("hvdl-a", ["hvdlite-run", "-np", "4", "-H", "hvdl-a:2,hvdl-b:2",
                                       sys.executable, "bench.py"], timeout=300)
         cluster.shape(rate="1gbit")               # reshape the link at any time; shape() clears
+    with many_hosts(3) as cluster:                   # hvdl-a, hvdl-b, hvdl-c on one switch
+        ...
 
 ``cluster.run(host, argv, timeout=..., env=...)`` runs a command inside that host's namespaces
 (like ``subprocess.run`` with text output, stdout and stderr captured separately) under a hard
@@ -201,7 +203,19 @@ def _prepare_files(workdir: str, names: List[str], addresses: List[str]) -> None
 def two_hosts(rate: Optional[str] = None, delay_ms: Optional[float] = None) -> Iterator[Cluster]:
     """Hosts ``hvdl-a`` and ``hvdl-b`` joined by one veth pair, optionally shaped (see
     :meth:`Cluster.shape`); yields a :class:`Cluster` and removes everything afterwards."""
-    count = 2
+    with many_hosts(2, rate=rate, delay_ms=delay_ms) as cluster:
+        yield cluster
+
+
+@contextlib.contextmanager
+def many_hosts(count: int, rate: Optional[str] = None,
+          delay_ms: Optional[float] = None) -> Iterator[Cluster]:
+    """``count`` hosts ``hvdl-a``, ``hvdl-b``, ... Two are joined by one veth pair; three or
+    more by a switch: a bridge inside the first host with one veth link to each other host
+    (the first host's own address is on the bridge). Links are optionally shaped (see
+    :meth:`Cluster.shape`). Yields a :class:`Cluster`; removes everything afterwards."""
+    if not 2 <= count <= 26:
+        raise ValueError(f"many_hosts(count={count}): between 2 and 26 hosts")
     reason = namespaces_unavailable_reason()
     if reason:
         raise RuntimeError(reason)
@@ -233,10 +247,21 @@ def two_hosts(rate: Optional[str] = None, delay_ms: Optional[float] = None) -> I
                 time.sleep(0.01)
         cluster = Cluster(names, addresses, [h.pid for h in holders], workdir)
         first = names[0]
-        # One veth pair, created inside the first host: the root namespace never sees it.
-        cluster.run(first, ["ip", "link", "add", "veth0", "type", "veth", "peer", "name",
-                            "veth0", "netns", str(cluster.pids[names[1]])], check=True)
+        # veth pairs created inside the first host: the root namespace never sees them.
+        if count == 2:
+            cluster.run(first, ["ip", "link", "add", "veth0", "type", "veth", "peer", "name",
+                                "veth0", "netns", str(cluster.pids[names[1]])], check=True)
+            first_device = "veth0"
+        else:
+            first_device = "br0"
+            switch = ["ip link add br0 type bridge", "ip link set br0 up"]
+            for i, other in enumerate(names[1:], start=1):
+                switch += [f"ip link add veth{i} type veth peer name veth0 netns "
+                           f"{cluster.pids[other]}",
+                           f"ip link set veth{i} master br0", f"ip link set veth{i} up"]
+            cluster.run(first, ["sh", "-c", " && ".join(switch)], check=True)
         for name, address in zip(names, addresses):
+            device = first_device if name == first else "veth0"
             # Nothing shared in memory between hosts: a /dev/shm of its own, and a boot id
             # of its own (UCX, under MPICH, takes one boot id for one machine and would use
             # shared memory and cross-memory attach between the hosts instead of TCP). UCX
@@ -248,7 +273,7 @@ def two_hosts(rate: Optional[str] = None, delay_ms: Optional[float] = None) -> I
                      f"mount -t sysfs sysfs /sys && "    # /sys/class/net of this host's network
                      f"mount --bind {workdir}/boot_id.{name} /proc/sys/kernel/random/boot_id && "
                      f"mount --bind {workdir}/ssh /root/.ssh && "
-                     f"ip link set veth0 up && ip addr add {address}/24 dev veth0 && "
+                     f"ip link set {device} up && ip addr add {address}/24 dev {device} && "
                      + " && ".join(f"{sshd} -f {workdir}/sshd_{p}.conf"
                                    for p in (22, ALT_SSH_PORT)))
             cluster.run(name, ["sh", "-c", setup], check=True, timeout=60)

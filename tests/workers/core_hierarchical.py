@@ -1,20 +1,26 @@
 """All-reduce across hosts: exact results by the flat ring's rules (Sum, Average by the job's
 size, Max; fp16 reduced in fp32), bitwise identical on every rank, and the bytes this host
-sent over its link to the other host during one 16 MiB all-reduce, read from the kernel's
-counters (/proc/net/dev). Run by tests/test_hierarchical_multihost.py on two hosts.
+sent over its link to the other hosts during one 16 MiB all-reduce, read from the kernel's
+counters (/proc/net/dev). Run by tests/test_hierarchical_multihost.py on two and three hosts.
 """
 import numpy as np
 
 import hvdlite as hvd
 
 
-def link_tx_bytes(device="veth0"):
+def link_tx_bytes():
+    """Bytes this host has sent to the others: over its veth link, or, on the host that holds
+    the switch (three or more hosts), over the bridge its address is on."""
+    counters = {}
     with open("/proc/net/dev") as f:
         for line in f:
-            name, _, counters = line.partition(":")
-            if name.strip() == device:
-                return int(counters.split()[8])  # receive has 8 fields, then transmit bytes
-    raise RuntimeError(f"no {device} in /proc/net/dev")
+            name, _, fields = line.partition(":")
+            if fields:
+                counters[name.strip()] = int(fields.split()[8])  # 8 receive fields, then tx bytes
+    for device in ("br0", "veth0"):
+        if device in counters:
+            return counters[device]
+    raise RuntimeError(f"neither br0 nor veth0 in /proc/net/dev: {sorted(counters)}")
 
 
 def same_on_every_rank(x):

@@ -280,7 +280,16 @@ def _with_gradient(forward, grad_fn, tensors):
 
 
 def _grad_names(names):
-    return None if names is None or tf.executing_eagerly() else [f"{n}.grad" for n in names]
+    """The names of a gradient's collectives: ``<name>.grad``, then ``.grad1``, ``.grad2``
+    for later gradients of the same op in the graph (each ``tf.gradients`` call builds its
+    own; fetched together they are in flight at once, so they need names of their own)."""
+    if names is None or tf.executing_eagerly():
+        return None
+    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
+    counter = _graph_counters.setdefault(graph, {}).setdefault(("grad", names[0]),
+                                                               itertools.count())
+    k = next(counter)
+    return [f"{n}.grad{k or ''}" for n in names]
 
 
 def _scaled(tensors, factor):
@@ -474,11 +483,12 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
 
     def grad(inputs, ys, dys):
         rule = GRADIENTS["allgather"]
-        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None,
-                                            _grad_names(names), process_set)
+        grad_names = _grad_names(names)
+        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, grad_names,
+                                            process_set)
         dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
         sizes = _allgather_cross([tf.reshape(dims, [1, -1])],
-                                 None if names is None else [f"{names[0]}.grad_sizes"],
+                                 None if grad_names is None else [f"{grad_names[0]}_sizes"],
                                  process_set)[0]
         start = tf.reduce_sum(sizes[:ps.rank()], axis=0)
         return [g[start[i]:start[i] + dims[i]] for i, g in enumerate(reduced)]
@@ -581,8 +591,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         return [out]
 
     def grad(xs, ys, dys):
+        grad_names = None if aname is None else _grad_names([aname])
         g = alltoall(dys[0], splits=received[0], process_set=process_set,
-                     name=None if aname is None or tf.executing_eagerly() else aname + ".grad")
+                     name=None if grad_names is None else grad_names[0])
         return [g[0]]
 
     out = _with_gradient(forward, grad, [tensor])[0]

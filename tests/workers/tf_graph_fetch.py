@@ -4,6 +4,8 @@
    usual order: the model and DistributedOptimizer first, broadcast_global_variables last).
 2. Running a later collective does not run an earlier in-place broadcast again: a value
    assigned locally after the broadcast survives.
+3. Two ``tf.gradients`` of one all-gather, fetched together, run at once without their
+   collectives' names clashing.
 """
 import numpy as np
 import tensorflow as tf
@@ -20,6 +22,9 @@ v = tf.Variable([float(R), float(R)])
 bcast = hvd.broadcast_([v], root_rank=0, name="fetch.bcast")
 local = v.assign([10.0 + R, 10.0 + R])
 later = hvd.allreduce(tf.constant([1.0]), op=hvd.Sum, name="fetch.later")
+t = tf.ones([2, 3]) * float(R + 1)
+gathered = hvd.allgather(t)
+grads = [tf.gradients(gathered, t, tf.ones([2 * N, 3]) * k)[0] for k in (1.0, 2.0)]
 
 with tf.compat.v1.Session() as sess:
     sess.run(tf.compat.v1.global_variables_initializer())
@@ -28,4 +33,7 @@ with tf.compat.v1.Session() as sess:
     sess.run(local)
     assert sess.run(later)[0] == N
     assert np.array_equal(sess.run(v), [10.0 + R, 10.0 + R]), "the broadcast ran again"
+    g1, g2 = sess.run(grads)
+    alone = sess.run(grads[0])
+    assert np.array_equal(g1, alone) and np.array_equal(g2, 2 * alone), (g1, g2, alone)
 print(f"rank {R}: graph fetch ok", flush=True)

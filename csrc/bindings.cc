@@ -20,6 +20,7 @@
 
 #include "collectives.h"
 #include "engine.h"
+#include "half_convert.h"
 #include "hvdlite.h"
 #include "timeline.h"
 
@@ -575,6 +576,26 @@ NB_MODULE(_core, m) {
     d["control_bytes_sent"] = read(s.control_bytes_sent);
     return d;
   }, nb::arg("reset") = false);
+  m.def("round_through_wire",
+        [](nb::ndarray<const float, nb::c_contig, nb::device::cpu> in,
+           nb::ndarray<float, nb::c_contig, nb::device::cpu> out, const std::string& wire) {
+          if (in.size() != out.size()) {
+            throw Error(Status::InvalidArgument,
+                        "round_through_wire: input has " + std::to_string(in.size()) +
+                        " elements, output " + std::to_string(out.size()));
+          }
+          auto* round = wire == "fp16" ? round_floats_through_fp16
+                      : wire == "bf16" ? round_floats_through_bf16 : nullptr;
+          if (!round) {
+            throw Error(Status::InvalidArgument,
+                        "round_through_wire: wire must be 'fp16' or 'bf16', not '" + wire + "'");
+          }
+          nb::gil_scoped_release release;
+          round(out.data(), in.data(), in.size());
+        },
+        nb::arg("input"), nb::arg("output"), nb::arg("wire"),
+        "output = float32 input rounded to the 16-bit wire format and back, exactly as the core "
+        "packs it (output may be input). For error feedback.");
   m.def("hierarchical_allreduce_active", [] { return context_ref()->hierarchical_allreduce(); });
   m.def("build_info", [] {
     nb::dict d;

@@ -1,6 +1,7 @@
 #include "collectives.h"
 
 #include <cstring>
+#include <new>
 #include <string>
 #include <thread>
 
@@ -24,27 +25,31 @@ std::vector<int64_t> with_rows(const std::vector<int64_t>& shape, int64_t rows) 
   return out;
 }
 
-// An all-gather's output holds every rank's input, so it is the allocation one rank may fail
-// while its peers succeed. For outputs this large the ranks agree on it before any data
-// moves (one small control AND): if any rank could not allocate, every rank fails the request
-// naming them, and the job goes on. Smaller outputs skip the extra round; a process that
-// cannot find 1 MiB is not going to continue anyway.
+// Note [agreed allocations]
+// An all-gather's or all-to-all's output, and a reduce-scatter's work buffer, are the
+// allocations one rank may fail while its peers succeed. When they are large the ranks agree
+// on them before any data moves (one small control AND): if any rank could not allocate,
+// every rank fails the request naming them, and the job goes on. Whether to agree must be
+// decided the same way on every rank (from sizes every rank knows). Small allocations skip
+// the extra round; a process that cannot find 1 MiB is not going to continue anyway.
 constexpr size_t kAgreedAllocationBytes = size_t(1) << 20;
 
-// An Outcome holding an output of `bytes` on every rank of `t` (the same size everywhere, so
-// every rank takes the same path), or failed with OutOfMemory on every rank, naming the
-// (global) ranks that could not allocate.
-Outcome allocate_output(Transport& t, size_t bytes, const Request& request,
-                        const Membership& members) {
-  Outcome out;
-  if (bytes < kAgreedAllocationBytes) {
-    out.output = OwnedBuffer(bytes);
-    return out;
+// Runs `allocate` (which throws Error or std::bad_alloc when memory runs out). Where `agree`,
+// returns the (global) ranks on which it failed, the same list on every rank; else a failure
+// is thrown on as before.
+template <typename Allocate>
+std::vector<int> allocate_agreed(Transport& t, bool agree, const Membership& members,
+                                 Allocate&& allocate) {
+  if (!agree) {
+    allocate();
+    return {};
   }
   bool ok = true;
   try {
-    out.output = OwnedBuffer(bytes);
+    allocate();
   } catch (const Error&) {
+    ok = false;
+  } catch (const std::bad_alloc&) {
     ok = false;
   }
   // One bit per rank, cleared by a rank whose allocation failed.
@@ -56,15 +61,24 @@ Outcome allocate_output(Transport& t, size_t bytes, const Request& request,
   for (int r = 0; r < t.size(); ++r) {
     if (!((words[r / 64] >> (r % 64)) & 1)) failed.push_back(members.global(r));
   }
-  if (failed.empty()) return out;
+  return failed;
+}
+
+// The request's failure on every rank: `failed` could not allocate `what`.
+Outcome out_of_memory(const std::vector<int>& failed, const std::string& what,
+                      const Request& request, const Membership& members) {
   std::string ranks = failed.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < failed.size(); ++i) ranks += (i ? ", " : "") + std::to_string(failed[i]);
   return Outcome{Status::OutOfMemory,
                  std::string(op_name(request.op)) + " '" + request.name + "': " + ranks +
-                 " could not allocate the " + std::to_string(bytes >> 20) + " MiB output (" +
-                 std::to_string(bytes) + " bytes of " + dtype_name(request.dtype) +
-                 "): out of memory; the request failed on every rank" + members.where() +
-                 " before any data was sent"};
+                 " could not allocate " + what + ": out of memory; the request failed on every "
+                 "rank" + members.where() + " before any data was sent"};
+}
+
+// e.g. sized("the", 100663296, "output", Float64): "the 96 MiB output (100663296 bytes of float64)"
+std::string sized(const std::string& before, size_t bytes, const std::string& noun, DataType dtype) {
+  return before + " " + std::to_string(bytes >> 20) + " MiB" + (noun.empty() ? "" : " " + noun) + " (" +
+         std::to_string(bytes) + " bytes of " + dtype_name(dtype) + ")";
 }
 
 }  // namespace
@@ -89,17 +103,27 @@ Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Mem
     bytes[i] = static_cast<size_t>(r.first_dims[i]) * rb;
     rows += r.first_dims[i];
   }
-  Outcome out = allocate_output(t, static_cast<size_t>(rows) * rb, e.request, members);
-  if (out.status != Status::Success) return out;
+  const size_t total = static_cast<size_t>(rows) * rb;  // the same on every rank
+  Outcome out;
+  std::vector<int> failed = allocate_agreed(t, total >= kAgreedAllocationBytes, members,
+                                            [&] { out.output = OwnedBuffer(total); });
+  if (!failed.empty()) {
+    return out_of_memory(failed, sized("the", total, "output", e.request.dtype),
+                         e.request, members);
+  }
   out.output_shape = with_rows(e.request.shape, rows);
   out.output_dtype = e.request.dtype;
   t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
   return out;
 }
 
-Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e) {
-  (void)r;
+Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
   const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+  // Every rank's input size is in the response, so every rank decides alike whether to agree
+  // on the outputs (each rank's output is at most all the inputs together).
+  int64_t all_rows = 0;
+  for (int64_t n : r.first_dims) all_rows += n;
+  const bool agree = static_cast<size_t>(all_rows) * rb >= kAgreedAllocationBytes;
   std::vector<int64_t> recv_rows = t.alltoall_counts(e.splits);
   std::vector<size_t> send_bytes(t.size()), recv_bytes(t.size());
   int64_t rows = 0;
@@ -108,8 +132,15 @@ Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e) {
     recv_bytes[i] = static_cast<size_t>(recv_rows[i]) * rb;
     rows += recv_rows[i];
   }
+  const size_t total = static_cast<size_t>(rows) * rb;
   Outcome out;
-  out.output = OwnedBuffer(static_cast<size_t>(rows) * rb);
+  std::vector<int> failed = allocate_agreed(t, agree, members,
+                                            [&] { out.output = OwnedBuffer(total); });
+  if (!failed.empty()) {
+    return out_of_memory(failed, "the data it receives (the inputs of all ranks together are" +
+                         sized("", static_cast<size_t>(all_rows) * rb, "", e.request.dtype) + ")",
+                         e.request, members);
+  }
   out.output_shape = with_rows(e.request.shape, rows);
   out.output_dtype = e.request.dtype;
   out.received_splits = recv_rows;
@@ -119,7 +150,7 @@ Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e) {
 
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
-                          size_t piece_bytes) {
+                          size_t piece_bytes, const Membership& members) {
   const DataType dt = e.request.dtype;
   const size_t es = dtype_size(dt);
   const size_t row_elems = row_bytes(e.request.shape, dt) / es;
@@ -132,17 +163,25 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
     segs.count.push_back(static_cast<size_t>(n) * row_elems);
     at += static_cast<size_t>(n) * row_elems;
   }
+  const int me = t.rank();
+  Outcome out;
+  // The input's shape is the same on every rank, so is the decision to agree.
+  std::vector<int> failed = allocate_agreed(
+      t, total * es >= kAgreedAllocationBytes, members, [&] {
+        if (work.size() < total * es) work.resize(total * es);
+        out.output = OwnedBuffer(segs.count[me] * es);
+      });
+  if (!failed.empty()) {
+    return out_of_memory(failed, sized("its", total * es, "work buffer", dt),
+                         e.request, members);
+  }
   PhaseTrace phases(e);
-  if (work.size() < total * es) work.resize(total * es);
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
   phases.end("MEMCPY_IN_WORK_BUFFER");
   const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
   ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
                       scratch, piece_bytes);
   phases.end("RING_REDUCE_SCATTER");
-  const int me = t.rank();
-  Outcome out;
-  out.output = OwnedBuffer(segs.count[me] * es);
   out.output_shape = with_rows(e.request.shape, rows[me]);
   out.output_dtype = dt;
   std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);

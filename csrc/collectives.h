@@ -13,12 +13,13 @@
 namespace hvdlite {
 
 Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e);
-// members names the ranks in its error when some rank cannot allocate the output.
+// members names the ranks in the error when some rank cannot allocate its output (or the
+// reduce-scatter's work buffer): see Note [agreed allocations] in collectives.cc.
 Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members);
-Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e);
+Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Membership& members);
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
-                          size_t piece_bytes);
+                          size_t piece_bytes, const Membership& members);
 
 // Rows of dimension 0 that reducescatter gives each rank (Horovod's split: the first
 // n % size ranks get one extra row).

@@ -292,10 +292,13 @@ void Group::execute(const std::vector<Response>& responses) {
         if (e) complete(e, run_allgather(t, r, *e, members_));
         break;
       case OpType::Alltoall:
-        if (e) complete(e, run_alltoall(t, r, *e));
+        if (e) complete(e, run_alltoall(t, r, *e, members_));
         break;
       case OpType::Reducescatter:
-        if (e) complete(e, run_reducescatter(t, r, *e, work_, scratch_, config_.ring_piece_bytes));
+        if (e) {
+          complete(e, run_reducescatter(t, r, *e, work_, scratch_, config_.ring_piece_bytes,
+                                        members_));
+        }
         break;
       case OpType::Barrier:
         // Negotiation already proved every member reached it.

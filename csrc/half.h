@@ -1,4 +1,5 @@
-// float16 / bfloat16 <-> float32 conversions (round to nearest even), portable scalar code.
+// float16 / bfloat16 <-> float32 conversions (round to nearest even), portable scalar code: the
+// reference for the bulk conversions in half_convert.h.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,9 @@ inline float fp16_to_float(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return bits_to_float(sign | 0x7f800000u | (mant << 13));  // inf / NaN
+  if (exp == 0x1f) {  // inf, or NaN made quiet as F16C does (Note [F16C and the scalar reference])
+    return bits_to_float(sign | 0x7f800000u | (mant ? 0x400000u | (mant << 13) : 0u));
+  }
   if (exp == 0) {
     if (mant == 0) return bits_to_float(sign);
     // Subnormal: value = mant * 2^-24.
@@ -36,7 +39,9 @@ inline uint16_t float_to_fp16(float f) {
   uint32_t u = float_to_bits(f);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) {  // NaN: quiet, the payload's top bits kept, as F16C does
+    return static_cast<uint16_t>(sign | 0x7e00u | ((abs & 0x7fffffu) >> 13));
+  }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (abs < 0x38800000u) {
     // Result is subnormal or zero: scale into the subnormal grid and round to nearest even.

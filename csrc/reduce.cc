@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "half.h"
+#include "half_convert.h"
 
 namespace hvdlite {
 namespace {
@@ -30,18 +31,45 @@ void reduce_bool(uint8_t* d, const uint8_t* s, size_t n, ReduceOp op) {
   }
 }
 
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void reduce_half(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
-  for (size_t i = 0; i < n; ++i) {
-    float a = ToFloat(d[i]), b = ToFloat(s[i]), r;
-    switch (op) {
-      case ReduceOp::Min: r = std::min(a, b); break;
-      case ReduceOp::Max: r = std::max(a, b); break;
-      case ReduceOp::Product: r = a * b; break;
-      default: r = a + b; break;
-    }
-    d[i] = FromFloat(r);
+// A 16-bit float format's bulk conversions (half_convert.h).
+struct HalfFormat {
+  void (*to_floats)(float*, const uint16_t*, size_t);
+  void (*from_floats)(uint16_t*, const float*, size_t, float);
+};
+constexpr HalfFormat kFp16{fp16_to_floats, floats_to_fp16};
+constexpr HalfFormat kBf16{bf16_to_floats, floats_to_bf16};
+constexpr size_t kHalfBlock = 1024;  // elements converted at a time, on the stack
+
+// float16/bfloat16 reduce in float32, a block at a time: unpack both, combine, pack.
+void reduce_half(const HalfFormat& fmt, uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
+  float a[kHalfBlock], b[kHalfBlock];
+  for (size_t at = 0; at < n; at += kHalfBlock) {
+    const size_t c = std::min(kHalfBlock, n - at);
+    fmt.to_floats(a, d + at, c);
+    fmt.to_floats(b, s + at, c);
+    reduce_typed(a, b, c, op);
+    fmt.from_floats(d + at, a, c, 1.0f);
   }
+}
+
+// x = float(double(x) * f): the generic path's rounding (load as double, scale, store float).
+void scale_floats_in_double(float* x, size_t n, double f) {
+  if (f == 1.0) return;
+  for (size_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<double>(x[i]) * f);
+}
+
+void scale_half(const HalfFormat& fmt, uint16_t* d, const uint16_t* s, size_t n, double f) {
+  float a[kHalfBlock];
+  for (size_t at = 0; at < n; at += kHalfBlock) {
+    const size_t c = std::min(kHalfBlock, n - at);
+    fmt.to_floats(a, s + at, c);
+    scale_floats_in_double(a, c, f);
+    fmt.from_floats(d + at, a, c, 1.0f);
+  }
+}
+
+const HalfFormat* half_format(DataType t) {
+  return t == DataType::Float16 ? &kFp16 : t == DataType::BFloat16 ? &kBf16 : nullptr;
 }
 
 template <typename T>
@@ -88,10 +116,8 @@ void reduce_into(void* dst, const void* src, size_t n, DataType dtype, ReduceOp 
     case DataType::Float32: reduce_typed(static_cast<float*>(dst), static_cast<const float*>(src), n, op); break;
     case DataType::Float64: reduce_typed(static_cast<double*>(dst), static_cast<const double*>(src), n, op); break;
     case DataType::Float16:
-      reduce_half<fp16_to_float, float_to_fp16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
-      break;
     case DataType::BFloat16:
-      reduce_half<bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
+      reduce_half(*half_format(dtype), static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
       break;
     case DataType::Bool: reduce_bool(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), n, op); break;
   }
@@ -117,7 +143,7 @@ void copy_scaled(void* dst, const void* src, size_t n, DataType dtype, double f)
     case DataType::Float64: scale_typed(static_cast<double*>(dst), static_cast<const double*>(src), n, f); break;
     case DataType::Float16:
     case DataType::BFloat16:
-      for (size_t i = 0; i < n; ++i) store(dst, dtype, i, load(src, dtype, i) * f);
+      scale_half(*half_format(dtype), static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, f);
       break;
     case DataType::Bool: break;
   }
@@ -125,13 +151,16 @@ void copy_scaled(void* dst, const void* src, size_t n, DataType dtype, double f)
 
 void convert_scaled(void* dst, DataType dst_dtype, const void* src, DataType src_dtype, size_t n,
                     double f) {
-  if (src_dtype == DataType::Float32 && (dst_dtype == DataType::Float16 || dst_dtype == DataType::BFloat16)) {
-    // The hot case (float32 gradients compressed for the wire) without the generic dispatch.
-    const float* s = static_cast<const float*>(src);
-    uint16_t* d = static_cast<uint16_t*>(dst);
-    const float ff = static_cast<float>(f);
-    if (dst_dtype == DataType::Float16) for (size_t i = 0; i < n; ++i) d[i] = float_to_fp16(s[i] * ff);
-    else for (size_t i = 0; i < n; ++i) d[i] = float_to_bf16(s[i] * ff);
+  // The hot cases (float32 gradients packed for the wire, and unpacked) in bulk.
+  if (src_dtype == DataType::Float32 && half_format(dst_dtype)) {
+    half_format(dst_dtype)->from_floats(static_cast<uint16_t*>(dst), static_cast<const float*>(src), n,
+                                        static_cast<float>(f));  // scaled in float32, then rounded
+    return;
+  }
+  if (dst_dtype == DataType::Float32 && half_format(src_dtype)) {
+    float* d = static_cast<float*>(dst);
+    half_format(src_dtype)->to_floats(d, static_cast<const uint16_t*>(src), n);
+    scale_floats_in_double(d, n, f);
     return;
   }
   for (size_t i = 0; i < n; ++i) store(dst, dst_dtype, i, load(src, src_dtype, i) * f);

@@ -10,6 +10,7 @@ set(HVDLITE_CORE_SOURCES
   exchange_allreduce.cc
   fusion.cc
   group.cc
+  half_convert.cc
   handle.cc
   hierarchical.cc
   late_ranks.cc

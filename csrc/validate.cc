@@ -106,7 +106,7 @@ Response validate(const std::vector<const Request*>& reqs, const Membership& mem
       case OpType::Alltoall:
         err = check_same("ranks (number of dimensions)", [](const Request& r) { return std::to_string(r.shape.size()); });
         if (err.empty()) err = check_same("shapes beyond dimension 0", [](const Request& r) { return shape_string(trailing(r.shape)); });
-        if (err.empty() && first.op == OpType::Allgather) {
+        if (err.empty()) {  // all-gather: the output's layout; all-to-all: Note [agreed allocations]
           resp.first_dims.assign(size, 0);
           for (const Request* r : reqs) resp.first_dims[r->rank] = r->shape.empty() ? 1 : r->shape[0];
         }

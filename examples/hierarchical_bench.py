@@ -10,6 +10,7 @@ On this one machine, as root, with two hosts made of network namespaces joined b
 shaped by tbf (tests/multihost/hosts.py builds them)::
 
     python examples/hierarchical_bench.py --two-hosts --rate 10gbit
+    python examples/hierarchical_bench.py --two-hosts --rate '' --delay-ms 1 --sizes 4K 64K
 
 Each of --rounds rounds has four phases, their order reversed from one round to the next so
 that load from elsewhere hits all alike: raw MPI (mpi4py's in-place Allreduce, timed while
@@ -177,17 +178,23 @@ def two_hosts(args, passthrough):
     if reason:
         raise SystemExit(reason)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    with make_hosts(rate=args.rate or None) as cluster:
+    with make_hosts(rate=args.rate or None, delay_ms=args.delay_ms or None) as cluster:
         hostlist = ",".join(f"{n}:{args.per_host}" for n in cluster.names)
+        device = cluster.link_devices(cluster.names[0])[0]
         argv = [sys.executable, "-m", "hvdlite.runner", "--no-prefix",
                 "-np", str(args.per_host * len(cluster.names)), "-H", hostlist,
-                sys.executable, os.path.abspath(__file__), "--device", "veth0", *passthrough]
+                sys.executable, os.path.abspath(__file__), "--device", device, *passthrough]
         proc = cluster.run(cluster.names[0], argv, timeout=args.timeout, env=env, cwd=REPO)
         sys.stdout.write(proc.stdout)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-5000:])
             raise SystemExit(proc.returncode)
-        print(f"(two namespace hosts, link {args.rate or 'unshaped'}, {args.per_host} ranks each)")
+        link = args.rate or "unshaped"
+        if args.delay_ms:
+            how = ("a user-space delay line, no netem here" if cluster.delay_line_ms is not None
+                   else "netem")
+            link += f", {args.delay_ms} ms one-way delay ({how})"
+        print(f"(two namespace hosts, link {link}, {args.per_host} ranks each)")
 
 
 def main(argv=None):
@@ -202,6 +209,9 @@ def main(argv=None):
     parser.add_argument("--two-hosts", action="store_true",
                         help="build two namespace hosts on this machine (root) and run across them")
     parser.add_argument("--rate", default="10gbit", help="--two-hosts: tbf rate of the link ('' for none)")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="--two-hosts: one-way link delay (netem, or a user-space delay line "
+                             "where the kernel has no netem: for small sizes only)")
     parser.add_argument("--per-host", type=int, default=2, help="--two-hosts: ranks per host")
     parser.add_argument("--timeout", type=int, default=900, help="--two-hosts: hard limit, seconds")
     args = parser.parse_args(argv)

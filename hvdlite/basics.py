@@ -5,6 +5,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 import threading
 
 from . import _core, _policy, config, work, process_sets as _process_sets
@@ -76,6 +77,21 @@ def _at_exit():
     _core.finalize()
 
 
+def _show_exception(previous, exc_type, exc, tb):
+    """The unhandled exception as ``previous`` shows it, in one write where that is Python's
+    own hook: its C printer writes each source line's indentation apart from the line, and
+    under Open MPI 4's tagged output each write can become a line of its own, which breaks
+    hvdlite-run's matching of the ranks' identical tracebacks."""
+    if previous is not sys.__excepthook__:
+        previous(exc_type, exc, tb)
+        return
+    try:
+        sys.stderr.write("".join(traceback.format_exception(exc_type, exc, tb)))
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - a broken stderr: let Python's hook try
+        previous(exc_type, exc, tb)
+
+
 def _install_excepthook(abort_on_error):
     """An unhandled exception on one rank ends the whole job at once.
 
@@ -91,7 +107,7 @@ def _install_excepthook(abort_on_error):
         return
 
     def hook(exc_type, exc, tb):
-        previous(exc_type, exc, tb)
+        _show_exception(previous, exc_type, exc, tb)
         if exc_type is not KeyboardInterrupt and _core.is_initialized() and _core.size() > 1:
             sys.stderr.flush()
             sys.stdout.flush()
@@ -112,7 +128,7 @@ def _leave_elastic_job_hook(previous):
     before MPI_Finalize, while a killed rank is reported to the survivors as a lost process.
     """
     def hook(exc_type, exc, tb):
-        previous(exc_type, exc, tb)
+        _show_exception(previous, exc_type, exc, tb)
         if exc_type is not KeyboardInterrupt and _core.is_initialized() and _core.size() > 1:
             print(f"hvdlite: rank {_core.rank()} leaves the elastic job after an unhandled "
                   f"{exc_type.__name__}", file=sys.stderr, flush=True)

@@ -92,6 +92,10 @@ class GradientReducer:
 
 def _round_to(values, wire):
     """``values`` rounded as the core rounds them for ``wire`` (round to nearest even)."""
+    if values.dtype == np.float32 and values.flags.c_contiguous:
+        out = np.empty_like(values)
+        _ops._core.round_through_wire(values, out, wire)   # the core's own conversion, in bulk
+        return out
     if wire == "fp16":
         return values.astype(np.float32).astype(np.float16).astype(values.dtype)
     bits = values.astype(np.float32).view(np.uint32).astype(np.uint64)
@@ -112,8 +116,12 @@ class CastReducer(GradientReducer):
         for g, n in zip(grads, names):
             m = self._with_error(g, n)
             # The core scales by prescale, then rounds: the error is what that rounding drops.
-            sent = _round_to(m * prescale, self.wire) / prescale
-            self.errors[n] = m - sent
+            if prescale == 1.0:
+                sent = _round_to(m, self.wire)
+            else:
+                sent = _round_to(m * prescale, self.wire) / prescale
+            np.subtract(m, sent, out=sent)
+            self.errors[n] = sent
             g[...] = m
         _ops.wait_all(_ops.grouped_allreduce_async(
             grads, None, [f"ef.{self.wire}.{n}" for n in names], op, prescale, postscale,

@@ -41,6 +41,7 @@ def test_adapters_apply_the_integer_argument_rule():
     assert out.count("ALL OK") == 2, out
 
 
-def test_allgather_output_one_rank_cannot_allocate_fails_everywhere_and_the_job_goes_on():
-    out = run_mpi(2, "workers/core_allgather_oom.py", timeout=180).stdout
+def test_allocation_one_rank_cannot_make_fails_everywhere_and_the_job_goes_on():
+    """all-gather output, all-to-all received data, reduce-scatter work buffer."""
+    out = run_mpi(2, "workers/core_allocation_oom.py", timeout=180).stdout
     assert out.count("ALL OK") == 2, out

@@ -589,8 +589,19 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
         return rc or 1
     if lingered and not received:
         # Every rank had ended: the job's result is the survivors' (the lost were reported).
-        survivors_failed = [r for r, x in ended.items() if x.code and r not in membership.lost]
+        survivors_failed = [r for r, x in ended.items()
+                            if (x.code or x.signal) and r not in membership.lost]
         return 1 if survivors_failed else 0
+    if membership is not None and rc == 0 and not received:
+        # The MPI runtime can end an elastic job and still exit 0 (Open MPI 5's, after losing
+        # a whole host's daemon): a rank that never reported its end did not finish.
+        unreported = sorted(set(range(router.size)) - set(ended))
+        if unreported:
+            announce(f"error: {cmd[0]} exited with status 0, but rank"
+                     f"{'s' if len(unreported) > 1 else ''} "
+                     f"{', '.join(map(str, unreported))} never reported an end: the MPI "
+                     f"runtime ended the job (see its message above)")
+            return 1
     if received:
         # Interrupted by the user (or a scheduler): report that, and a rank's error only if
         # one came before the signal.

@@ -39,9 +39,11 @@ Usage (as root; the context manager cleans everything up, also after a failure):
 The environment is passed through unchanged (so the venv's PATH works on the first host); on
 the other hosts, mpirun's own forwarding applies, as on a real cluster.
 
-Link delay (``delay_ms``) needs the kernel's netem qdisc; where the kernel lacks it,
-:func:`two_hosts` raises :class:`ShapingUnavailable` naming what is missing, instead of
-silently not delaying. The CI machine this was written on cannot have it: its kernel
+Link delay (``delay_ms``) uses the kernel's netem qdisc where it has one. Where it does not,
+two hosts get a delay line instead of the veth pair (``delay_line.py``: a TAP device ``dl0``
+in each host and a process forwarding frames between them after the delay; fine for
+latency-bound traffic, slow for bulk data); :meth:`Cluster.shape` cannot change that delay
+later and raises :class:`ShapingUnavailable`. The CI machine this was written on has no netem: its kernel
 (6.18.44-fc-v445) is built with ``# CONFIG_NET_SCH_NETEM is not set`` and without loadable
 modules (``# CONFIG_MODULES is not set``; no ``/lib/modules``, no modprobe), and
 ``tc qdisc add dev veth0 root netem delay 1ms`` answers ``Error: Specified qdisc kind is
@@ -52,10 +54,16 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from typing import Dict, Iterator, List, Optional, Sequence
+
+try:
+    from . import delay_line
+except ImportError:   # imported as a top-level module (tests/multihost on sys.path)
+    import delay_line
 
 ALT_SSH_PORT = 2222
 _SUBNET_BASE = "10.231"        # 10.231.N.0/24, N chosen per cluster; namespaced, never routed
@@ -108,10 +116,19 @@ def _pick_subnet() -> int:
     return (os.getpid() % 200) + 20
 
 
+def netem_available() -> bool:
+    """Whether this kernel has the netem qdisc (tried on the loopback of a scratch namespace)."""
+    probe = subprocess.run(["unshare", "--net", "tc", "qdisc", "add", "dev", "lo", "root",
+                            "netem", "delay", "1ms"], capture_output=True, text=True, timeout=30)
+    return probe.returncode == 0
+
+
 class Cluster:
     """Handles of a running set of hosts; see the module docstring."""
 
     def __init__(self, names: List[str], addresses: List[str], pids: List[int], workdir: str):
+        #: The fixed one-way delay of a delay line (delay_line.py), or None (veth links).
+        self.delay_line_ms: Optional[float] = None
         self.names = names
         self.addresses = addresses
         self.pids = dict(zip(names, pids))
@@ -142,8 +159,12 @@ class Cluster:
               burst: str = "4mb") -> None:
         """Shape both directions of every link: tbf ``rate`` (e.g. '10gbit') and/or netem
         ``delay_ms``; with neither, remove the shaping."""
+        if delay_ms and self.delay_line_ms is not None:
+            raise ShapingUnavailable(
+                f"this cluster's link is a delay line of {self.delay_line_ms} ms (no netem in "
+                f"this kernel); its delay is set when the hosts are made")
         for host in self.names:
-            for dev in self._devices(host):
+            for dev in self.link_devices(host):
                 self.run(host, ["tc", "qdisc", "del", "dev", dev, "root"], timeout=30)
                 parent = ["root"]
                 if delay_ms:
@@ -162,7 +183,10 @@ class Cluster:
                         raise ShapingUnavailable(f"cannot limit the link to {rate} with tbf: "
                                                  f"{proc.stderr.strip()}")
 
-    def _devices(self, host: str) -> List[str]:
+    def link_devices(self, host: str) -> List[str]:
+        """The devices of host that lead to the other hosts."""
+        if self.delay_line_ms is not None:
+            return [delay_line.DEVICE]
         out = self.run(host, ["ip", "-o", "link", "show", "type", "veth"], timeout=30,
                        check=True).stdout
         return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line]
@@ -227,6 +251,8 @@ def many_hosts(count: int, rate: Optional[str] = None,
     addresses = [f"{_SUBNET_BASE}.{subnet}.{i + 1}" for i in range(count)]
     workdir = tempfile.mkdtemp(prefix="hvdlite-hosts-")
     holders: List[subprocess.Popen] = []
+    forwarder: Optional[subprocess.Popen] = None
+    use_delay_line = bool(delay_ms) and count == 2 and not netem_available()
     try:
         _prepare_files(workdir, names, addresses)
         for _ in names:
@@ -248,7 +274,19 @@ def many_hosts(count: int, rate: Optional[str] = None,
         cluster = Cluster(names, addresses, [h.pid for h in holders], workdir)
         first = names[0]
         # veth pairs created inside the first host: the root namespace never sees them.
-        if count == 2:
+        if use_delay_line:
+            for name in names:
+                cluster.run(name, ["ip", "tuntap", "add", "dev", delay_line.DEVICE, "mode",
+                                   "tap"], check=True)
+            forwarder = subprocess.Popen(
+                [sys.executable, delay_line.__file__, str(cluster.pids[names[0]]),
+                 str(cluster.pids[names[1]]), str(delay_ms)],
+                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+            if forwarder.stdout.readline().strip() != "ready":
+                raise RuntimeError("the delay line did not start")
+            cluster.delay_line_ms = float(delay_ms)
+            first_device = delay_line.DEVICE
+        elif count == 2:
             cluster.run(first, ["ip", "link", "add", "veth0", "type", "veth", "peer", "name",
                                 "veth0", "netns", str(cluster.pids[names[1]])], check=True)
             first_device = "veth0"
@@ -261,7 +299,7 @@ def many_hosts(count: int, rate: Optional[str] = None,
                            f"ip link set veth{i} master br0", f"ip link set veth{i} up"]
             cluster.run(first, ["sh", "-c", " && ".join(switch)], check=True)
         for name, address in zip(names, addresses):
-            device = first_device if name == first else "veth0"
+            device = first_device if name == first or use_delay_line else "veth0"
             # Nothing shared in memory between hosts: a /dev/shm of its own, and a boot id
             # of its own (UCX, under MPICH, takes one boot id for one machine and would use
             # shared memory and cross-memory attach between the hosts instead of TCP). UCX
@@ -278,10 +316,13 @@ def many_hosts(count: int, rate: Optional[str] = None,
                                    for p in (22, ALT_SSH_PORT)))
             cluster.run(name, ["sh", "-c", setup], check=True, timeout=60)
         _wait_for_ssh(cluster)
-        if rate or delay_ms:
-            cluster.shape(rate=rate, delay_ms=delay_ms)
+        if rate or (delay_ms and not use_delay_line):
+            cluster.shape(rate=rate, delay_ms=None if use_delay_line else delay_ms)
         yield cluster
     finally:
+        if forwarder is not None:
+            forwarder.kill()
+            forwarder.wait()
         for h in holders:
             _kill_namespace(h.pid)
             h.kill()

@@ -7,15 +7,19 @@ The whole module skips, with the reason, where namespaces cannot be made (not ro
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
+
+from hvdlite import _core
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
 sys.path.insert(0, HERE)
 from hosts import namespaces_unavailable_reason, two_hosts  # noqa: E402
+import hosts as hosts_module  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 WORKER = os.path.join(TESTS, "workers", "multihost_topology.py")
@@ -132,6 +136,27 @@ def test_ssh_failure_is_one_line(cluster):
     assert "Connection refused" in errors[0], show(proc)
 
 
+@pytest.mark.skipif(not _core.build_info()["fault_tolerant"], reason="needs ULFM (Open MPI 5)")
+def test_elastic_job_that_loses_a_whole_host_fails_clearly(cluster):
+    """Elastic training (3 ranks, --min-np 2) whose host b goes away at step 13: its daemon,
+    ssh session and rank are killed. Open MPI 5's runtime as the wheel builds it (PRRTE
+    without its fault-tolerance detector) cannot survive a lost daemon and ends the job, yet
+    exits with status 0. hvdlite-run must report the failure (no false success, no hang)."""
+    pytest.importorskip("torch.nn")
+    a, b = cluster.names
+    worker = os.path.join(TESTS, "workers", "elastic_torch_train.py")
+    env = job_env()
+    env["PYTHONPATH"] = TESTS + os.pathsep + env["PYTHONPATH"]
+    proc = hvdlite_run(cluster, "-np", 3, "-H", f"{a}:2,{b}:1", "--min-np", 2, sys.executable,
+                       worker, "host", 2, 13, os.path.join(cluster.workdir, "host-lost.npz"),
+                       env=env)
+    assert proc.returncode == 1, show(proc)
+    assert "never reported an end: the MPI runtime ended the job" in proc.stderr, show(proc)
+    assert "lost communication with a remote daemon" in proc.stderr, show(proc)
+    assert "finished as rank" not in proc.stdout, show(proc)
+    assert cluster.run(b, ["true"]).returncode == 0   # the host's sshd is still there
+
+
 def _accuracy(pattern, text):
     found = re.findall(pattern, text)
     assert len(found) == 1, text[-5000:]
@@ -153,3 +178,42 @@ def test_examples_train_as_on_one_host(cluster, example, pattern):
     assert two.returncode == 0, show(two)
     # Same ranks, same data shards, same reduction order: the same model, to the digit.
     assert _accuracy(pattern, two.stdout) == _accuracy(pattern, one.stdout), (one.stdout, two.stdout)
+
+
+ECHO = """
+import socket
+server = socket.create_server(("", 5599))
+print("listening", flush=True)
+conn, _ = server.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+while (data := conn.recv(64)):
+    conn.sendall(data)
+"""
+
+
+def test_link_delay_without_netem_is_a_delay_line():
+    """Where the kernel has no netem, two_hosts(delay_ms=) joins the hosts by a user-space
+    delay line (delay_line.py): TCP round trips over it take at least twice the delay."""
+    if hosts_module.netem_available():
+        pytest.skip("this kernel has netem: two_hosts(delay_ms=) uses it instead")
+    delay_ms = 5
+    with two_hosts(delay_ms=delay_ms) as c:
+        a, b = c.names
+        assert c.delay_line_ms == delay_ms and c.link_devices(a) == ["dl0"]
+        server = subprocess.Popen(c.command(b, [sys.executable, "-c", ECHO]),
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == "listening"
+            client = (f"import socket, time\ns = socket.create_connection(('{b}', 5599))\n"
+                      "s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)\nrtts = []\n"
+                      "for i in range(10):\n    t = time.perf_counter(); s.sendall(b'x')\n"
+                      "    assert s.recv(64) == b'x'\n"
+                      "    rtts.append((time.perf_counter() - t) * 1000)\nprint(min(rtts))")
+            proc = c.run(a, [sys.executable, "-c", client], timeout=60)
+            assert proc.returncode == 0, show(proc)
+            rtt = float(proc.stdout)
+            assert rtt >= 2 * delay_ms, rtt
+            print(f"round trip over a {delay_ms} ms delay line: {rtt:.1f} ms at best")
+        finally:
+            server.kill()
+            server.wait()

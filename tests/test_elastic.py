@@ -80,6 +80,30 @@ def test_torch_survives_a_lost_rank(tmp_path, mode, how):
 
 
 @needs_ulfm
+@pytest.mark.parametrize("mode", ["kill", "remove"])
+def test_torch_sharded_state_is_resharded(tmp_path, mode):
+    """shard_optimizer_state=True: the shards are re-cut for 2 ranks from the last commit's
+    consolidated state (the killed rank's own shard is gone) and training goes on as the
+    replay of the unsharded optimizer says."""
+    out = str(tmp_path / "final.npz")
+    env = {"ELASTIC_SHARDED": "1"}
+    if mode == "kill":
+        proc = run_launcher("-np", 3, "--min-np", 2, "python", WORKER, "kill", 1, 13, out,
+                            env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "rank 2 finished as rank 1 of 2" in proc.stdout, proc.stdout + proc.stderr
+        seconds = check_against_reference(out)
+    else:
+        script = discovery_script(tmp_path, out, ["localhost:2", "127.0.0.1:1"])
+        proc = run_launcher("-np", 3, "--min-np", 2, "--host-discovery-script", script,
+                            "python", WORKER, "remove", 0, 8, out, "localhost:2", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "rank 2 left (its host was removed)" in proc.stderr, proc.stderr
+        seconds = check_host_change(out, 3, 2)
+    print(f"sharded {mode}: event to first step at 2 ranks: {seconds:.3f} s")
+
+
+@needs_ulfm
 def test_core_rebuild_keeps_process_sets():
     proc = run_launcher("-np", 3, "--min-np", 2, "python",
                         os.path.join(HERE, "workers", "elastic_core.py"))
@@ -300,4 +324,42 @@ def test_keras_fit_takes_in_a_rank_the_discovery_script_adds(tmp_path):
     assert float(result["diff"]) <= TOLERANCE
     assert float(result["diff_unchanged"]) > 1e-6
     print(f"keras add: host change to first step at 3 ranks: "
+          f"{float(result['recovery_seconds']):.3f} s")
+
+
+@needs_ulfm
+@pytest.mark.timeout(2 * HARD_TIMEOUT)
+@pytest.mark.parametrize("mode", ["raise", "remove", "add"])
+def test_keras_fit_with_sharded_state_follows_the_membership(tmp_path, mode):
+    """model.fit with KerasState and shard_optimizer_state=True: a rank raises (3 -> 2), a
+    host is removed (3 -> 2) or added (2 -> 3); the shards are re-cut for the new size from
+    the last commit, and the weights equal the replay of the unsharded optimizer."""
+    out = str(tmp_path / "final.npz")
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2", "ELASTIC_SHARDED": "1"}
+    if mode == "raise":
+        args = ["-np", 3, "--min-np", 2, "python", KERAS_WORKER, "raise", 1, 13, out]
+        # Raised before step 13; the last commit (every 2 batches) was step 12.
+        after, resumed = 2, 12
+    elif mode == "remove":
+        script = discovery_script(tmp_path, out, ["localhost:2", "127.0.0.1:1"])
+        args = ["-np", 3, "--min-np", 2, "--host-discovery-script", script, "python",
+                KERAS_WORKER, "remove", 0, 8, out, "localhost:2"]
+        after, resumed = 2, 10     # hosts changed before step 8; the next commit: step 10
+    else:
+        script = discovery_script(tmp_path, out, ["localhost:2"])
+        args = ["-np", 2, "--min-np", 2, "--max-np", 3, "--host-discovery-script", script,
+                "python", KERAS_WORKER, "add", 0, 8, out, "localhost:3"]
+        after, resumed = 3, 10
+    proc = run_launcher(*args, env=env, timeout=2 * HARD_TIMEOUT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    event = {"raise": "rank 1 lost (exited with code 1); continuing with 2 ranks",
+             "remove": "rank 2 left (its host was removed); continuing with 2 ranks",
+             "add": "rank 2 joined; continuing with 3 ranks"}[mode]
+    assert f"hvdlite-run: {event}" in proc.stderr, proc.stderr
+    result = np.load(out)
+    assert result["resets"].tolist() == [[resumed, after]], result["resets"]
+    assert int(result["final_size"]) == after
+    assert float(result["diff"]) <= TOLERANCE
+    assert float(result["diff_unchanged"]) > 1e-6
+    print(f"keras sharded {mode}: event to first step at {after} ranks: "
           f"{float(result['recovery_seconds']):.3f} s")

@@ -17,6 +17,8 @@ in checkpoints); every N-th call all-reduces the sums (divided by N with
 
 import warnings
 
+import numpy as np
+
 import keras
 from keras import ops
 
@@ -136,6 +138,7 @@ class _DistributedOptimizer:
             # The wrapped optimizer's slots are built for this rank's shards only; the
             # model's variables stay _trainable_variables (Keras' JAX trainer maps them).
             super().build(settings.sharded.shard_variables(self, variables))
+            settings.sharded.note_slots(self, variables)
             # (object.__setattr__: Keras' tracker would add them to the optimizer's variables)
             object.__setattr__(self, "_trainable_variables", variables[:])
         self._hvd_index = {self._var_key(v): i for i, v in enumerate(variables)}
@@ -153,6 +156,66 @@ class _DistributedOptimizer:
                 for v in variables]
             self._hvd_passes = self.add_variable((), initializer="zeros", dtype="int32",
                                                  name="hvdlite_backward_passes")
+
+    # -- sharded state (shard_optimizer_state=True) ---------------------------------------
+
+    def _hvd_built_sharded(self, what):
+        sharded = self._hvd_settings().sharded
+        if sharded is None or not sharded.built:
+            raise HvdliteInvalidArgumentError(
+                f"{what}: this optimizer has no sharded state "
+                + ("(it is not built yet: it builds at its first step)" if sharded is not None
+                   else "(shard_optimizer_state=False)"))
+        return sharded
+
+    def consolidate_variables(self, to=0):
+        """The sharded state gathered whole, for a checkpoint that loads at any size.
+
+        A collective: every rank calls it (eagerly). Returns, on rank ``to`` (every rank
+        when ``to`` is None; None elsewhere), the values the wrapped optimizer's
+        ``variables`` would hold without sharding, in their order: a plain optimizer built
+        on the model assigns them one by one, and ``load_consolidated_variables`` of a
+        sharded one cuts them for its size. (torch: ``consolidate_state_dict``.)
+        """
+        return self._hvd_built_sharded("consolidate_variables").consolidate(self, to)
+
+    def load_consolidated_variables(self, values):
+        """Load a ``consolidate_variables`` result (taken at any size) into this rank's
+        shards (build the optimizer first: ``optimizer.build(model.trainable_variables)``).
+        Local: no collective."""
+        return self._hvd_built_sharded("load_consolidated_variables").load_consolidated(
+            self, values)
+
+    def reshard(self, values):
+        """Re-cut the shards for the job's current size (elastic training changed it) and
+        load ``values`` (a ``consolidate_variables`` result; None: the initial, zero slots)
+        into them. Local. A model compiled with this optimizer must trace its train function
+        again (``model.train_function = None``; ``KerasState`` does it)."""
+        sharded = self._hvd_built_sharded("reshard")
+        if sharded.process_set is not None:
+            raise HvdliteInvalidArgumentError(
+                f"{sharded.what}: shard_optimizer_state=True over process set "
+                f"{sharded.process_set.process_set_id} cannot be resharded after the job "
+                f"changed size: process sets are not resized; shard over the global set for "
+                f"elastic training")
+        variables = list(self._trainable_variables)
+        # Accumulated gradients (backward_passes_per_step) do not depend on the size: kept.
+        kept = [np.array(keras.ops.convert_to_numpy(a.value)) for a in self._hvd_accumulated()]
+        for v in self.variables[sharded.prebuilt:]:
+            self._tracker.untrack(v)
+        self._hvd_accumulators = self._hvd_passes = None
+        self._trainable_variables_indices = {}
+        self.built = False
+        with keras.name_scope(self.name, caller=self):
+            self.build(variables)       # new shards, owner and slots for this size
+        self.built = True
+        for a, value in zip(self._hvd_accumulated(), kept):
+            a.assign(value)
+        sharded.load_consolidated(self, values)
+
+    def _hvd_accumulated(self):
+        return list(self._hvd_accumulators or []) + (
+            [self._hvd_passes] if self._hvd_passes is not None else [])
 
     def apply(self, grads, trainable_variables=None):
         grads = list(grads)

@@ -21,7 +21,12 @@ look at a whole variable (``clipnorm``, ``exclude_from_weight_decay``) or at all
 
 Checkpoints: the shards and their slots are optimizer variables, saved with the optimizer.
 They are this rank's: a checkpoint loads back on the rank and size that saved it (each rank
-saves its own file); elsewhere ``hvd.load_model`` raises.
+saves its own file); elsewhere ``hvd.load_model`` raises. For a checkpoint that loads
+anywhere, ``optimizer.consolidate_variables(to=0)`` gathers the values the unsharded
+optimizer's ``variables`` would hold (in their order: a plain optimizer built on the model
+assigns them one by one), and ``load_consolidated_variables`` of a sharded optimizer cuts
+them into its shards at any size. Elastic training re-cuts the shards the same way when the
+job's size changes (``reshard``).
 """
 
 import numpy as np
@@ -52,6 +57,20 @@ class _Bucket:
         self.padded = self.shard_numel * size
         self.begin = rank * self.shard_numel
         self.end = self.begin + self.shard_numel
+
+
+def _wrapped_class(optimizer):
+    """The Keras optimizer class a DistributedOptimizer wraps (after the mixin in its MRO)."""
+    mro = type(optimizer).__mro__
+    return mro[next(i for i, c in enumerate(mro) if "_hvd_settings" in vars(c)) + 1]
+
+
+def _reference_prefix(variable):
+    """The start of the names Keras gives the slots it makes for ``variable``
+    (``add_variable_from_reference``)."""
+    if hasattr(variable, "path"):
+        return variable.path.replace("/", "_")
+    return str(variable.name).replace("/", "_").replace(":", "_")
 
 
 def check_supported(optimizer, op, what):
@@ -106,6 +125,9 @@ class ShardedState:
             by_dtype.setdefault(dtype, []).append(i)
         self.buckets = [_Bucket(d, idx, variables, size, rank)
                         for d, idx in sorted(by_dtype.items())]
+        # The wrapped optimizer's own variables made before build (iterations, learning
+        # rate): everything after them is cut for this size.
+        self.prebuilt = len(optimizer.variables)
         self.shards = [optimizer.add_variable((b.shard_numel,), initializer="zeros",
                                               dtype=b.dtype, name=f"hvdlite_shard_{b.dtype}")
                        for b in self.buckets]
@@ -113,7 +135,140 @@ class ShardedState:
         self.owner = optimizer.add_variable((2,), initializer=lambda shape, dtype: owner,
                                             dtype="int32", name="hvdlite_shard_owner")
         self.built = True
+        self.first_slot = len(optimizer.variables)
         return self.shards
+
+    def note_slots(self, optimizer, variables):
+        """After the wrapped optimizer built its slots on the shards: name each slot by its
+        bucket and its suffix (Keras names a slot "<reference path>_<suffix>")."""
+        self.model_variables = list(variables)
+        self.slots = {}     # (bucket index, suffix) -> slot variable
+        prefixes = [(k, _reference_prefix(s)) for k, s in enumerate(self.shards)]
+        for v in optimizer.variables[self.first_slot:]:
+            found = [(k, v.name[len(p) + 1:]) for k, p in prefixes
+                     if v.name.startswith(p + "_")]
+            if len(found) != 1 or tuple(v.shape) != (self.buckets[found[0][0]].shard_numel,):
+                raise HvdliteInvalidArgumentError(
+                    f"{self.what}: shard_optimizer_state=True: the wrapped "
+                    f"{type(optimizer).__name__} made variable {v.name!r} of shape "
+                    f"{tuple(v.shape)}, which is not a per-element slot of a shard; this "
+                    f"optimizer cannot be sharded")
+            self.slots[found[0]] = v
+        self.slot_end = len(optimizer.variables)
+        self.layout = None
+
+    def needs_reshard(self):
+        """Whether the shards were cut for another rank or size (elastic training resized
+        the job)."""
+        size = policy.set_size(self.process_set)
+        rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
+        return self.built and (rank, size) != self.rank_size
+
+    # -- the unsharded optimizer's variables ----------------------------------------------
+
+    def _unsharded_layout(self, optimizer):
+        """Where each variable of the unsharded optimizer (the wrapped class built on the
+        model's variables, in its order) lives here: ("own", index in optimizer.variables) or
+        ("slot", model variable index, suffix). Found once, from a plain optimizer built
+        on the model's variables (then dropped)."""
+        if self.layout is not None:
+            return self.layout
+        plain_class = _wrapped_class(optimizer)
+        plain = plain_class.from_config(optimizer.get_config())
+        before = len(plain.variables)
+        plain.build(self.model_variables)
+        suffixes = {suffix for _, suffix in self.slots}
+        slot_of = {f"{_reference_prefix(v)}_{suffix}": (i, suffix)
+                   for i, v in enumerate(self.model_variables) for suffix in suffixes}
+        layout = []
+        for j, v in enumerate(plain.variables):
+            if j < before:
+                layout.append(("own", j))
+            elif v.name in slot_of:
+                layout.append(("slot",) + slot_of[v.name])
+            else:
+                raise HvdliteInvalidArgumentError(
+                    f"{self.what}: cannot consolidate the sharded state: the unsharded "
+                    f"{plain_class.__name__} has variable {v.name!r}, which matches no slot "
+                    f"of the shards")
+        if before != self.prebuilt:
+            raise HvdliteInvalidArgumentError(
+                f"{self.what}: cannot consolidate the sharded state: the unsharded "
+                f"{plain_class.__name__} has {before} variables before build, this one "
+                f"{self.prebuilt}")
+        self.layout = layout
+        return layout
+
+    def _where(self):
+        """model variable index -> (bucket index, offset in the bucket's flat space)."""
+        where = {}
+        for k, b in enumerate(self.buckets):
+            at = 0
+            for i, n in zip(b.indices, b.numels):
+                where[i] = (k, at)
+                at += n
+        return where
+
+    def consolidate(self, optimizer, to=0):
+        """The values of the unsharded optimizer's variables (see the module docstring),
+        gathered from every rank's shards: a list of numpy arrays on rank ``to`` (every rank
+        when None), None elsewhere. A collective: every rank must call it, eagerly."""
+        keys = sorted(self.slots)
+        works = [_ops.allgather_async(
+            np.ascontiguousarray(ops.convert_to_numpy(self.slots[key].value)),
+            f"{self.name}.zero.state.{self.buckets[key[0]].dtype}.{key[1]}", **self._set_kw())
+            for key in keys]
+        flats = dict(zip(keys, (np.asarray(r.output) for r in _ops.wait_all(works))))
+        rank = self.rank_size[0]
+        if to is not None and rank != to:
+            return None
+        where, own = self._where(), optimizer.variables
+        values = []
+        for entry in self._unsharded_layout(optimizer):
+            if entry[0] == "own":
+                values.append(np.array(ops.convert_to_numpy(own[entry[1]].value)))
+                continue
+            _, i, suffix = entry
+            k, at = where[i]
+            shape = tuple(self.model_variables[i].shape)
+            n = int(np.prod(shape))
+            values.append(flats[(k, suffix)][at:at + n].reshape(shape).copy())
+        return values
+
+    def load_consolidated(self, optimizer, values):
+        """Cut ``values`` (a ``consolidate`` result, taken at any size) into this rank's
+        shards and assign them; None: the slots' initial state (zeros). Local."""
+        if values is None:
+            for slot in self.slots.values():
+                slot.assign(ops.zeros(slot.shape, slot.dtype))
+            return
+        layout = self._unsharded_layout(optimizer)
+        values = list(values)
+        if len(values) != len(layout):
+            raise HvdliteInvalidArgumentError(
+                f"{self.what}: load_consolidated_variables: got {len(values)} values; the "
+                f"unsharded {_wrapped_class(optimizer).__name__} on these variables has "
+                f"{len(layout)}")
+        where, own = self._where(), optimizer.variables
+        flats = {key: np.zeros(self.buckets[key[0]].padded, self.buckets[key[0]].dtype)
+                 for key in self.slots}
+        for entry, value in zip(layout, values):
+            value = np.asarray(value)
+            if entry[0] == "own":
+                own[entry[1]].assign(value)
+                continue
+            _, i, suffix = entry
+            variable = self.model_variables[i]
+            if tuple(value.shape) != tuple(variable.shape):
+                raise HvdliteInvalidArgumentError(
+                    f"{self.what}: load_consolidated_variables: the {suffix} of "
+                    f"{policy.variable_label(variable, i)} has shape {tuple(value.shape)}; "
+                    f"the variable has {tuple(variable.shape)}")
+            k, at = where[i]
+            flats[(k, suffix)][at:at + value.size] = value.reshape(-1)
+        for key, flat in flats.items():
+            b = self.buckets[key[0]]
+            self.slots[key].assign(flat[b.begin:b.end])
 
     def check_owner(self, owner):
         rank, size = self.rank_size
@@ -153,9 +308,9 @@ class ShardedState:
             if size != built_for:
                 raise HvdliteInvalidArgumentError(
                     f"{what}: the shards were cut for {built_for} ranks but the job now has "
-                    f"{size} (elastic training resized it); sharded optimizer state is not "
-                    f"resharded in place: build a new optimizer (or use "
-                    f"shard_optimizer_state=False with elastic training)")
+                    f"{size} (elastic training resized it) and were not resharded: call "
+                    f"optimizer.reshard(values) with a consolidate_variables() result "
+                    f"(hvd.elastic.KerasState does) and trace the train function again")
             works = [_ops.reducescatter_async(a, n, op, pre, post, **kw)
                      for a, n in zip(arrays, names)]
             return [_ops.wait(w).output for w in works]

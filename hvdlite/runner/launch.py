@@ -587,8 +587,10 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     if too_few:
         announce(f"error: {too_few[0]}")
         return rc or 1
-    if lingered and not received:
-        # Every rank had ended: the job's result is the survivors' (the lost were reported).
+    if (lingered or (membership is not None and len(ended) == router.size)) and not received:
+        # Every rank had ended: the job's result is the survivors' (the lost were reported),
+        # whether mpirun lingered or exited by itself with an error status for the lost
+        # (as it did after a loss in a job that had also added and removed ranks).
         survivors_failed = [r for r, x in ended.items()
                             if (x.code or x.signal) and r not in membership.lost]
         return 1 if survivors_failed else 0

@@ -104,29 +104,58 @@ class TensorFlowState(_VariablesState):
 
 
 class TensorFlowKerasState(_VariablesState):
-    """Elastic state of a Keras model, its optimizer and picklable attributes."""
+    """Elastic state of a Keras model, its optimizer and picklable attributes.
+
+    A sharded optimizer (``shard_optimizer_state=True``) holds only this rank's shard, and a
+    lost rank takes its shard with it: a commit keeps the whole state on every rank
+    (``consolidate_variables(to=None)``: one all-gather of the optimizer state per commit,
+    and the unsharded state in host memory, as the saved copy of an unsharded optimizer).
+    When the job's size changed, ``reset`` re-cuts the shards for the new size from that
+    copy; ``sync`` broadcasts root's copy, which every rank (one the job added too) cuts for
+    itself: it sends the last committed optimizer state.
+    """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         super().__init__(**kwargs)
 
+    def _sharded(self):
+        """The optimizer's sharded state once it is built, else None."""
+        settings = getattr(self.optimizer, "_hvd", None)
+        sharded = getattr(settings, "sharded", None)
+        return sharded if sharded is not None and sharded.built else None
+
     def _optimizer_variables(self):
-        return list(self.optimizer.variables) if self.optimizer is not None else []
+        if self.optimizer is None:
+            return []
+        variables = list(self.optimizer.variables)
+        sharded = self._sharded()
+        if sharded is None:
+            return variables
+        # The shards and their slots are cut for the size: the consolidated copy keeps them.
+        return variables[:sharded.prebuilt] + variables[sharded.slot_end:]
 
     def _variables(self):
         return list(self.model.weights) + self._optimizer_variables()
 
+    def _save_variables(self):
+        super()._save_variables()
+        # Collective for a sharded optimizer (a fresh one, as on a rank the job added, is not
+        # built yet and has nothing to gather).
+        self._saved_consolidated = (self.optimizer.consolidate_variables(to=None)
+                                    if self._sharded() is not None else None)
+
     def _load_variables(self):
-        weights, optimizer = list(self.model.weights), self._optimizer_variables()
-        if len(weights) + len(optimizer) == len(self._saved):
-            return super()._load_variables()
-        # The optimizer was built after the last commit: its state then was the initial
-        # one (all zeros).
-        for v, value in zip(weights, self._saved):
+        variables = self._variables()
+        for v, value in zip(variables, self._saved):
             v.assign(value)
-        for v in optimizer:
+        # Variables the optimizer made after the last commit (it was built since) had their
+        # initial value then: zero (slots, accumulators; not the learning rate, made before).
+        for v in variables[len(self._saved):]:
             v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
+        if self._sharded() is not None:
+            self.optimizer.load_consolidated_variables(self._saved_consolidated)
 
     def sync(self):
         if (self.optimizer is not None and not getattr(self.optimizer, "built", True)
@@ -134,7 +163,24 @@ class TensorFlowKerasState(_VariablesState):
             # A rank the job added has not stepped yet: its optimizer needs the others'
             # variables (momentum...) to receive them.
             self.optimizer.build(self.model.trainable_variables)
+        if self._sharded() is not None:
+            # Root's live shard is only its slice, and a rank the job added holds none: root's
+            # whole copy of the last commit (what every rank restored or just saved; None:
+            # the optimizer was built since, its slots were zero), cut here for each rank.
+            whole = broadcast_object(self._saved_consolidated, root_rank=0,
+                                     name="hvdlite.elastic.sharded_state")
+            self.optimizer.load_consolidated_variables(whole)
         super().sync()
+
+    def reset(self):
+        sharded = self._sharded()
+        if sharded is not None and sharded.needs_reshard():
+            # The shards were cut for the old size, and a lost rank's shard is gone: every
+            # rank re-cuts them from the last commit's whole state.
+            self.optimizer.reshard(self._saved_consolidated)
+            # The train function was traced with the old shards' variables.
+            self.model.train_function = None
+        super().reset()
 
 
 __all__ = ["TensorFlowKerasState", "TensorFlowState", "ObjectState", "State", "run", "HorovodInternalError",

@@ -110,9 +110,6 @@ class ShardedOptimizer(SynchronizeProtocol):
                     bucket_bytes, process_set=None):
         # Shards are cut over the ranks of process_set (None: all ranks).
         self._zero_set_kw = {} if process_set is None else {"process_set": process_set}
-        self._zero_size, self._zero_rank = (
-            (_hvd.size(), _hvd.rank()) if process_set is None
-            else (process_set.size(), process_set.rank()))
         # Optimizers over one process set are built in the same order on each of its ranks
         # (not across sets: a rank may be in several): their collectives' names carry the
         # set and that number, so two sharded optimizers never share a name.
@@ -125,25 +122,19 @@ class ShardedOptimizer(SynchronizeProtocol):
         # numbers parameters in this order, as the unsharded optimizer's state_dict does.
         self._zero_model_groups = [list(g["params"]) for g in self.param_groups]
         previous_state = super().state_dict() if len(self.state) else None
-        self._zero_buckets, self._zero_bucket_of = [], {}
-        shard_groups = []
+        # Which parameters share a bucket depends on the bucket size only, not on the number
+        # of ranks: a resize (elastic training) re-cuts the same buckets into new slices.
+        self._zero_chunks = []          # (parameter group index, the bucket's parameters)
         for gi, group in enumerate(self.param_groups):
             trainable = require_contiguous(
                 [p for p in group["params"] if p.requires_grad], names,
                 "DistributedOptimizer(shard_optimizer_state=True)")
-            shards = []
             for dtype in sorted({p.dtype for p in trainable}, key=str):
                 for chunk in _chunks([p for p in reversed(trainable) if p.dtype == dtype],
                                      bucket_bytes):
-                    b = _Bucket(len(self._zero_buckets), gi, chunk, names, self._zero_size,
-                                self._zero_rank)
-                    self._zero_buckets.append(b)
-                    for p in chunk:
-                        self._zero_bucket_of[p] = b
-                    shards.append(b.shard)
-            shard_groups.append(dict(_group_options(group), params=shards))
-        self.param_groups = shard_groups
-        self.state = defaultdict(dict)
+                    self._zero_chunks.append((gi, chunk))
+        self._zero_names = names
+        self._zero_layout([_group_options(g) for g in self.param_groups])
         # The hooks live on the parameters: take them off when this optimizer goes away.
         self_ref = weakref.ref(self)
         self._zero_hooks = []
@@ -155,13 +146,57 @@ class ShardedOptimizer(SynchronizeProtocol):
                 weak_hook(self_ref, "_zero_before_accumulate", p)))
             self._zero_hooks.append(p.register_post_accumulate_grad_hook(
                 weak_hook(self_ref, "_zero_grad_ready", p)))
-        self._zero_attach_grads(zero=False)
         weakref.finalize(self, remove_hooks, self._zero_hooks)
-        self._zero_countdown = {}
-        self._zero_reset()
         self._init_protocol()
         if previous_state is not None:
             self.load_state_dict(previous_state)
+
+    def _zero_place(self):
+        """(rank, size) of this rank in the ranks the shards are cut over, now."""
+        process_set = self._zero_set_kw.get("process_set")
+        if process_set is None:
+            return _hvd.rank(), _hvd.size()
+        return process_set.rank(), process_set.size()
+
+    def needs_reshard(self):
+        """Whether the shards were cut for another rank or size than this rank has now (after
+        elastic training changed the job)."""
+        return self._zero_place() != (self._zero_rank, self._zero_size)
+
+    def _zero_layout(self, group_options):
+        """Cut the buckets into this rank's slices for the current size; the wrapped
+        optimizer gets fresh shards with no state (the caller loads it)."""
+        self._zero_rank, self._zero_size = self._zero_place()
+        self._zero_buckets, self._zero_bucket_of = [], {}
+        shards = [[] for _ in group_options]
+        for gi, chunk in self._zero_chunks:
+            b = _Bucket(len(self._zero_buckets), gi, chunk, self._zero_names, self._zero_size,
+                        self._zero_rank)
+            self._zero_buckets.append(b)
+            for p in chunk:
+                self._zero_bucket_of[p] = b
+            shards[gi].append(b.shard)
+        self.param_groups = [dict(opts, params=s) for opts, s in zip(group_options, shards)]
+        self.state = defaultdict(dict)
+        self._zero_attach_grads(zero=False)
+        self._zero_reset()
+
+    def reshard(self, full_state_dict):
+        """Re-cut the shards for the job's current size and load ``full_state_dict`` (a
+        ``consolidate_state_dict`` result) into them. Local: no collective.
+
+        Elastic training calls this when the job's size changed (``TorchState``); the
+        gradients start again from zero.
+        """
+        if "process_set" in self._zero_set_kw:
+            raise HvdliteInvalidArgumentError(
+                f"a DistributedOptimizer with shard_optimizer_state=True over process set "
+                f"{self._zero_set_kw['process_set'].process_set_id} cannot be resharded after "
+                f"the job changed size: process sets are not resized; shard over the global "
+                f"set for elastic training")
+        self._zero_layout([_group_options(g) for g in self.param_groups])
+        self._zero_attach_grads(zero=True)
+        self.load_state_dict(full_state_dict)
 
     # -- gradients ------------------------------------------------------------------------
 
@@ -363,15 +398,22 @@ class ShardedOptimizer(SynchronizeProtocol):
         and parameters are numbered as in the optimizer that was wrapped, so a plain
         ``torch.optim`` optimizer loads it, and so does a sharded one at any size.
         """
-        keys_of, handles = [], []
-        for b in self._zero_buckets:
+        return self._zero_consolidate(to, None)
+
+    def _zero_consolidate(self, to, keys_of):
+        """consolidate_state_dict; ``keys_of`` (per bucket: [(key, dtype of a per-element
+        state, or None)]) names root's state where given: a rank without it (fresh, or added
+        by elastic training) then sends zeros for it, which only it would have received."""
+        if keys_of is None:
+            keys_of = [self._zero_keys(b) for b in self._zero_buckets]
+        handles = []
+        for b, keys in zip(self._zero_buckets, keys_of):
             st = self.state.get(b.shard, {})
-            keys = list(st)
-            keys_of.append(keys)
-            for k in keys:
-                if _is_elementwise(st[k], b.shard):
+            for k, dtype in keys:
+                if dtype is not None:
+                    value = st[k] if k in st else torch.zeros(b.shard_numel, dtype=dtype)
                     handles.append(_ops.allgather_async(
-                        st[k].detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}",
+                        value.detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}",
                         **self._zero_set_kw))
         results = iter(_ops.wait_all(handles))
         if to is not None and self._zero_rank != to:
@@ -382,10 +424,9 @@ class ShardedOptimizer(SynchronizeProtocol):
         for b, keys in zip(self._zero_buckets, keys_of):
             st = self.state.get(b.shard, {})
             per_param = {pc.param: {} for pc in b.pieces}
-            for k in keys:
-                if _is_elementwise(st[k], b.shard):
-                    r = next(results)
-                    flat = _from_core(r, torch.device("cpu"))
+            for k, dtype in keys:
+                if dtype is not None:
+                    flat = _from_core(next(results), torch.device("cpu"))
                     for pc in b.pieces:
                         per_param[pc.param][k] = (
                             flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))
@@ -472,10 +513,22 @@ class ShardedOptimizer(SynchronizeProtocol):
                         for g, mine in zip(groups, self.param_groups)]
         return {"state": state, "param_groups": shard_groups}
 
+    def _zero_keys(self, b):
+        """[(key, dtype if the state is per element else None)] of bucket ``b``'s state."""
+        return [(k, v.dtype if _is_elementwise(v, b.shard) else None)
+                for k, v in self.state.get(b.shard, {}).items()]
+
     def _broadcast_state(self, root_rank):
-        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded."""
+        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded.
+
+        Root first says which state it holds, so that a rank with none yet (fresh, or added
+        by elastic training) takes part in gathering it."""
         from .functions import broadcast_object
-        full = broadcast_object(self.consolidate_state_dict(to=root_rank), root_rank,
+        keys_of = None
+        if self._zero_rank == root_rank:
+            keys_of = [self._zero_keys(b) for b in self._zero_buckets]
+        keys_of = broadcast_object(keys_of, root_rank, name="zero.broadcast_state.keys")
+        full = broadcast_object(self._zero_consolidate(root_rank, keys_of), root_rank,
                                 name="zero.broadcast_state")
         self.load_state_dict(full)
 

@@ -136,6 +136,9 @@ def test_ssh_failure_is_one_line(cluster):
     assert "Connection refused" in errors[0], show(proc)
 
 
+# Once, beside other helpers' namespace jobs, PRRTE's daemon on host b failed to report back
+# before any rank started; it passed on the retry. One rerun until that is understood.
+@pytest.mark.flaky(reruns=1)
 @pytest.mark.skipif(not _core.build_info()["fault_tolerant"], reason="needs ULFM (Open MPI 5)")
 def test_elastic_job_that_loses_a_whole_host_fails_clearly(cluster):
     """Elastic training (3 ranks, --min-np 2) whose host b goes away at step 13: its daemon,

@@ -1,7 +1,9 @@
 """Elastic Keras training (model.fit with the elastic callbacks) on digits; one rank fails.
 
-argv: mode (kill | raise | none | add), victim rank, fail step, output .npz path[, new hosts]
-("add": rank 0 changes the discovered hosts at that step, see tests/elastic_hosts.py). Step s is batch
+argv: mode (kill | raise | none | add | remove), victim rank, fail step, output .npz path[, new
+hosts] ("add", "remove": rank 0 changes the discovered hosts at that step, see
+tests/elastic_hosts.py). With ELASTIC_SHARDED=1 in the environment the optimizer shards its
+state (shard_optimizer_state=True), which a membership change must re-cut for the new size. Step s is batch
 s % BATCHES of epoch s // BATCHES and uses the global batches of tests/elastic_digits.py.
 The lowest surviving rank saves the final weights, the resets and a one-process replay
 (plain Keras, no hvdlite) that runs at 3 ranks' shards before the committed step the
@@ -43,7 +45,9 @@ def make_model():
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 model = make_model()
-model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(problem.LR, momentum=0.9)),
+SHARDED = os.environ.get("ELASTIC_SHARDED") == "1"
+model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(problem.LR, momentum=0.9),
+                                                 shard_optimizer_state=SHARDED),
               loss=LOSS)
 state = hvd.elastic.KerasState(model, epoch=0, batch=0)
 resets = []
@@ -63,7 +67,7 @@ class FailAndTime(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         step = state.epoch * BATCHES + state.batch
-        if step == fail_step and first_rank == 0 and mode == "add":
+        if step == fail_step and first_rank == 0 and mode in ("add", "remove"):
             with open(failure_clock, "w") as f:   # timed from the change
                 f.write(repr(time.time()))
             change_hosts(out, new_hosts)

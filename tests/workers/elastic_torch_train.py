@@ -8,6 +8,8 @@ until hvdlite-run has seen it, so that the next commit applies the change.
 Rank 0 saves the final parameters, the (step, size) of every reset and the time from the
 failure (or from the start of the commit that saw the host change) to the first step
 completed at the new size.
+With ELASTIC_SHARDED=1 in the environment the optimizer shards its state
+(shard_optimizer_state=True), which a membership change must re-cut for the new size.
 """
 import os
 import signal
@@ -31,7 +33,8 @@ added = settings.added_worker_id()
 first_rank = added if added is not None else hvd.rank()
 x, y = problem.data()
 model, optimizer = problem.model_and_optimizer()
-optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                     shard_optimizer_state=os.environ.get("ELASTIC_SHARDED") == "1")
 state = hvd.elastic.TorchState(model, optimizer, step=0)
 resets = []
 recovered = {"pending": False, "seconds": None}

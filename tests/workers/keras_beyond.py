@@ -72,6 +72,43 @@ def slot_elements(opt):
         v.name.startswith("hvdlite_") or v.name.endswith("_hvdlite_grad_accumulator")))
 
 
+def plain_values(opt):
+    """The wrapped optimizer's own variables (no hvdlite accumulators or shards)."""
+    return [np_of(v) for v in opt.variables if not (
+        v.name.startswith("hvdlite_") or v.name.endswith("_hvdlite_grad_accumulator"))]
+
+
+def check_consolidated(kind, opt, ref_opt, model):
+    """consolidate_variables gives the unsharded optimizer's variables (on rank 0 only, or
+    on every rank); a plain optimizer and a fresh sharded one load them."""
+    full = opt.consolidate_variables(to=0)
+    want = plain_values(ref_opt)
+    check((full is None) == (R != 0), f"consolidated {kind}: on rank 0 only")
+    everywhere = opt.consolidate_variables(to=None)
+    check(len(everywhere) == len(want) and all(
+        a.shape == b.shape for a, b in zip(everywhere, want)),
+        f"consolidated {kind}: shapes {[a.shape for a in everywhere]} != "
+        f"{[b.shape for b in want]}")
+    check(max_rel(everywhere[1:], want[1:]) <= 1e-6 and int(everywhere[0]) == int(want[0]),
+          f"consolidated {kind}: equals the unsharded optimizer's variables")
+    if full is not None:
+        check(max_rel(full, everywhere) == 0.0, f"consolidated {kind}: to=0 equals to=None")
+    plain = OPTIMIZERS[kind]()
+    plain.build(model.trainable_variables)
+    for v, value in zip(plain.variables, everywhere):
+        v.assign(value)
+    check(max_rel(plain_values(plain), everywhere) == 0.0, f"consolidated {kind}: plain load")
+    # A fresh sharded optimizer takes them back: consolidating it gives the same values.
+    back = hvd.DistributedOptimizer(OPTIMIZERS[kind](), shard_optimizer_state=True)
+    back.build(model.trainable_variables)
+    back.load_consolidated_variables(everywhere)
+    check(max_rel(back.consolidate_variables(to=None), everywhere) == 0.0,
+          f"consolidated {kind}: loaded into a sharded optimizer")
+    expect_error(HvdliteInvalidArgumentError,
+                 lambda: back.load_consolidated_variables(everywhere[:-1]),
+                 [f"got {len(everywhere) - 1} values"], f"consolidated {kind}: too few values")
+
+
 # ----------------------------------------------------------- sharded == unsharded
 OPTIMIZERS = {"sgd_momentum": lambda: keras.optimizers.SGD(0.1, momentum=0.9),
               "adam": lambda: keras.optimizers.Adam(0.01),
@@ -95,6 +132,7 @@ for kind, make in OPTIMIZERS.items() if EVERYTHING else [("adam", OPTIMIZERS["ad
         if R == 0:
             print(f"sharded {kind} process_set={process_set is not None}: max relative error "
                   f"{err:.1e}, slot elements {mine} of {full}", flush=True)
+        check_consolidated(kind, opt, ref_opt, model)
 
 if BACKEND == "torch":
     # Elastic training that resized the job: the shards cannot follow, and say so (the

@@ -220,6 +220,21 @@ def behaviours():
     before = opt.consolidate_state_dict(to=None)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
     same_state(opt.consolidate_state_dict(to=None), before, "broadcast_optimizer_state")
+    # ... also with ranks whose optimizer has no state yet: root says which state it holds,
+    # so they take part in gathering it, with zeros for their slices, as ranks whose state
+    # is all zeros would.
+    zeros = {"param_groups": before["param_groups"], "state": {
+        i: {k: torch.zeros_like(v) if v.dim() else v for k, v in st.items()}
+        for i, st in before["state"].items()}}
+    model, opt = make("adam", True)
+    opt.load_state_dict(before if R == 0 else zeros)
+    want = opt.consolidate_state_dict(to=None)
+    model, opt = make("adam", True)
+    if R == 0:
+        opt.load_state_dict(before)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    same_state(opt.consolidate_state_dict(to=None), want,
+               "broadcast_optimizer_state to ranks with no state")
 
     # Errors.
     model = Net()
@@ -254,19 +269,17 @@ def behaviours():
         assert "closure" in str(e), e
     else:
         raise AssertionError("step(closure) was accepted")
-    # Elastic training that resized the job: the shards cannot follow, and say so. (The
-    # shards' size is made to differ from the job's, as after a resize.)
+    # Elastic training that resized the job: TorchState.reset re-cuts the shards for the
+    # job's size from the committed (consolidated) state. (The shards are made to look cut
+    # for another size, as after a resize.)
     from hvdlite.torch.elastic import TorchState
     state = TorchState(model, opt)
+    committed = opt.consolidate_state_dict(to=None)
     opt._zero_size += 1
-    try:
-        state.reset()
-    except HvdliteInvalidArgumentError as e:
-        assert "cannot be resharded" in str(e) and "consolidate_state_dict" in str(e), e
-    else:
-        raise AssertionError("an elastic resize of sharded state was accepted")
-    finally:
-        opt._zero_size -= 1
+    assert opt.needs_reshard()
+    state.reset()
+    assert not opt.needs_reshard() and opt._zero_size == N
+    same_state(opt.consolidate_state_dict(to=None), committed, "resharded by TorchState.reset")
 
 
 def save(path):

@@ -5,16 +5,15 @@ How a TensorFlow tensor reaches the core
 * Eagerly, ``tensor.numpy()`` of a CPU tensor is a zero-copy view; the core writes its
   result into a fresh 64-byte-aligned numpy array that TensorFlow then adopts without a
   copy.
-* Inside a ``tf.function`` (or a TF1-style graph) every collective is ONE stateful
-  ``tf.numpy_function`` op: it enqueues the request(s), waits for them (the core drops the
-  GIL while waiting) and returns the results, whose shapes are then set on the graph
-  tensors. ``tf.function``'s automatic control dependencies run stateful ops in program
-  order, so every rank submits its collectives in the same order. In a TF1-style graph
-  there are no such dependencies: there every hvdlite op gets a control dependency on the
-  hvdlite op created before it in the same graph. They then run one at a time, in the
-  same order on every rank, and can never hold all of TensorFlow's inter-op threads
-  waiting for each other (a deadlock with 8+ independent collectives otherwise). Fetching
-  one of them also runs those created before it.
+* Inside a ``tf.function`` every collective is ONE stateful ``tf.numpy_function`` op: it
+  enqueues the request(s), waits for them (the core drops the GIL while waiting) and
+  returns the results, whose shapes are then set on the graph tensors. ``tf.function``'s
+  automatic control dependencies run stateful ops in program order, so every rank submits
+  its collectives in the same order. A TF1-style graph has no such order: there a
+  collective is an op that submits it and an op that waits for it inside the graph's
+  ``tf.CriticalSection`` (Note [TF1 collectives: submit, then wait in a critical
+  section]), so TensorFlow's inter-op threads are never all waiting; fetching one
+  collective runs only it.
 * XLA cannot compile ``tf.numpy_function``: compile Keras models with
   ``jit_compile=False`` on machines with a GPU (on CPU-only machines Keras already does).
 
@@ -33,6 +32,7 @@ Gradients follow :data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with
 """
 
 import functools
+import itertools
 import weakref
 
 import numpy as np
@@ -104,7 +104,6 @@ def _resolve_op(op, average, what):
 
 
 _graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
-_last_op = weakref.WeakKeyDictionary()   # TF1 graph -> its latest hvdlite op
 
 
 def _outermost_function_graph(graph):
@@ -185,28 +184,70 @@ def _native_errors(fn):
     return wrapped
 
 
-def cross(fn, inputs, touts, shapes, label):
-    """Run ``fn(*numpy arrays) -> list of numpy arrays`` on ``inputs``.
+def cross(start, inputs, touts, shapes, label):
+    """Run a collective on ``inputs`` (numpy arrays in, numpy arrays out).
 
-    Eagerly it is a plain call; in a graph it becomes one stateful ``tf.numpy_function``
-    whose outputs get ``shapes`` (None entries: leave unknown).
+    ``start(*arrays)`` submits it and returns a function that waits and returns the list
+    of result arrays (or returns that list itself, for what does not wait). Eagerly and in
+    a ``tf.function`` the two steps are one stateful ``tf.numpy_function``; in a TF1 graph
+    they are two ops (see ``_tf1_collective``). Outputs get ``shapes`` (None: unknown).
     """
-    fn = _native_errors(fn)
+    def run(*arrays):
+        out = start(*arrays)
+        return out() if callable(out) else out
     if tf.executing_eagerly():
-        outs = fn(*[np.asarray(t) for t in inputs])   # zero-copy views of CPU tensors
+        outs = _native_errors(run)(*[np.asarray(t) for t in inputs])   # zero-copy views
         return [_to_tensor(_as_array(o), d) for o, d in zip(outs, touts)]
     graph = tf.compat.v1.get_default_graph()
-    chained = _is_tf1_graph(graph)
-    deps = [_last_op[graph]] if chained and graph in _last_op else []
-    with tf.control_dependencies(deps):
-        outs = tf.numpy_function(fn, list(inputs), list(touts), stateful=True, name=label)
+    if _is_tf1_graph(graph):
+        outs = _tf1_collective(graph, start, inputs, touts, label)
+    else:
+        outs = tf.numpy_function(_native_errors(run), list(inputs), list(touts),
+                                 stateful=True, name=label)
     outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    if chained:
-        _last_op[graph] = outs[0].op
     for o, s in zip(outs, shapes):
         if s is not None:
             o.set_shape(s)
     return outs
+
+
+# Note [TF1 collectives: submit, then wait in a critical section]
+# A graph op that waits blocks one of TensorFlow's inter-op threads. In a TF1 graph (no
+# automatic control dependencies) the executor may start independent collectives in a
+# different order on each rank; with every thread blocked in a collective that another
+# rank has not submitted, neither rank ever submits what the other waits for. So a TF1
+# collective is two ops: the first submits (it never waits) and hands a ticket to the
+# second, which waits inside the graph's CriticalSection. Waiting for its mutex does not
+# hold a thread (MutexLock is asynchronous), so at most one thread per graph waits for a
+# collective and the others go on submitting: every rank submits every collective of the
+# step, whatever the order. With a single inter-op thread that thread may still wait
+# before the other collectives are submitted: give TF1 sessions two or more.
+# No control dependency links different collectives, so fetching one runs only it (and
+# what it reads), never the collectives created before it.
+
+_critical_sections = weakref.WeakKeyDictionary()   # TF1 graph -> its CriticalSection
+_started = {}                                      # ticket -> the wait of a submitted op
+_tickets = itertools.count(1)
+
+
+def _tf1_collective(graph, start, inputs, touts, label):
+    def submit(*arrays):
+        ticket = next(_tickets)
+        _started[ticket] = start(*arrays)
+        return np.int64(ticket)
+
+    def finish(ticket):
+        out = _started.pop(int(ticket))
+        return out() if callable(out) else out
+
+    ticket = tf.numpy_function(_native_errors(submit), list(inputs), tf.int64, stateful=True,
+                               name=label + "Submit")
+    if graph not in _critical_sections:
+        with tf.init_scope():   # outside any control-flow context the op is built in
+            _critical_sections[graph] = tf.CriticalSection(name="HvdliteCollectives")
+    return _critical_sections[graph].execute(
+        lambda: tf.numpy_function(_native_errors(finish), [ticket], list(touts),
+                                  stateful=True, name=label))
 
 
 def _tape_may_record():
@@ -239,7 +280,16 @@ def _with_gradient(forward, grad_fn, tensors):
 
 
 def _grad_names(names):
-    return None if names is None or tf.executing_eagerly() else [f"{n}.grad" for n in names]
+    """The names of a gradient's collectives: ``<name>.grad``, then ``.grad1``, ``.grad2``
+    for later gradients of the same op in the graph (each ``tf.gradients`` call builds its
+    own; fetched together they are in flight at once, so they need names of their own)."""
+    if names is None or tf.executing_eagerly():
+        return None
+    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
+    counter = _graph_counters.setdefault(graph, {}).setdefault(("grad", names[0]),
+                                                               itertools.count())
+    k = next(counter)
+    return [f"{n}.grad{k or ''}" for n in names]
 
 
 def _scaled(tensors, factor):
@@ -261,12 +311,16 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
-        try:
-            _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale, wire,
-                                         process_set).wait()
-        except HvdliteError as e:
-            raise_replaced(e, _with_labels(e, names, labels))
-        return outs
+        work = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale,
+                                            wire, process_set)
+
+        def wait():
+            try:
+                work.wait()
+            except HvdliteError as e:
+                raise_replaced(e, _with_labels(e, names, labels))
+            return outs
+        return wait
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],
                  "HvdliteAllreduce")
 
@@ -274,7 +328,7 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
 def _allgather_cross(tensors, names, process_set):
     def fn(*arrays):
         return _ops.grouped_allgather_async([_as_array(a) for a in arrays], names, process_set,
-                                            _arrays).wait()
+                                            _arrays).wait
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in tensors]
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
@@ -283,8 +337,8 @@ def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroad
     def fn(*arrays):
         arrays = [_as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
-        _ops.grouped_broadcast_async(arrays, root_rank, outs, names, process_set).wait()
-        return outs
+        work = _ops.grouped_broadcast_async(arrays, root_rank, outs, names, process_set)
+        return lambda: (work.wait(), outs)[1]
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors], label)
 
 
@@ -301,7 +355,7 @@ def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
     def fn(*arrays):
         return _ops.grouped_reducescatter_async([_as_array(a) for a in arrays], names, op,
                                                 prescale, postscale, process_set,
-                                                _arrays).wait()
+                                                _arrays).wait
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
 
 
@@ -429,11 +483,12 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
 
     def grad(inputs, ys, dys):
         rule = GRADIENTS["allgather"]
-        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None,
-                                            _grad_names(names), process_set)
+        grad_names = _grad_names(names)
+        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, grad_names,
+                                            process_set)
         dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
         sizes = _allgather_cross([tf.reshape(dims, [1, -1])],
-                                 None if names is None else [f"{names[0]}.grad_sizes"],
+                                 None if grad_names is None else [f"{grad_names[0]}_sizes"],
                                  process_set)[0]
         start = tf.reduce_sum(sizes[:ps.rank()], axis=0)
         return [g[start[i]:start[i] + dims[i]] for i, g in enumerate(reduced)]
@@ -526,7 +581,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
             return [_as_array(results[0].array()),
                     np.asarray(rs if rs is not None else [], dtype=np.int32)]
         return _ops.alltoall_async(_as_array(arr), spl or None, aname, process_set,
-                                   finish).wait()
+                                   finish).wait
 
     def forward(xs):
         out, rsplits = cross(fn, [xs[0], splits_t], [tensor.dtype, tf.int32],
@@ -536,8 +591,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         return [out]
 
     def grad(xs, ys, dys):
+        grad_names = None if aname is None else _grad_names([aname])
         g = alltoall(dys[0], splits=received[0], process_set=process_set,
-                     name=None if aname is None or tf.executing_eagerly() else aname + ".grad")
+                     name=None if grad_names is None else grad_names[0])
         return [g[0]]
 
     out = _with_gradient(forward, grad, [tensor])[0]
@@ -605,12 +661,14 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
 # ------------------------------------------------------------ barrier, join, queries
 
 def _scalar_op(fn, label, dtype=tf.int32):
-    """``fn() -> int`` as an eager constant, or as a graph op that calls it when run."""
-    if tf.executing_eagerly():
-        return tf.constant(_native_errors(fn)(), dtype=dtype)
-    out = cross(lambda: [np.asarray(fn(), dtype=dtype.as_numpy_dtype)], [], [dtype],
-                [tf.TensorShape([])], label)[0]
-    return out
+    """``fn()`` returning an int, or a function that waits and returns it (a collective),
+    as an eager constant, or as a graph op that calls it when run."""
+    def start():
+        value = fn()
+        if callable(value):
+            return lambda: [np.asarray(value(), dtype=dtype.as_numpy_dtype)]
+        return [np.asarray(value, dtype=dtype.as_numpy_dtype)]
+    return cross(start, [], [dtype], [tf.TensorShape([])], label)[0]
 
 
 def barrier(process_set=global_process_set, name=None):
@@ -618,8 +676,8 @@ def barrier(process_set=global_process_set, name=None):
     bname = op_name("barrier", name, process_set)
 
     def fn():
-        _ops.barrier_async(bname, process_set).wait()
-        return 0
+        work = _ops.barrier_async(bname, process_set)
+        return lambda: (work.wait(), 0)[1]
     out = _scalar_op(fn, "HvdliteBarrier")
     return None if tf.executing_eagerly() else out.op
 
@@ -627,7 +685,7 @@ def barrier(process_set=global_process_set, name=None):
 def join():
     """This rank has no more data: it contributes zeros to the other ranks' all-reduces
     until every rank has joined. Returns the last rank that joined (int32 scalar)."""
-    return _scalar_op(lambda: _ops.join_async(finish=_ops.last_joined_rank).wait(),
+    return _scalar_op(lambda: _ops.join_async(finish=_ops.last_joined_rank).wait,
                       "HvdliteJoin")
 
 

@@ -84,6 +84,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self.sparse_as_dense = bool(sparse_as_dense)
         self._hvd_process_set = process_set
         self._hvd_size = process_set.size()
+        # As in Horovod, a rank outside the set reduces nothing: it steps on its own gradients.
+        self._hvd_reduces = self._hvd_size > 1 and process_set.included()
         # float32 stands for the gradients here: the built-in compressors go to the core
         self._hvd_python_compression = _policy.wire_format(compression, "float32")[1]
 
@@ -252,7 +254,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         if self._hvd_delay[i] <= 0:
             self._hvd_raise_too_many_passes(i)
         self._hvd_delay[i] -= 1
-        if self._hvd_delay[i] > 0 or self._hvd_size == 1:
+        if self._hvd_delay[i] > 0 or not self._hvd_reduces:
             return
         gid = self._hvd_group_of[i]
         if gid is None:
@@ -266,7 +268,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         """Finish the all-reduce of every gradient (starting those not started yet);
         parameters that got no gradient on this rank contribute zeros."""
         try:
-            if self._hvd_size > 1:
+            if self._hvd_reduces:
                 for i in range(len(self._hvd_params)):
                     if self._hvd_group_of[i] is None and i not in self._hvd_pending:
                         self._hvd_pending[i] = self._hvd_start([i])

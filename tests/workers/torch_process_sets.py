@@ -162,6 +162,30 @@ def check_outsider(ps):
         expect_error(call, ValueError, "not a member of process set", str(ps.process_set_id))
     assert ps.included() is False
     expect_error(ps.rank, ValueError, "not a member of process set")
+    check_outsider_optimizer(ps)
+
+
+def check_outsider_optimizer(ps):
+    """Outside ``ps``, DistributedOptimizer(process_set=ps) steps on this rank's own
+    gradients like the optimizer it wraps (Horovod's test_optimizer_process_sets)."""
+    torch.manual_seed(R)
+    features = torch.randn(4, 5, dtype=torch.float64)
+    targets = torch.randn(4, 1, dtype=torch.float64)
+    models = []
+    for wrap in (False, True):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(5, 1).double()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        if wrap:
+            opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                           process_set=ps)
+        for _ in range(2):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(features), targets).backward()
+            opt.step()
+        models.append(model)
+    for a, b in zip(models[0].parameters(), models[1].parameters()):
+        assert torch.equal(a, b), (a, b)
 
 
 # Disjoint work at once: ranks 0 and 2 run in ps02 while rank 1 is told it is outside it.

@@ -698,3 +698,20 @@ def test_mismatch_shows_the_root_cause_once():
     hydra = "(MPICH (Hydra)" in verbose.stderr or "Intel" in verbose.stderr
     assert hydra or "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
 
+
+
+@pytest.mark.skipif(not _core_available() or not __import__("hvdlite")._core.build_info()[
+    "fault_tolerant"], reason="elastic jobs need an hvdlite built with ULFM")
+def test_elastic_job_the_runtime_ended_is_a_failure(tmp_path):
+    """Open MPI 5's runtime, as the wheel builds it, cannot survive losing a whole host's
+    daemon: it ends every rank and then exits 0 (seen across two namespace hosts). An elastic
+    job whose ranks never reported an end must fail, naming them, not pass."""
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then echo 'mpirun (Open MPI) 5.0.8'; exit 0; fi\n"
+                    "echo 'PRTE has lost communication with a remote daemon.' >&2\nexit 0\n")
+    fake.chmod(0o755)
+    proc, _ = run_launcher("-np", 2, "--min-np", 1, "--mpirun", fake, sys.executable, "-c", "0")
+    assert proc.returncode == 1, show(proc)
+    assert ("ranks 0, 1 never reported an end: the MPI runtime ended the job (see its message "
+            "above)") in proc.stderr, show(proc)

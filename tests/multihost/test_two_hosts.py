@@ -12,8 +12,6 @@ import sys
 
 import pytest
 
-from hvdlite import _core
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
 REPO = os.path.dirname(TESTS)
@@ -134,30 +132,6 @@ def test_ssh_failure_is_one_line(cluster):
     errors = [l for l in proc.stderr.splitlines() if l.startswith("hvdlite-run: error:")]
     assert len(errors) == 1 and f"cannot reach host '{b}' over ssh" in errors[0], show(proc)
     assert "Connection refused" in errors[0], show(proc)
-
-
-# Once, beside other helpers' namespace jobs, PRRTE's daemon on host b failed to report back
-# before any rank started; it passed on the retry. One rerun until that is understood.
-@pytest.mark.flaky(reruns=1)
-@pytest.mark.skipif(not _core.build_info()["fault_tolerant"], reason="needs ULFM (Open MPI 5)")
-def test_elastic_job_that_loses_a_whole_host_fails_clearly(cluster):
-    """Elastic training (3 ranks, --min-np 2) whose host b goes away at step 13: its daemon,
-    ssh session and rank are killed. Open MPI 5's runtime as the wheel builds it (PRRTE
-    without its fault-tolerance detector) cannot survive a lost daemon and ends the job, yet
-    exits with status 0. hvdlite-run must report the failure (no false success, no hang)."""
-    pytest.importorskip("torch.nn")
-    a, b = cluster.names
-    worker = os.path.join(TESTS, "workers", "elastic_torch_train.py")
-    env = job_env()
-    env["PYTHONPATH"] = TESTS + os.pathsep + env["PYTHONPATH"]
-    proc = hvdlite_run(cluster, "-np", 3, "-H", f"{a}:2,{b}:1", "--min-np", 2, sys.executable,
-                       worker, "host", 2, 13, os.path.join(cluster.workdir, "host-lost.npz"),
-                       env=env)
-    assert proc.returncode == 1, show(proc)
-    assert "never reported an end: the MPI runtime ended the job" in proc.stderr, show(proc)
-    assert "lost communication with a remote daemon" in proc.stderr, show(proc)
-    assert "finished as rank" not in proc.stdout, show(proc)
-    assert cluster.run(b, ["true"]).returncode == 0   # the host's sshd is still there
 
 
 def _accuracy(pattern, text):

@@ -1,8 +1,7 @@
 """Elastic torch training on digits; the membership changes at EVENT_STEP.
 
 argv: mode, victim rank, event step, output .npz path[, new hosts].
-Modes: kill | raise (the victim fails), host (the victim's whole host goes: run on namespace
-hosts only), none, and add | remove: rank 0 rewrites the file
+Modes: kill | raise (the victim fails), none, and add | remove: rank 0 rewrites the file
 the test's discovery script prints (OUT.hosts) to the new hosts ("localhost:3"), and waits
 until hvdlite-run has seen it, so that the next commit applies the change.
 Rank 0 saves the final parameters, the (step, size) of every reset and the time from the
@@ -40,26 +39,6 @@ resets = []
 recovered = {"pending": False, "seconds": None}
 
 
-def lose_this_host():
-    """The victim's whole host goes away: SIGKILL every process in this network namespace
-    (tests/multihost/hosts.py gives each host its own): its MPI daemon, the ssh session that
-    started it, every rank, then this one. The listening sshd and the process holding the
-    namespaces are spared, for the test module's later jobs."""
-    own = os.readlink("/proc/self/ns/net")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if int(pid) == os.getpid() or os.readlink(f"/proc/{pid}/ns/net") != own:
-                continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-            if (argv[0].endswith(b"/sshd") and b"-f" in argv) or argv[:2] == [b"sleep", b"infinity"]:
-                continue   # the listening sshd and the namespace's holder (hosts.py) stay
-            os.kill(int(pid), signal.SIGKILL)
-        except OSError:
-            pass
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def on_reset():
     resets.append((state.step, hvd.size()))
     recovered["pending"] = True
@@ -74,11 +53,9 @@ def train(state):
         n, r = hvd.size(), hvd.rank()
         if state.step == fail_step and first_rank == 0 and mode in ("add", "remove"):
             change_hosts(out, new_hosts)
-        if state.step == fail_step and first_rank == victim and mode in ("kill", "raise", "host"):
+        if state.step == fail_step and first_rank == victim and mode in ("kill", "raise"):
             with open(failure_clock, "w") as f:
                 f.write(repr(time.time()))
-            if mode == "host":
-                lose_this_host()
             if mode == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure on rank {first_rank} at step {state.step}")
@@ -89,7 +66,7 @@ def train(state):
         state.step += 1
         if recovered["pending"]:
             recovered["pending"] = False
-            if mode in ("kill", "raise", "host"):
+            if mode in ("kill", "raise"):
                 with open(failure_clock) as f:
                     recovered["seconds"] = time.time() - float(f.read())
             else:

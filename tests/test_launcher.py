@@ -678,6 +678,9 @@ def test_rank_that_left_cleanly_is_blamed():
     assert "[2]: rank 2 leaves early" in summary, show(proc)
 
 
+# How each MPI's runtime reports three ranks aborting at once varies from run to run (see the
+# comment at the end): one rerun.
+@pytest.mark.flaky(reruns=1)
 @needs_core
 def test_mismatch_shows_the_root_cause_once():
     """Issue: one mismatch gave ~60 lines: tracebacks, MPI_ABORT boxes, the traceback again."""
@@ -693,10 +696,13 @@ def test_mismatch_shows_the_root_cause_once():
     assert header and "HvdliteMismatchError" in header[0], show(proc)
     verbose, _ = run_launcher("-np", 3, "--verbose", sys.executable, worker("launcher_hvd_mismatch.py"))
     assert "hvdlite-run: running: " in verbose.stderr, show(verbose)   # the mpirun command
-    # MPI's own abort notice is shown as it is. Hydra prints it from the aborting rank, and
-    # about one run in three loses it when the job is torn down first: required of Open MPI only.
+    # MPI's own abort output is shown as it is. Hydra prints it from the aborting rank, and
+    # about one run in three loses it when the job is torn down first: required of Open MPI
+    # only. Open MPI 4.1's runtime, with three ranks aborting at once, sometimes fails to
+    # unpack its own notice and prints ORTE_ERROR_LOG lines instead: MPI's output all the same.
     hydra = "(MPICH (Hydra)" in verbose.stderr or "Intel" in verbose.stderr
-    assert hydra or "MPI_ABORT" in verbose.stderr or "Abort(" in verbose.stderr, show(verbose)
+    runtime_said = any(k in verbose.stderr for k in ("MPI_ABORT", "Abort(", "ORTE_ERROR_LOG"))
+    assert hydra or runtime_said, show(verbose)
 
 
 

@@ -48,8 +48,16 @@ expect(HvdliteInvalidArgumentError, "not divisible", hvd.alltoall, np.ones(N + 1
 expect(HvdliteInvalidArgumentError, "bool", hvd.allreduce, np.ones(2, bool))  # Average of bool
 expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2), op=hvd.Adasum)
 expect(HvdliteInvalidArgumentError, "at least one dimension", hvd.reducescatter, np.float32(1.0))
-h = hvd.allreduce_async(np.ones(2), name="dup")
-expect(HvdliteInvalidArgumentError, r"'dup' is already in flight", hvd.allreduce_async, np.ones(2), name="dup")
+# 'dup' stays in flight on rank 0 until the others submit it, after the barrier (submitted by
+# every rank at once, it could finish before the second submission on a fast path).
+if R == 0:
+    h = hvd.allreduce_async(np.ones(2), name="dup")
+    expect(HvdliteInvalidArgumentError, r"'dup' is already in flight", hvd.allreduce_async,
+           np.ones(2), name="dup")
+    hvd.barrier()
+else:
+    hvd.barrier()
+    h = hvd.allreduce_async(np.ones(2), name="dup")
 handle = int(h)  # Horovod's int handle
 hvd.synchronize(handle)
 assert hvd.poll(h)  # a finished Work reports done; its int handle is gone

@@ -1,8 +1,10 @@
 #include "hierarchical.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
+#include "exchange_allreduce.h"
 #include "ring_pass.h"
 
 namespace hvdlite {
@@ -44,6 +46,7 @@ std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config) {
   h->intra = t.split(topo.host, topo.local_rank);
   h->cross = t.split(topo.local_rank, topo.cross_rank);
   h->chunk_bytes = config.hierarchical_chunk_bytes;
+  h->exchange_max_bytes = config.exchange_max_bytes;
   return h;
 }
 
@@ -75,16 +78,27 @@ void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype,
       within.emplace_back(Kind::Allgather, intra, c, even_segments(c.count(), intra.size()), dtype,
                           op, 1.0, nullptr, piece_bytes);
     }
+    bool exchange_across = false;
+    std::optional<SpanBuffer> mine;
     if (s >= 1 && s - 1 < chunks) {
       SpanBuffer c = chunk_buf(s - 1);
       const Segments segs = even_segments(c.count(), intra.size());
-      SpanBuffer mine = c.slice(segs.offset[intra.rank()], segs.count[intra.rank()]);
-      const Segments shares = even_segments(mine.count(), cross.size());
-      across.emplace_back(Kind::ReduceScatter, cross, mine, shares, dtype, op, postscale,
-                          &h.cross_scratch, piece_bytes);
-      across.emplace_back(Kind::Allgather, cross, mine, shares, dtype, op, 1.0, nullptr, piece_bytes);
+      mine = c.slice(segs.offset[intra.rank()], segs.count[intra.rank()]);
+      // Note [one slow step across two hosts]: between two hosts a small share is swapped
+      // whole in one step instead of the ring's two. With a link delay that step is what the
+      // all-reduce costs. `mine` has the same size on every rank of this cross group, so its
+      // members choose alike (other groups may choose otherwise: they do not talk to it).
+      exchange_across = cross.size() == 2 && mine->count() * mine->elem_size() <= h.exchange_max_bytes;
+      if (!exchange_across) {
+        const Segments shares = even_segments(mine->count(), cross.size());
+        across.emplace_back(Kind::ReduceScatter, cross, *mine, shares, dtype, op, postscale,
+                            &h.cross_scratch, piece_bytes);
+        across.emplace_back(Kind::Allgather, cross, *mine, shares, dtype, op, 1.0, nullptr,
+                            piece_bytes);
+      }
     }
     run_side_by_side(within, across);
+    if (exchange_across) exchange_allreduce(cross, *mine, dtype, op, postscale, h.cross_scratch);
     // The stages overlap: each time is when a stage finished its last chunk.
     if (times && s + 1 == chunks) times->scattered = std::chrono::steady_clock::now();
     if (times && s == chunks) times->crossed = std::chrono::steady_clock::now();

@@ -25,6 +25,9 @@ struct Hierarchy {
   // cross-host ring overlaps the next chunk's reduce-scatter and the previous one's all-gather
   // within the host (Config::hierarchical_chunk_bytes).
   size_t chunk_bytes = 0;
+  // A cross-host share up to this size, between two hosts, is swapped whole in one step
+  // (Config::exchange_max_bytes).
+  size_t exchange_max_bytes = 0;
   std::vector<uint8_t> cross_scratch;  // the cross-host ring's, in flight beside the intra one's
 };
 

@@ -68,8 +68,19 @@ def forward(fds, delay: float) -> None:
                 pass   # EIO: the other side's device is not up yet: dropped, as a dead link would
 
 
+def run_before_busy_ranks() -> None:
+    """Real-time priority, where allowed: MPI ranks poll their sockets without sleeping, and on
+    a machine with fewer cores than ranks a forwarder at normal priority waits for a time slice
+    (several ms) before each frame, which would swamp the delay it is meant to add."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+    except (AttributeError, PermissionError, OSError):
+        pass
+
+
 def main() -> None:
     holder_a, holder_b, delay_ms = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    run_before_busy_ranks()
     fds = [attach(holder_a), attach(holder_b)]
     print("ready", flush=True)
     forward(fds, delay_ms / 1000.0)

@@ -5,6 +5,7 @@
 #include "exchange_allreduce.h"
 #include "reduce.h"
 #include "ring_allreduce.h"
+#include "shm_allreduce.h"
 #include "timeline.h"
 
 namespace hvdlite {
@@ -75,6 +76,12 @@ constexpr size_t kInPlaceBytes = 64 * 1024;
 // than the ring (the buffer in each of log2 n steps), so the ring stays.
 bool use_exchange(size_t bytes, int ranks, size_t limit) {
   return ranks == 2 && bytes <= limit;
+}
+
+// At 2 ranks on one host, from `min_bytes` up (alike on every rank: the shared area exists
+// on both ranks or neither, and the setting agrees).
+bool use_shared_memory(size_t bytes, Transport& t, size_t min_bytes) {
+  return min_bytes != 0 && bytes >= min_bytes && shm_allreduce_available(t);
 }
 
 }  // namespace
@@ -155,6 +162,9 @@ void AllreduceExecutor::run(Batch& batch) {
     hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
                            converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
                            traced ? &times.stages : nullptr);
+  } else if (use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes)) {
+    times.shared_memory = true;
+    shm_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op, converted ? 1.0 : post);
   } else if (use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes)) {
     times.exchange = true;
     exchange_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,

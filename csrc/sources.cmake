@@ -20,6 +20,7 @@ set(HVDLITE_CORE_SOURCES
   response_cache.cc
   ring_allreduce.cc
   ring_pass.cc
+  shm_allreduce.cc
   stall_inspector.cc
   timeline.cc
   validate.cc

@@ -378,6 +378,8 @@ void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pac
     tl.span(name, "HIERARCHICAL_INTRA_ALLGATHER", t.stages.crossed, t.reduced);
   } else if (t.exchange) {
     tl.span(name, "EXCHANGE_ALLREDUCE", t.packed, t.reduced);
+  } else if (t.shared_memory) {
+    tl.span(name, "SHM_ALLREDUCE", t.packed, t.reduced);
   } else {
     tl.span(name, "RING_REDUCE_SCATTER", t.packed, t.scattered);
     tl.span(name, "RING_ALLGATHER", t.scattered, t.reduced);

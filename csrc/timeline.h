@@ -125,11 +125,12 @@ void trace_round();
 
 // When a fusion batch ran: start, data packed, reduce-scatter done (flat ring), all-reduce
 // done, data unpacked; a hierarchical all-reduce has its stages' ends instead of `scattered`,
-// and the exchange all-reduce (one step, no halves) none.
+// and the exchange and shared-memory all-reduces (no separate halves) none.
 struct BatchTimes {
   Clock::time_point start, packed, scattered, reduced, unpacked;
   bool hierarchical = false;
   bool exchange = false;
+  bool shared_memory = false;
   HierarchyTimes stages;
 };
 // One member of a fusion batch; pack_phase names how its data reached the ring.

@@ -73,10 +73,12 @@ def check_known_loop(by_track):
         seen = names(by_track[t])
         for phase in ring + phases:
             assert seen.get(phase) == STEPS, f"{t}: {phase} seen {seen.get(phase)} times: {seen}"
-        # Each step's batch ran the ring (two halves) or, when it was small, the exchange.
+        # Each step's batch ran the ring (two halves), the exchange (small batches) or, at 2
+        # ranks on one host, the shared-memory all-reduce.
         halves = seen.get("RING_REDUCE_SCATTER", 0)
         assert halves == seen.get("RING_ALLGATHER", 0), f"{t}: {seen}"
-        assert halves + seen.get("EXCHANGE_ALLREDUCE", 0) == STEPS, f"{t}: {seen}"
+        one_step = seen.get("EXCHANGE_ALLREDUCE", 0) + seen.get("SHM_ALLREDUCE", 0)
+        assert halves + one_step == STEPS, f"{t}: {seen}"
     # The two small gradients were fused: their copies into the buffer are the same span.
     copy = lambda t: [(e["ts"], e["dur"]) for e in by_track[t] if e["name"] == "MEMCPY_IN_FUSION_BUFFER"]
     assert copy("grad.small.0") == copy("grad.small.1")

@@ -207,6 +207,24 @@ class LoopbackTransport : public Transport {
     return std::make_unique<LoopbackTransport>(fabric_, child, members, index);
   }
 
+  SharedArea shared_area() override {
+    if (size() != 2 || topo_.local_size != 2) return {};
+    return fabric_.shared_area(comm_);
+  }
+
+  // Threads cannot die alone: a peer that never comes is a test's broken algorithm, reported
+  // after the fabric's timeout instead of hanging.
+  void waiting_for_peer(uint64_t polls) override {
+    const auto now = std::chrono::steady_clock::now();
+    if (polls == 1) waiting_since_ = now;
+    if (now - waiting_since_ > fabric_.timeout()) {
+      throw Error(Status::Internal, "loopback: rank " + std::to_string(rank()) + " of '" + comm_ +
+                  "' waited " + std::to_string(fabric_.timeout().count()) +
+                  " ms for its peer through shared memory");
+    }
+    std::this_thread::yield();
+  }
+
   void abort(int code) override {
     throw Error(Status::Internal, "loopback: abort(" + std::to_string(code) + ")");
   }
@@ -246,10 +264,23 @@ class LoopbackTransport : public Transport {
   size_t and_count_ = 0;
   std::vector<int> and_waiting_;
   int splits_ = 0;
+  std::chrono::steady_clock::time_point waiting_since_;
 };
 
-Fabric::Fabric(int size, int ranks_per_host, std::chrono::milliseconds timeout)
-    : size_(size), ranks_per_host_(ranks_per_host > 0 ? ranks_per_host : size), timeout_(timeout) {}
+Fabric::Fabric(int size, int ranks_per_host, std::chrono::milliseconds timeout,
+               size_t shared_area_bytes)
+    : size_(size), ranks_per_host_(ranks_per_host > 0 ? ranks_per_host : size), timeout_(timeout),
+      shared_area_bytes_(shared_area_bytes) {}
+
+Transport::SharedArea Fabric::shared_area(const std::string& comm) {
+  if (shared_area_bytes_ == 0) return {};
+  std::lock_guard<std::mutex> lk(mu_);
+  std::vector<uint64_t>& area = areas_[comm];
+  // One cache line more than asked, so the area can start on a line as a mapping does.
+  if (area.empty()) area.assign(shared_area_bytes_ / sizeof(uint64_t) + 8, 0);
+  const auto at = (reinterpret_cast<uintptr_t>(area.data()) + 63) / 64 * 64;
+  return {reinterpret_cast<void*>(at), shared_area_bytes_};
+}
 
 std::unique_ptr<Transport> Fabric::world(int rank) {
   std::vector<int> everyone(size_);

@@ -24,8 +24,12 @@ namespace testing {
 class Fabric {
  public:
   // `ranks_per_host` consecutive ranks share a host (local_rank / cross_rank follow from it).
+  // A communicator of two ranks on one host gets a shared area of `shared_area_bytes`
+  // (Transport::shared_area(); 0: none), as the MPI backend's does.
   explicit Fabric(int size, int ranks_per_host = 0,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(20));
+                  std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                  size_t shared_area_bytes = kSharedAreaBytes);
+  static constexpr size_t kSharedAreaBytes = size_t(2) << 20;  // the MPI backend's size
   // The world transport of one rank. Call once per rank.
   std::unique_ptr<Transport> world(int rank);
 
@@ -36,6 +40,9 @@ class Fabric {
   bool try_recv(const Key& key, std::vector<uint8_t>& out);  // non-blocking
 
   int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // The shared area of communicator `comm` (zeroed, 64-byte aligned), made on first use.
+  Transport::SharedArea shared_area(const std::string& comm);
   int host_of(int world_rank) const { return world_rank / ranks_per_host_; }
   // Bytes sent on the data channels so far, between ranks of different hosts.
   size_t cross_host_bytes() const;
@@ -48,6 +55,8 @@ class Fabric {
   std::map<Key, std::deque<std::vector<uint8_t>>> boxes_;
   std::map<std::string, std::vector<int>> members_;  // comm -> world ranks, for host accounting
   size_t cross_host_bytes_ = 0;
+  size_t shared_area_bytes_;
+  std::map<std::string, std::vector<uint64_t>> areas_;
   friend class LoopbackTransport;
 };
 

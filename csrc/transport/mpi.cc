@@ -319,15 +319,10 @@ class MpiTransport : public Transport {
     if (shm_swapping_) {
       if (shm_swap_->test()) {
         shm_swapping_ = false;
-        stop_liveness_check();
+        peer_waited();
         return true;
       }
-      // Yield the core while waiting, as MPI's own polling does (mpi_yield_when_idle):
-      // on a busy machine the peer may be waiting for this very core.
-      if (++shm_polls_ > kPollsBeforeYield) {
-        sched_yield();
-        check_peer_alive();
-      }
+      waiting_for_peer(++shm_polls_);
       return false;
     }
     if (swapping_) {
@@ -423,6 +418,21 @@ class MpiTransport : public Transport {
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
+  SharedArea shared_area() override {
+    if (!swap_segment_) return {};
+    return {static_cast<char*>(swap_segment_->data()) + swap_bytes(), kSharedAreaBytes};
+  }
+
+  void waiting_for_peer(uint64_t polls) override {
+    // Yield the core while waiting, as MPI's own polling does (mpi_yield_when_idle):
+    // on a busy machine the peer may be waiting for this very core.
+    if (polls <= kPollsBeforeYield) return;
+    sched_yield();
+    check_peer_alive(polls);
+  }
+
+  void peer_waited() override { stop_liveness_check(); }
+
  private:
   // A failed call: when it failed because a rank died (ULFM), both channels are revoked first,
   // so every survivor's pending and next call fails too and all of them reach recovery.
@@ -437,11 +447,15 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
-  // Two ranks on one host: a segment both map carries the control swaps (shm_swap.h).
-  // Collective; where either rank cannot map it, swaps stay MPI messages.
+  // The segment's first part: the swap's mailboxes, rounded to a page.
+  static size_t swap_bytes() { return (ShmSwap::segment_bytes(kShmSwapWords) + 4095) / 4096 * 4096; }
+
+  // Two ranks on one host: a segment both map carries the control swaps (shm_swap.h) and,
+  // after them, the data path's area (shared_area()). Collective; where either rank cannot
+  // map it, swaps stay MPI messages and all-reduces take the other algorithms.
   void share_swap_memory() {
     static std::atomic<int> segments{0};
-    const size_t bytes = ShmSwap::segment_bytes(kShmSwapWords);
+    const size_t bytes = swap_bytes() + kSharedAreaBytes;
     char name[64] = {0};
     std::unique_ptr<SharedSegment> segment;
     if (topo_.rank == 0) {
@@ -465,9 +479,9 @@ class MpiTransport : public Transport {
   // A swap through shared memory never hears of a lost peer by itself: while a round waits
   // long, a receive from the peer (on a tag nobody sends on) stands in, which MPI fails when
   // the peer is lost (with ULFM; without it, MPI ends the job).
-  void check_peer_alive() {
+  void check_peer_alive(uint64_t polls) {
     const auto now = std::chrono::steady_clock::now();
-    if (shm_polls_ == kPollsBeforeYield + 1) shm_waiting_since_ = now;
+    if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
     if (now - shm_waiting_since_ < kLivenessCheckAfter) return;
     if (liveness_ == MPI_REQUEST_NULL) {
       check(MPI_Irecv(&liveness_byte_, 1, MPI_BYTE, 1 - topo_.rank, kLivenessTag, control_, &liveness_),
@@ -560,6 +574,8 @@ class MpiTransport : public Transport {
   // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
   // (16 KiB of data, controller.cc) and a generous set of control words.
   static constexpr size_t kShmSwapWords = 4096;
+  // The data path's area (shm_allreduce.cc cuts it into its queues of pieces).
+  static constexpr size_t kSharedAreaBytes = size_t(2) << 20;
   static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
   static constexpr int kLivenessTag = 19;
@@ -567,7 +583,7 @@ class MpiTransport : public Transport {
   std::unique_ptr<ShmSwap> shm_swap_;
   bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
   uint64_t shm_polls_ = 0;     // of the round in flight
-  std::chrono::steady_clock::time_point shm_waiting_since_;  // when its polls began yielding
+  std::chrono::steady_clock::time_point shm_waiting_since_;  // when the wait on the peer began yielding
   MPI_Request liveness_ = MPI_REQUEST_NULL;
   char liveness_byte_ = 0;
   std::vector<MPI_Request> requests_;

@@ -65,6 +65,21 @@ class Transport {
     (void)send, (void)recv, (void)count;
     return false;
   }
+  // Two ranks on one host: memory both map, for the data path of shm_allreduce.h; empty
+  // elsewhere, and on both ranks alike. Zeroed before either rank first used it; its size
+  // never changes. The negotiation's own swap (shm_swap.h) uses other memory.
+  struct SharedArea {
+    void* data = nullptr;
+    size_t bytes = 0;
+  };
+  virtual SharedArea shared_area() { return {}; }
+  // The wait policy of a rank waiting on its peer through shared memory, written once for
+  // the negotiation's swap and the data path: called for each poll that found nothing new
+  // (`polls`: such polls so far in this wait, from 1). Spins a little, then yields the core;
+  // while a wait lasts long, makes sure the peer is alive (throws Error(RanksLost) when it is
+  // lost, as a message from it would fail). peer_waited() ends the wait.
+  virtual void waiting_for_peer(uint64_t polls) { (void)polls; }
+  virtual void peer_waited() {}
   // Rank 0 receives every rank's bytes (others get an empty vector).
   virtual std::vector<std::vector<uint8_t>> gather_control(const std::vector<uint8_t>& mine) = 0;
   // Rank 0's bytes reach every rank.

@@ -80,11 +80,11 @@ def test_torch_survives_a_lost_rank(tmp_path, mode, how):
 
 
 @needs_ulfm
-@pytest.mark.parametrize("mode", ["kill", "remove"])
+@pytest.mark.parametrize("mode", ["kill", "remove", "add"])
 def test_torch_sharded_state_is_resharded(tmp_path, mode):
-    """shard_optimizer_state=True: the shards are re-cut for 2 ranks from the last commit's
-    consolidated state (the killed rank's own shard is gone) and training goes on as the
-    replay of the unsharded optimizer says."""
+    """shard_optimizer_state=True: the shards are re-cut for the new size from the last
+    commit's consolidated state (a killed rank's own shard is gone; an added rank has none)
+    and training goes on as the replay of the unsharded optimizer says."""
     out = str(tmp_path / "final.npz")
     env = {"ELASTIC_SHARDED": "1"}
     if mode == "kill":
@@ -93,6 +93,13 @@ def test_torch_sharded_state_is_resharded(tmp_path, mode):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "rank 2 finished as rank 1 of 2" in proc.stdout, proc.stdout + proc.stderr
         seconds = check_against_reference(out)
+    elif mode == "add":
+        script = discovery_script(tmp_path, out, ["localhost:2"])
+        proc = run_launcher("-np", 2, "--min-np", 2, "--max-np", 3, "--host-discovery-script",
+                            script, "python", WORKER, "add", 0, 8, out, "localhost:3", env=env)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "hvdlite-run: rank 2 joined; continuing with 3 ranks" in proc.stderr, proc.stderr
+        seconds = check_host_change(out, 2, 3)
     else:
         script = discovery_script(tmp_path, out, ["localhost:2", "127.0.0.1:1"])
         proc = run_launcher("-np", 3, "--min-np", 2, "--host-discovery-script", script,
@@ -100,7 +107,7 @@ def test_torch_sharded_state_is_resharded(tmp_path, mode):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "rank 2 left (its host was removed)" in proc.stderr, proc.stderr
         seconds = check_host_change(out, 3, 2)
-    print(f"sharded {mode}: event to first step at 2 ranks: {seconds:.3f} s")
+    print(f"sharded {mode}: event to first step at the new size: {seconds:.3f} s")
 
 
 @needs_ulfm

@@ -13,13 +13,13 @@ namespace {
 // Note [shared-memory queues]
 // The area holds four single-producer, single-consumer queues of pieces: for each side s, a
 // raw queue (s sends pieces of the peer's half, unreduced) and a reduced queue (s sends
-// pieces of its own half, reduced). Each queue has kSlots slots of kPieceBytes and two
-// counters, each on a cache line of its own and written by one side only: `published`
-// (pieces the producer has written, ever) and `consumed` (pieces the consumer is done with,
-// ever). Piece k of a queue lives in slot k % kSlots. The producer writes a slot only while
-// published - consumed < kSlots, then publishes with a release store; the consumer reads
-// only while consumed < published (acquire), and releases the slot by storing consumed + 1
-// after its last read of it.
+// pieces of its own half, reduced). Each queue has `slots` slots of kPieceBytes (as many as
+// the area holds) and two counters, each on a cache line of its own and written by one side
+// only: `published` (pieces the producer has written, ever) and `consumed` (pieces the
+// consumer is done with, ever). Piece k of a queue lives in slot k % slots. The producer
+// writes a slot only while published - consumed < slots, then publishes with a release
+// store; the consumer reads only while consumed < published (acquire), and releases the
+// slot by storing consumed + 1 after its last read of it.
 //
 // The counters never go back: collectives follow one another in the queues, and both sides
 // agree on every collective's pieces because both run the same collectives in the same order

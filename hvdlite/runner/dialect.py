@@ -90,6 +90,9 @@ class Dialect:
         """Flags for a job that survives lost ranks (ULFM), or None where the MPI has none."""
         return None
 
+    # Where fault_tolerance() is None but users may expect ULFM: why, for the refusal.
+    no_fault_tolerance = ""
+
     def remote_daemons(self, env: Dict[str, str]) -> List[str]:
         """Flags that let the MPI's own daemons start on other hosts with this environment's
         paths to the MPI (forward_env reaches only the ranks, which the daemons start)."""
@@ -187,6 +190,13 @@ class Hydra(Dialect):
     name = "MPICH (Hydra)"
     chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
+    # Tried with MPICH 5.0.2 (PyPI, ch4; Debian's 4.0.2 is ch4 too, with the same stubs in
+    # its source): every MPIX_Comm_* call hits MPIR_Assert(0) even on a healthy communicator, MPIR_CVAR_ENABLE_FT=1 aborts
+    # in MPI_Init, and under -disable-auto-cleanup a killed rank's peers never get an error
+    # from their pending collective (the job mostly ends within a second; or they hang).
+    no_fault_tolerance = ("MPICH declares ULFM's MPIX_Comm_shrink/revoke/agree, but its ch4 "
+                          "device aborts in them (\"Assertion failed in file "
+                          ".../ch4_comm.c\") and gives a killed rank's peers no error")
 
     def __init__(self, version: str, name: str = "MPICH (Hydra)"):
         super().__init__(version)
@@ -234,6 +244,7 @@ class IntelHydra(Hydra):
     """Intel MPI's Hydra; its documented rank prefix is ``-prepend-rank`` ("[rank] text")."""
 
     tag = re.compile(rb"\[(?P<rank>\d+)\] ")
+    no_fault_tolerance = ""   # not tried with Intel MPI
 
     def __init__(self, version: str):
         super().__init__(version, name="Intel MPI (Hydra)")

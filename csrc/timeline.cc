@@ -307,6 +307,8 @@ const char* op_span_name(OpType op) {
     case OpType::Reducescatter: return "REDUCESCATTER";
     case OpType::Barrier: return "BARRIER";
     case OpType::Join: return "JOIN";
+    case OpType::AddProcessSet: return "ADD_PROCESS_SET";
+    case OpType::RemoveProcessSet: return "REMOVE_PROCESS_SET";
   }
   return "COLLECTIVE";
 }

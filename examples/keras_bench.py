@@ -163,15 +163,19 @@ def time_call(fn, n=200, warm=10, barrier=None):
     return (time.perf_counter() - t0) / n
 
 
-def gradient_allreduce_fn(model):
+def gradient_allreduce_fn(model, empty=False):
     """A callable that all-reduces gradient-shaped tensors as model.fit's step does: from a
-    tf.function, from a jax.jit function, or eagerly on torch."""
+    tf.function, from a jax.jit function, or eagerly on torch. ``empty``: the same compiled
+    call returning its inputs, so the difference is what the all-reduce adds to a step."""
     import keras
     from hvdlite.keras.backend import bridge
     from hvdlite.ops import Average
     grads = [keras.ops.ones(v.shape, v.dtype) for v in model.trainable_variables]
     reduce = bridge().gradient_reducer("bench.grads", Average, 1.0, None, False, None,
                                        "bench")
+    if empty:
+        def reduce(g, _variables):
+            return [keras.ops.add(x, 0.0) for x in g]
     variables = list(model.trainable_variables)
     if backend() == "tensorflow":
         import tensorflow as tf
@@ -214,6 +218,13 @@ def run_hvdlite(args):
 
     sync = hvdlite.barrier
     res["step_allreduce_us"] = time_call(gradient_allreduce_fn(model), barrier=sync) * 1e6
+    res["empty_step_us"] = time_call(gradient_allreduce_fn(model, empty=True), barrier=sync) * 1e6
+    if backend() == "tensorflow":   # the issue's comparison: from a tf.function against eagerly
+        import tensorflow as tf
+        import hvdlite.tensorflow as hvd_tf
+        tensors = [tf.ones(v.shape, tf.float32) for v in model.trainable_variables]
+        res["eager_allreduce_us"] = time_call(
+            lambda: hvd_tf.grouped_allreduce(tensors, name="bench.eager"), barrier=sync) * 1e6
     res["numpy_allreduce_us"] = time_call(numpy_allreduce, barrier=sync) * 1e6
     res["grad_bytes"] = int(sum(a.nbytes for a in arrays))
     # Every rank reports its mean; the slowest rank sets the pace.
@@ -407,10 +418,14 @@ def run_all(args):
               f"{ratio:>16.2f} {over_nocomm:>13.2f}")
     for r in rows:
         if "step_allreduce_us" in r:
+            eager = (f", eagerly {r['eager_allreduce_us']:.0f} us"
+                     if "eager_allreduce_us" in r else "")
             print(f"{r['backend']}/{r['config']}: gradients {r['grad_bytes'] / 1024:.0f} KiB; "
                   f"one grouped all-reduce as the train step makes it "
-                  f"{r['step_allreduce_us']:.0f} us, from numpy into the core "
-                  f"{r['numpy_allreduce_us']:.0f} us")
+                  f"{r['step_allreduce_us']:.0f} us (the same compiled call without it "
+                  f"{r['empty_step_us']:.0f} us: it adds "
+                  f"{r['step_allreduce_us'] - r['empty_step_us']:.0f} us){eager}, from numpy "
+                  f"into the core {r['numpy_allreduce_us']:.0f} us")
     print("RESULTS " + json.dumps(rows))
 
 

@@ -2,12 +2,13 @@
 # Builds hvdlite against another MPI in its own environment under build/, for testing:
 #   bash scripts/setup_other_mpi.sh mpich      # MPICH from its PyPI wheel (Hydra's mpiexec)
 #   bash scripts/setup_other_mpi.sh openmpi4   # Debian's Open MPI 4.1, unpacked (not installed)
+#   bash scripts/setup_other_mpi.sh impi       # Intel MPI from its PyPI wheels (impi-devel, impi-rt)
 # Prints the path of a file to `source` that activates that environment. Safe to run again.
 # Open MPI 4.1 is unpacked with dpkg -x into a private prefix rather than installed with
 # apt-get, so that its libmpi.so.40 never shadows the Open MPI 5 wheel's on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-which=${1:?usage: setup_other_mpi.sh mpich|openmpi4}
+which=${1:?usage: setup_other_mpi.sh mpich|openmpi4|impi}
 root=$PWD/build/mpi-$which
 venv=$root/venv
 PY=${PYTHON:-python3}
@@ -21,6 +22,15 @@ case "$which" in
     "$venv/bin/pip" install --disable-pip-version-check -q mpich
     mpicxx=$venv/bin/mpicxx
     printf '. %q\n' "$venv/bin/activate" > "$activate"
+    ;;
+  impi)
+    "$venv/bin/pip" install --disable-pip-version-check -q impi-devel impi-rt
+    mpicxx=$venv/bin/mpicxx
+    # What Intel's vars.sh would set: the wheels' compiler wrappers keep a placeholder for
+    # their install directory, filled in from I_MPI_ROOT, and libmpi loads libfabric (the
+    # transport between hosts) by name at MPI_Init.
+    printf '. %q\nexport I_MPI_ROOT=%q\nexport LD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' \
+      "$venv/bin/activate" "$venv" "$venv/lib" > "$activate"
     ;;
   openmpi4)
     prefix=$root/prefix
@@ -48,7 +58,7 @@ export LD_LIBRARY_PATH=$lib/openmpi/lib:$lib:$prefix/lib/x86_64-linux-gnu\${LD_L
 ENV
     mpicxx=$prefix/usr/bin/mpicxx
     ;;
-  *) echo "setup_other_mpi.sh: unknown MPI '$which' (mpich or openmpi4)" >&2; exit 2 ;;
+  *) echo "setup_other_mpi.sh: unknown MPI '$which' (mpich, openmpi4 or impi)" >&2; exit 2 ;;
 esac
 # A build directory of its own: CMake caches the MPI it found.
 ( . "$activate" && HVDLITE_MPICXX=$mpicxx pip install --disable-pip-version-check -q \

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # The core suite and the launcher tests against MPIs other than the Open MPI 5 wheel:
-# MPICH (PyPI wheel) and Open MPI 4.1 (Debian's packages, unpacked into a private prefix: the
-# launcher starts its daemons on the other host with this side's paths). Each is built into
-# its own environment by scripts/setup_other_mpi.sh. HVDLITE_OTHER_MPIS picks (default: both).
-# Both also run jobs across two hosts: the hierarchical all-reduce (exact, and 2/3 of the
-# flat ring's bytes over the link), and MPICH the whole two-host suite, Open MPI 4.1 (to keep
-# CI short) one launch over ssh.
+# MPICH (PyPI wheel), Intel MPI (PyPI wheels) and Open MPI 4.1 (Debian's packages, unpacked
+# into a private prefix: the launcher starts its daemons on the other host with this side's
+# paths). Each is built into its own environment by scripts/setup_other_mpi.sh.
+# HVDLITE_OTHER_MPIS picks (default: all three). Each also runs jobs across two hosts: the
+# hierarchical all-reduce (exact, and 2/3 of the flat ring's bytes over the link), and MPICH
+# and Intel MPI the whole two-host suite, Open MPI 4.1 (to keep CI short) one launch over ssh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 status=0
-for mpi in ${HVDLITE_OTHER_MPIS:-mpich openmpi4}; do
+for mpi in ${HVDLITE_OTHER_MPIS:-mpich impi openmpi4}; do
   echo "=== hvdlite against $mpi"
   activate=$(bash scripts/setup_other_mpi.sh "$mpi" | tail -1)
   hier=tests/test_hierarchical_multihost.py::test_two_hosts_two_ranks_each
   case "$mpi" in
-    mpich) tests=(tests/multihost "$hier") ;;
+    mpich|impi) tests=(tests/multihost "$hier") ;;
     *) tests=(tests/multihost/test_two_hosts.py::test_host_list_over_ssh "$hier") ;;
   esac
   ( . "$activate" && OMP_NUM_THREADS=1 python -m hvdlite --check-build | sed -n '/controllers/,/mpirun/p' &&

@@ -314,8 +314,8 @@ def test_unknown_mpi_runs_plain_with_mpi_args(tmp_path):
 # ---------------------------------------------------------------------------------------
 # command construction (no processes)
 
-OMPI4, OMPI5, MPICH = (dialect.OpenMPI("4.1.4"), dialect.OpenMPI("5.0.11"),
-                       dialect.Hydra("5.0.2"))
+OMPI4, OMPI5, MPICH, IMPI = (dialect.OpenMPI("4.1.4"), dialect.OpenMPI("5.0.11"),
+                              dialect.Hydra("5.0.2"), dialect.IntelHydra("2021.18.1"))
 
 
 def _cmd(argv, env=None, d=OMPI5, workdir="/nonexistent"):
@@ -359,6 +359,30 @@ def test_build_command_hosts_and_slots():
     assert "--oversubscribe" in cmd   # this machine only: always
     cmd, _ = _cmd(["-np", "8", "-H", "nodeA:4,nodeB:4", "python", "t.py"], d=MPICH)
     assert _after(cmd, "-hosts") == "nodeA:4,nodeB:4"
+
+
+def test_intel_mpi_gets_slots_from_a_machine_file(tmp_path):
+    """Intel's -hosts ignores ":N" (two ranks landed on the first host of a:1,b:1), so -H
+    becomes a machine file there."""
+    cmd, _ = _cmd(["-np", "3", "-H", "nodeA:2,nodeB", "python", "t.py"], d=IMPI,
+                  workdir=str(tmp_path))
+    assert "-hosts" not in cmd
+    assert _after(cmd, "-machinefile") == str(tmp_path / "hostfile")
+    assert (tmp_path / "hostfile").read_text() == "nodeA:2\nnodeB:1\n"
+
+
+def test_intel_mpi_script_is_bypassed_for_hydra(tmp_path):
+    """Intel's mpirun is a shell script running mpiexec.hydra as its child, out of reach of
+    the SIGTERM that ends a failed job: hvdlite-run starts mpiexec.hydra itself."""
+    mpirun, hydra = tmp_path / "mpirun", tmp_path / "mpiexec.hydra"
+    mpirun.write_text("#!/bin/sh\nmpiexec.hydra \"$@\"\n")
+    hydra.write_bytes(b"\x7fELF")
+    for f in (mpirun, hydra):
+        f.chmod(0o755)
+    assert IMPI.launcher_program(str(mpirun)) == str(hydra)
+    assert MPICH.launcher_program(str(mpirun)) == str(mpirun)
+    hydra.unlink()
+    assert IMPI.launcher_program(str(mpirun)) == str(mpirun)   # no Hydra beside it: as given
 
 
 def test_open_mpi_4_daemons_on_other_hosts_get_this_sides_paths():

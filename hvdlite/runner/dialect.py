@@ -45,6 +45,8 @@ class Dialect:
 
     name = "?"
     chunked_tags = False   # True where the tag marks each chunk a rank writes, not each line
+    # True where -H must become a hostfile: the MPI's own host list cannot give slot counts.
+    host_list_in_file = False
     # The prefix the launcher's output carries for each rank's line; group "rank".
     tag: Pattern[bytes]
 
@@ -53,6 +55,10 @@ class Dialect:
 
     def describe(self) -> str:
         return f"{self.name} {self.version}".strip()
+
+    def launcher_program(self, mpirun: str) -> str:
+        """The program to start for ``mpirun``: hvdlite-run must be able to signal it."""
+        return mpirun
 
     # Each method returns argv pieces (or environment) for mpirun.
     def tag_output(self) -> List[str]:
@@ -245,12 +251,35 @@ class IntelHydra(Hydra):
 
     tag = re.compile(rb"\[(?P<rank>\d+)\] ")
     no_fault_tolerance = ""   # not tried with Intel MPI
+    # Intel's -hosts ignores ":N" (it places I_MPI_PERHOST ranks, a host's cores by
+    # default, on each host in turn); a machine file's "host:N" lines are honoured.
+    host_list_in_file = True
 
     def __init__(self, version: str):
         super().__init__(version, name="Intel MPI (Hydra)")
 
+    def hostfile(self, path):
+        return ["-machinefile", path]
+
     def tag_output(self):
         return ["-prepend-rank"]
+
+    def launcher_program(self, mpirun):
+        # Intel's mpirun is a shell script that runs mpiexec.hydra as its child: a SIGTERM
+        # from hvdlite-run (a rank failed: end the job) stopped only the script, and the job
+        # went on until Hydra gave up by itself, about 20 s later. Start Hydra directly.
+        hydra = os.path.join(os.path.dirname(mpirun), "mpiexec.hydra")
+        if not _is_script(mpirun) or not os.access(hydra, os.X_OK):
+            return mpirun
+        return hydra
+
+
+def _is_script(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(2) == b"#!"
+    except OSError:
+        return False
 
 
 # ----------------------------------------------------------------------------------------

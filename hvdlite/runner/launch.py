@@ -374,7 +374,8 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
 
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env.update(dialect.root_env())
-    cmd = [mpirun, "-np", str(args.np), *dialect.no_binding(), *dialect.tag_output()]
+    cmd = [dialect.launcher_program(mpirun), "-np", str(args.np), *dialect.no_binding(),
+           *dialect.tag_output()]
     if elastic.is_elastic(args):
         cmd += dialect.fault_tolerance()
     if hosts is None:
@@ -382,7 +383,7 @@ def build_command(args: argparse.Namespace, mpirun: str, dialect: Optional[diale
     else:
         if all(is_local(h) for h, _ in hosts) or args.oversubscribe:
             cmd += dialect.oversubscribe()
-        if args.hosts is not None:
+        if args.hosts is not None and not dialect.host_list_in_file:
             cmd += dialect.host_list(hosts)
         else:
             path = os.path.join(workdir, "hostfile")

@@ -250,7 +250,12 @@ class IntelHydra(Hydra):
     """Intel MPI's Hydra; its documented rank prefix is ``-prepend-rank`` ("[rank] text")."""
 
     tag = re.compile(rb"\[(?P<rank>\d+)\] ")
-    no_fault_tolerance = ""   # not tried with Intel MPI
+    # Tried with Intel MPI 2021.18 (PyPI): MPIX_Comm_shrink and _agree crash (SIGSEGV) even on
+    # a healthy communicator, with or without MPIR_CVAR_ENABLE_FT=1, and under
+    # -disable-auto-cleanup a killed rank's peers wait in their collective.
+    no_fault_tolerance = ("Intel MPI exports ULFM's MPIX_Comm_shrink/agree, but they crash "
+                          "(SIGSEGV) even with no rank lost, and a killed rank's peers get no "
+                          "error")
     # Intel's -hosts ignores ":N" (it places I_MPI_PERHOST ranks, a host's cores by
     # default, on each host in turn); a machine file's "host:N" lines are honoured.
     host_list_in_file = True

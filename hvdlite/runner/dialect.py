@@ -197,9 +197,10 @@ class Hydra(Dialect):
     chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
     # Tried with MPICH 5.0.2 (PyPI, ch4; Debian's 4.0.2 is ch4 too, with the same stubs in
-    # its source): every MPIX_Comm_* call hits MPIR_Assert(0) even on a healthy communicator, MPIR_CVAR_ENABLE_FT=1 aborts
-    # in MPI_Init, and under -disable-auto-cleanup a killed rank's peers never get an error
-    # from their pending collective (the job mostly ends within a second; or they hang).
+    # its source): every MPIX_Comm_* call hits MPIR_Assert(0) even on a healthy communicator,
+    # MPIR_CVAR_ENABLE_FT=1 aborts in MPI_Init, and under -disable-auto-cleanup a killed
+    # rank's peers never get an error from their pending collective (the job mostly ends
+    # within a second; or they hang).
     no_fault_tolerance = ("MPICH declares ULFM's MPIX_Comm_shrink/revoke/agree, but its ch4 "
                           "device aborts in them (\"Assertion failed in file "
                           ".../ch4_comm.c\") and gives a killed rank's peers no error")

@@ -165,6 +165,17 @@ def test_elastic_flags_are_checked():
     with pytest.raises(elastic.ElasticError, match="this build has no fault tolerance"):
         elastic.check_settings(args, ompi5.fault_tolerance(), ompi5.describe(), False)
     assert ompi5.fault_tolerance() == ["--with-ft", "ulfm"]
+    # MPICH declares ULFM's functions, but they abort: the refusal says so.
+    mpich = dialect.Hydra("5.0.2")
+    with pytest.raises(elastic.ElasticError, match=r"MPICH \(Hydra\) 5.0.2 has none \(MPICH "
+                       r"declares ULFM's .* its ch4 device aborts in them"):
+        elastic.check_settings(args, mpich.fault_tolerance(), mpich.describe(), True,
+                               mpich.no_fault_tolerance)
+    intel = dialect.IntelHydra("2021.18")
+    with pytest.raises(elastic.ElasticError, match=r"Intel MPI \(Hydra\) 2021.18 has none "
+                       r"\(Intel MPI exports ULFM's .* crash \(SIGSEGV\)"):
+        elastic.check_settings(args, intel.fault_tolerance(), intel.describe(), True,
+                               intel.no_fault_tolerance)
     assert not elastic.is_elastic(parser.parse_args(["-np", "2", "python", "x.py"]))
 
 

@@ -745,3 +745,19 @@ def test_elastic_job_the_runtime_ended_is_a_failure(tmp_path):
     assert proc.returncode == 1, show(proc)
     assert ("ranks 0, 1 never reported an end: the MPI runtime ended the job (see its message "
             "above)") in proc.stderr, show(proc)
+
+
+def test_elastic_job_under_mpich_is_refused_before_launch(tmp_path):
+    """MPICH's ULFM functions abort (its ch4 device stubs them), so hvdlite-run refuses an
+    elastic job under Hydra, saying why, and starts nothing."""
+    fake, launched = tmp_path / "mpiexec", tmp_path / "launched"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = --version ]; then printf 'HYDRA build details:\\n"
+                    "    Version: 5.0.2\\n'; exit 0; fi\n"
+                    f"touch {launched}\nexit 1\n")
+    fake.chmod(0o755)
+    proc, _ = run_launcher("-np", 2, "--min-np", 1, "--mpirun", fake, sys.executable, "-c", "0")
+    assert proc.returncode == 2, show(proc)
+    assert "MPICH (Hydra) 5.0.2 has none (MPICH declares ULFM's" in proc.stderr, show(proc)
+    assert "ch4 device aborts in them" in proc.stderr, show(proc)
+    assert not launched.exists(), show(proc)

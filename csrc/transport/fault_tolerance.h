@@ -1,8 +1,8 @@
 // What the MPI backend needs from MPI's fault-tolerance extension (ULFM): classifying a
 // failed call as a lost process, revoking a communicator so every member's pending and future
 // calls on it fail, and shrinking it to the survivors. Two implementations, chosen by CMake:
-// ulfm.cc where the MPI has MPIX_Comm_shrink (Open MPI 5), no_ulfm.cc elsewhere (MPICH, Open
-// MPI 4), where a lost process still ends the job as MPI itself decides.
+// ulfm.cc where the MPI has MPIX_Comm_shrink (Open MPI 5), no_ulfm.cc elsewhere (MPICH, Intel
+// MPI, Open MPI 4), where a lost process still ends the job as MPI itself decides.
 #pragma once
 
 #include <mpi.h>

@@ -1,5 +1,5 @@
-// Fault tolerance where the MPI has no ULFM (MPICH, Open MPI 4): nothing survives a lost
-// process; MPI's own error handling ends the job. See fault_tolerance.h.
+// Fault tolerance where the MPI has no ULFM (MPICH, Intel MPI, Open MPI 4): nothing survives a
+// lost process; MPI's own error handling ends the job. See fault_tolerance.h.
 #include <mpi.h>
 
 #include "../hvdlite.h"

@@ -96,6 +96,9 @@ class Dialect:
         """Flags for a job that survives lost ranks (ULFM), or None where the MPI has none."""
         return None
 
+    # Where fault_tolerance() is None but users may expect ULFM: why, for the refusal.
+    no_fault_tolerance = ""
+
     def remote_daemons(self, env: Dict[str, str]) -> List[str]:
         """Flags that let the MPI's own daemons start on other hosts with this environment's
         paths to the MPI (forward_env reaches only the ranks, which the daemons start)."""
@@ -193,6 +196,14 @@ class Hydra(Dialect):
     name = "MPICH (Hydra)"
     chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
+    # Tried with MPICH 5.0.2 (PyPI, ch4; Debian's 4.0.2 is ch4 too, with the same stubs in
+    # its source): every MPIX_Comm_* call hits MPIR_Assert(0) even on a healthy communicator,
+    # MPIR_CVAR_ENABLE_FT=1 aborts in MPI_Init, and under -disable-auto-cleanup a killed
+    # rank's peers never get an error from their pending collective (the job mostly ends
+    # within a second; or they hang).
+    no_fault_tolerance = ("MPICH declares ULFM's MPIX_Comm_shrink/revoke/agree, but its ch4 "
+                          "device aborts in them (\"Assertion failed in file "
+                          ".../ch4_comm.c\") and gives a killed rank's peers no error")
 
     def __init__(self, version: str, name: str = "MPICH (Hydra)"):
         super().__init__(version)
@@ -240,6 +251,12 @@ class IntelHydra(Hydra):
     """Intel MPI's Hydra; its documented rank prefix is ``-prepend-rank`` ("[rank] text")."""
 
     tag = re.compile(rb"\[(?P<rank>\d+)\] ")
+    # Tried with Intel MPI 2021.18 (PyPI): MPIX_Comm_shrink and _agree crash (SIGSEGV) even on
+    # a healthy communicator, with or without MPIR_CVAR_ENABLE_FT=1, and under
+    # -disable-auto-cleanup a killed rank's peers wait in their collective.
+    no_fault_tolerance = ("Intel MPI exports ULFM's MPIX_Comm_shrink/agree, but they crash "
+                          "(SIGSEGV) even with no rank lost, and a killed rank's peers get no "
+                          "error")
     # Intel's -hosts ignores ":N" (it places I_MPI_PERHOST ranks, a host's cores by
     # default, on each host in turn); a machine file's "host:N" lines are honoured.
     host_list_in_file = True

@@ -57,8 +57,9 @@ def discover_hosts(script: str) -> List[Tuple[str, Optional[int]]]:
 
 
 def check_settings(args, fault_tolerance_flags: Optional[List[str]], mpi_name: str,
-                   hvdlite_fault_tolerant: bool) -> None:
-    """Validate the elastic flags against -np and the MPI; raise ElasticError."""
+                   hvdlite_fault_tolerant: bool, why_none: str = "") -> None:
+    """Validate the elastic flags against -np and the MPI; raise ElasticError. ``why_none``:
+    why this MPI has no fault tolerance, where users may expect it."""
     min_np = args.min_np if args.min_np is not None else 1
     if args.max_np is not None and args.max_np < min_np:
         raise ElasticError(f"--max-np {args.max_np} is below --min-np {min_np}")
@@ -68,8 +69,9 @@ def check_settings(args, fault_tolerance_flags: Optional[List[str]], mpi_name: s
         raise ElasticError(f"-np {args.np} is above --max-np {args.max_np}")
     if fault_tolerance_flags is None:
         raise ElasticError(f"elastic jobs (--min-np/--max-np) need an MPI with the ULFM "
-                           f"fault-tolerance extension (Open MPI 5); {mpi_name} has none, so a "
-                           f"lost rank would end the job. Run without --min-np/--max-np")
+                           f"fault-tolerance extension (Open MPI 5); {mpi_name} has none"
+                           + (f" ({why_none})" if why_none else "")
+                           + ", so a lost rank would end the job. Run without --min-np/--max-np")
     if not hvdlite_fault_tolerant:
         raise ElasticError("elastic jobs need hvdlite built against an MPI with ULFM "
                            "(Open MPI 5); this build has no fault tolerance")

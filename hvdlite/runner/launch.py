@@ -657,7 +657,8 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
         try:
             elastic.check_settings(args, dialect.fault_tolerance() if dialect else None,
                                    dialect.describe() if dialect else "this MPI",
-                                   bool(info.get("fault_tolerant")))
+                                   bool(info.get("fault_tolerant")),
+                                   dialect.no_fault_tolerance if dialect else "")
         except elastic.ElasticError as e:
             raise UsageError(str(e))
     hosts = resolve_hosts(args)

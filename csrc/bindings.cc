@@ -18,11 +18,11 @@
 #include <mutex>
 #include <optional>
 
-#include "collectives.h"
-#include "engine.h"
-#include "half_convert.h"
+#include "algorithms/collectives.h"
+#include "engine/engine.h"
+#include "algorithms/half_convert.h"
 #include "hvdlite.h"
-#include "timeline.h"
+#include "observability/timeline.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;

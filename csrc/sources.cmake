@@ -1,27 +1,28 @@
-# The core's sources that need neither Python nor a particular backend: the extension module
-# (CMakeLists.txt) adds the bindings and the MPI backend, the in-process unit tests
-# (csrc/tests) the loopback transport.
+# The core's sources that need neither Python nor a particular backend, by role: engine/ (how a
+# request becomes a decision), algorithms/ (one collective algorithm per file), observability/
+# and transport/. The extension module (CMakeLists.txt) adds the bindings and the MPI backend,
+# the in-process unit tests (csrc/tests) the loopback transport.
 set(HVDLITE_CORE_SOURCES
-  autotune.cc
-  collectives.cc
-  config.cc
-  controller.cc
-  engine.cc
-  exchange_allreduce.cc
-  fusion.cc
-  group.cc
-  half_convert.cc
-  handle.cc
-  hierarchical.cc
-  late_ranks.cc
-  message.cc
-  names.cc
-  reduce.cc
-  response_cache.cc
-  ring_allreduce.cc
-  ring_pass.cc
-  shm_allreduce.cc
-  stall_inspector.cc
-  timeline.cc
-  validate.cc
+  engine/config.cc
+  engine/controller.cc
+  engine/engine.cc
+  engine/fusion.cc
+  engine/group.cc
+  engine/handle.cc
+  engine/late_ranks.cc
+  engine/message.cc
+  engine/names.cc
+  engine/response_cache.cc
+  engine/validate.cc
+  algorithms/collectives.cc
+  algorithms/exchange_allreduce.cc
+  algorithms/half_convert.cc
+  algorithms/hierarchical.cc
+  algorithms/reduce.cc
+  algorithms/ring_allreduce.cc
+  algorithms/ring_pass.cc
+  algorithms/shm_allreduce.cc
+  observability/autotune.cc
+  observability/stall_inspector.cc
+  observability/timeline.cc
   transport/shm_swap.cc)

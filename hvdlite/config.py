@@ -1,6 +1,6 @@
 """Every setting hvdlite reads from the environment, documented once.
 
-The table lives in the C++ core (csrc/config.cc), which parses the values at ``init()``: each
+The table lives in the C++ core (csrc/engine/config.cc), which parses the values at ``init()``: each
 ``HVDLITE_*`` variable, the ``HOROVOD_*`` alias an existing Horovod job script may set (the
 ``HVDLITE_*`` name wins when both are set), its default and its meaning. A value that cannot
 be parsed makes ``init()`` raise ``HvdliteInvalidArgumentError`` naming the variable.

@@ -1,4 +1,4 @@
-"""Settings: one table in the core (csrc/config.cc), HOROVOD_* aliases, the HVDLITE_* name
+"""Settings: one table in the core (csrc/engine/config.cc), HOROVOD_* aliases, the HVDLITE_* name
 winning, unparsable values failing init() with the variable's name, and the README's table
 agreeing with the code."""
 import os

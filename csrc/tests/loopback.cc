@@ -5,7 +5,7 @@
 #include <exception>
 #include <thread>
 
-#include "../hvdlite.h"
+#include "hvdlite.h"
 
 namespace hvdlite {
 namespace testing {

@@ -16,7 +16,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../transport/transport.h"
+#include "transport/transport.h"
 
 namespace hvdlite {
 namespace testing {

@@ -4,7 +4,7 @@
 // request no longer matches it.
 #include <map>
 
-#include "../controller.h"
+#include "engine/controller.h"
 #include "harness.h"
 #include "loopback.h"
 

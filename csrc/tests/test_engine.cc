@@ -1,7 +1,7 @@
 // The engine with process sets over the loopback transport: sets added by every rank get the
 // same ids, collectives run in overlapping sets, a rank outside a set is refused with the set
 // and its ranks named, removal fails what is pending, and shutdown ends every group.
-#include "../engine.h"
+#include "engine/engine.h"
 #include "harness.h"
 #include "loopback.h"
 

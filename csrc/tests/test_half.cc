@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "../half.h"
-#include "../half_convert.h"
-#include "../reduce.h"
+#include "algorithms/half.h"
+#include "algorithms/half_convert.h"
+#include "algorithms/reduce.h"
 #include "harness.h"
 
 namespace hvdlite {

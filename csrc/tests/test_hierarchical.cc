@@ -5,8 +5,8 @@
 #include <cstring>
 #include <random>
 
-#include "../engine.h"
-#include "../hierarchical.h"
+#include "engine/engine.h"
+#include "algorithms/hierarchical.h"
 #include "harness.h"
 #include "loopback.h"
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <set>
 
-#include "../late_ranks.h"
+#include "engine/late_ranks.h"
 #include "harness.h"
 
 namespace hvdlite {

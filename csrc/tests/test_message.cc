@@ -1,5 +1,5 @@
 // The control-message codec: every field survives a round trip; truncated bytes are an error.
-#include "../message.h"
+#include "engine/message.h"
 #include "harness.h"
 
 namespace hvdlite {

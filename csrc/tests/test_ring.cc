@@ -4,10 +4,10 @@
 #include <cstring>
 #include <random>
 
-#include "../exchange_allreduce.h"
-#include "../fusion.h"
-#include "../half.h"
-#include "../ring_allreduce.h"
+#include "algorithms/exchange_allreduce.h"
+#include "engine/fusion.h"
+#include "algorithms/half.h"
+#include "algorithms/ring_allreduce.h"
 #include "harness.h"
 #include "loopback.h"
 

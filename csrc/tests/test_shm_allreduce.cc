@@ -7,9 +7,9 @@
 #include <random>
 #include <thread>
 
-#include "../half.h"
-#include "../ring_allreduce.h"
-#include "../shm_allreduce.h"
+#include "algorithms/half.h"
+#include "algorithms/ring_allreduce.h"
+#include "algorithms/shm_allreduce.h"
 #include "harness.h"
 #include "loopback.h"
 

@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "../transport/shm_swap.h"
+#include "transport/shm_swap.h"
 #include "harness.h"
 #include "loopback.h"
 

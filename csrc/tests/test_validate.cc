@@ -1,6 +1,6 @@
 // The coordinator's decision function: readiness, agreement checks and their messages, join,
 // and naming of ranks and sets within a process set.
-#include "../validate.h"
+#include "engine/validate.h"
 #include "harness.h"
 
 namespace hvdlite {

@@ -16,10 +16,10 @@
 #include <list>
 #include <string>
 
-#include "../hvdlite.h"
-#include "fault_tolerance.h"
-#include "shm_swap.h"
-#include "transport.h"
+#include "hvdlite.h"
+#include "transport/fault_tolerance.h"
+#include "transport/shm_swap.h"
+#include "transport/transport.h"
 
 namespace hvdlite {
 namespace {

@@ -2,8 +2,8 @@
 // lost process; MPI's own error handling ends the job. See fault_tolerance.h.
 #include <mpi.h>
 
-#include "../hvdlite.h"
-#include "fault_tolerance.h"
+#include "hvdlite.h"
+#include "transport/fault_tolerance.h"
 
 namespace hvdlite {
 namespace fault_tolerance {

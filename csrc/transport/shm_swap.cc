@@ -1,4 +1,4 @@
-#include "shm_swap.h"
+#include "transport/shm_swap.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../hvdlite.h"
+#include "hvdlite.h"
 
 namespace hvdlite {
 

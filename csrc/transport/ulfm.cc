@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "../hvdlite.h"
-#include "fault_tolerance.h"
+#include "hvdlite.h"
+#include "transport/fault_tolerance.h"
 
 namespace hvdlite {
 namespace fault_tolerance {

@@ -1,0 +1,192 @@
+#include "algorithms/collectives.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+
+#include "algorithms/reduce.h"
+#include "algorithms/ring_allreduce.h"
+#include "observability/timeline.h"
+
+namespace hvdlite {
+namespace {
+
+// Bytes of one slice along dimension 0 (a 0-d tensor counts as one row).
+size_t row_bytes(const std::vector<int64_t>& shape, DataType dtype) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return static_cast<size_t>(n) * dtype_size(dtype);
+}
+
+std::vector<int64_t> with_rows(const std::vector<int64_t>& shape, int64_t rows) {
+  std::vector<int64_t> out = shape.empty() ? std::vector<int64_t>{rows} : shape;
+  out[0] = rows;
+  return out;
+}
+
+// Note [agreed allocations]
+// An all-gather's or all-to-all's output, and a reduce-scatter's work buffer, are the
+// allocations one rank may fail while its peers succeed. When they are large the ranks agree
+// on them before any data moves (one small control AND): if any rank could not allocate,
+// every rank fails the request naming them, and the job goes on. Whether to agree must be
+// decided the same way on every rank (from sizes every rank knows). Small allocations skip
+// the extra round; a process that cannot find 1 MiB is not going to continue anyway.
+constexpr size_t kAgreedAllocationBytes = size_t(1) << 20;
+
+// Runs `allocate` (which throws Error or std::bad_alloc when memory runs out). Where `agree`,
+// returns the (global) ranks on which it failed, the same list on every rank; else a failure
+// is thrown on as before.
+template <typename Allocate>
+std::vector<int> allocate_agreed(Transport& t, bool agree, const Membership& members,
+                                 Allocate&& allocate) {
+  if (!agree) {
+    allocate();
+    return {};
+  }
+  bool ok = true;
+  try {
+    allocate();
+  } catch (const Error&) {
+    ok = false;
+  } catch (const std::bad_alloc&) {
+    ok = false;
+  }
+  // One bit per rank, cleared by a rank whose allocation failed.
+  std::vector<uint64_t> words((static_cast<size_t>(t.size()) + 63) / 64, ~uint64_t(0));
+  if (!ok) words[t.rank() / 64] &= ~(uint64_t(1) << (t.rank() % 64));
+  t.start_control_and(words.data(), words.size());
+  while (!t.test_control()) std::this_thread::yield();
+  std::vector<int> failed;
+  for (int r = 0; r < t.size(); ++r) {
+    if (!((words[r / 64] >> (r % 64)) & 1)) failed.push_back(members.global(r));
+  }
+  return failed;
+}
+
+// The request's failure on every rank: `failed` could not allocate `what`.
+Outcome out_of_memory(const std::vector<int>& failed, const std::string& what,
+                      const Request& request, const Membership& members) {
+  std::string ranks = failed.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < failed.size(); ++i) ranks += (i ? ", " : "") + std::to_string(failed[i]);
+  return Outcome{Status::OutOfMemory,
+                 std::string(op_name(request.op)) + " '" + request.name + "': " + ranks +
+                 " could not allocate " + what + ": out of memory; the request failed on every "
+                 "rank" + members.where() + " before any data was sent"};
+}
+
+// e.g. sized("the", 100663296, "output", Float64): "the 96 MiB output (100663296 bytes of float64)"
+std::string sized(const std::string& before, size_t bytes, const std::string& noun, DataType dtype) {
+  return before + " " + std::to_string(bytes >> 20) + " MiB" + (noun.empty() ? "" : " " + noun) + " (" +
+         std::to_string(bytes) + " bytes of " + dtype_name(dtype) + ")";
+}
+
+}  // namespace
+
+std::vector<int64_t> reducescatter_rows(int64_t rows, int size) {
+  std::vector<int64_t> out(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) ++out[r];
+  return out;
+}
+
+Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e) {
+  if (t.rank() == r.root && e.input != e.output) std::memcpy(e.output, e.input, e.bytes());
+  t.broadcast(e.output, e.bytes(), r.root);
+  return Outcome{};
+}
+
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
+  const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+  std::vector<size_t> bytes(t.size());
+  int64_t rows = 0;
+  for (int i = 0; i < t.size(); ++i) {
+    bytes[i] = static_cast<size_t>(r.first_dims[i]) * rb;
+    rows += r.first_dims[i];
+  }
+  const size_t total = static_cast<size_t>(rows) * rb;  // the same on every rank
+  Outcome out;
+  std::vector<int> failed = allocate_agreed(t, total >= kAgreedAllocationBytes, members,
+                                            [&] { out.output = OwnedBuffer(total); });
+  if (!failed.empty()) {
+    return out_of_memory(failed, sized("the", total, "output", e.request.dtype),
+                         e.request, members);
+  }
+  out.output_shape = with_rows(e.request.shape, rows);
+  out.output_dtype = e.request.dtype;
+  t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
+  return out;
+}
+
+Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
+  const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+  // Every rank's input size is in the response, so every rank decides alike whether to agree
+  // on the outputs (each rank's output is at most all the inputs together).
+  int64_t all_rows = 0;
+  for (int64_t n : r.first_dims) all_rows += n;
+  const bool agree = static_cast<size_t>(all_rows) * rb >= kAgreedAllocationBytes;
+  std::vector<int64_t> recv_rows = t.alltoall_counts(e.splits);
+  std::vector<size_t> send_bytes(t.size()), recv_bytes(t.size());
+  int64_t rows = 0;
+  for (int i = 0; i < t.size(); ++i) {
+    send_bytes[i] = static_cast<size_t>(e.splits[i]) * rb;
+    recv_bytes[i] = static_cast<size_t>(recv_rows[i]) * rb;
+    rows += recv_rows[i];
+  }
+  const size_t total = static_cast<size_t>(rows) * rb;
+  Outcome out;
+  std::vector<int> failed = allocate_agreed(t, agree, members,
+                                            [&] { out.output = OwnedBuffer(total); });
+  if (!failed.empty()) {
+    return out_of_memory(failed, "the data it receives (the inputs of all ranks together are" +
+                         sized("", static_cast<size_t>(all_rows) * rb, "", e.request.dtype) + ")",
+                         e.request, members);
+  }
+  out.output_shape = with_rows(e.request.shape, rows);
+  out.output_dtype = e.request.dtype;
+  out.received_splits = recv_rows;
+  t.alltoallv(e.input, send_bytes, out.output.data, recv_bytes);
+  return out;
+}
+
+Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
+                          std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
+                          size_t piece_bytes, const Membership& members) {
+  const DataType dt = e.request.dtype;
+  const size_t es = dtype_size(dt);
+  const size_t row_elems = row_bytes(e.request.shape, dt) / es;
+  const size_t total = static_cast<size_t>(num_elements(e.request.shape));
+  std::vector<int64_t> rows = reducescatter_rows(e.request.shape[0], t.size());
+  Segments segs;
+  size_t at = 0;
+  for (int64_t n : rows) {
+    segs.offset.push_back(at);
+    segs.count.push_back(static_cast<size_t>(n) * row_elems);
+    at += static_cast<size_t>(n) * row_elems;
+  }
+  const int me = t.rank();
+  Outcome out;
+  // The input's shape is the same on every rank, so is the decision to agree.
+  std::vector<int> failed = allocate_agreed(
+      t, total * es >= kAgreedAllocationBytes, members, [&] {
+        if (work.size() < total * es) work.resize(total * es);
+        out.output = OwnedBuffer(segs.count[me] * es);
+      });
+  if (!failed.empty()) {
+    return out_of_memory(failed, sized("its", total * es, "work buffer", dt),
+                         e.request, members);
+  }
+  PhaseTrace phases(e);
+  copy_scaled(work.data(), e.input, total, dt, r.prescale);
+  phases.end("MEMCPY_IN_WORK_BUFFER");
+  const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
+  ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
+                      scratch, piece_bytes);
+  phases.end("RING_REDUCE_SCATTER");
+  out.output_shape = with_rows(e.request.shape, rows[me]);
+  out.output_dtype = dt;
+  std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
+  phases.end("MEMCPY_OUT_WORK_BUFFER");
+  return out;
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,31 @@
+// Shared-memory all-reduce for two ranks on one host (Transport::shared_area()): each rank
+// owns half of the buffer, as in the ring. Pieces of the half a rank does not own go to the
+// peer through a queue in the shared area; the owner reduces each one straight from there
+// into its own buffer (applying the postscale), and sends the result back through a second
+// queue, from which the peer copies it into place. No MPI message, matching or rendezvous,
+// and no scratch buffer; the pieces are small enough to stay in cache, and every stage of
+// every piece overlaps the others.
+//
+// Each element is reduced once, by its owner, with the ring's kernels and operand order
+// (own (op) peer's), and scaled once: results are bitwise identical on both ranks, and to
+// the ring's.
+#pragma once
+
+#include <cstddef>
+
+#include "hvdlite.h"
+#include "algorithms/ring_allreduce.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+// True when `t` can run shm_allreduce (2 ranks with a shared area large enough); the same
+// on both ranks.
+bool shm_allreduce_available(Transport& t);
+
+// The reduction of both ranks' `buf`, times postscale, on both ranks. Both must call it for
+// the same collectives in the same order, with the same element count and size.
+void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                   double postscale);
+
+}  // namespace hvdlite

@@ -1,0 +1,321 @@
+#include "engine/controller.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <iterator>
+#include <string>
+#include <thread>
+
+#include "engine/fusion.h"
+#include "algorithms/reduce.h"
+#include "observability/timeline.h"
+#include "engine/validate.h"
+
+namespace hvdlite {
+namespace {
+
+constexpr uint64_t kNoNewRequests = 1;  // AND = 0 when any rank needs the coordinator
+constexpr uint64_t kNoShutdown = 2;     // AND = 0 when any rank is shutting down
+constexpr uint64_t kJoined = 4;         // AND = 1 when every rank has joined
+constexpr uint64_t kNoTracing = 8;      // AND = 0 when some rank's timeline is on
+
+void set_bit(uint64_t* words, size_t i) { words[i / 64] |= uint64_t(1) << (i % 64); }
+void clear_bit(uint64_t* words, size_t i) { words[i / 64] &= ~(uint64_t(1) << (i % 64)); }
+bool bit(const uint64_t* words, size_t i) { return (words[i / 64] >> (i % 64)) & 1; }
+
+// Merged rounds: the packet is [header][control words][room for data].
+//   header[0]  number of control words (the same on both ranks)
+//   header[1]  what the data is: elements | dtype << 48 | op << 56, or 0 for none
+//   header[2]  bytes of data the rank wanted to send (merged: the larger), sizing the next
+//              round's room
+constexpr size_t kHeaderWords = 3;
+// Data up to this size rides in the round; larger all-reduces are bandwidth-bound anyway.
+constexpr size_t kMergedDataBytes = 16 * 1024;
+
+uint64_t describe_data(size_t count, DataType dtype, ReduceOp op) {
+  return static_cast<uint64_t>(count) | static_cast<uint64_t>(dtype) << 48 |
+         static_cast<uint64_t>(op) << 56;
+}
+
+// The merge (see controller.h). Data is reduced only if both sides hold the same control
+// words and the same kind of data; `lower` is rank 0's packet, the result goes to `inout`.
+void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
+  const size_t ncontrol = static_cast<size_t>(inout[0]);
+  const uint64_t* lc = lower + kHeaderWords;
+  uint64_t* hc = inout + kHeaderWords;
+  const uint64_t what = inout[1];
+  const bool reduce = what != 0 && lower[1] == what && ncontrol + kHeaderWords <= count &&
+                      std::equal(lc, lc + ncontrol, hc);
+  for (size_t i = 0; i < ncontrol; ++i) hc[i] &= lc[i];
+  inout[2] = std::max(inout[2], lower[2]);
+  if (!reduce) {
+    inout[1] = 0;
+    return;
+  }
+  const size_t elements = static_cast<size_t>(what & ((uint64_t(1) << 48) - 1));
+  const DataType dtype = static_cast<DataType>((what >> 48) & 0xff);
+  const ReduceOp op = static_cast<ReduceOp>(what >> 56);
+  const size_t bytes = elements * dtype_size(dtype);
+  if (bytes > (count - kHeaderWords - ncontrol) * sizeof(uint64_t)) {
+    inout[1] = 0;
+    return;
+  }
+  // lower (op) higher, into the higher's buffer: reduce_into computes dst = dst (op) src.
+  thread_local std::vector<uint8_t> left;
+  left.resize(bytes);
+  std::memcpy(left.data(), lc + ncontrol, bytes);
+  reduce_into(left.data(), hc + ncontrol, elements, dtype, op);
+  std::memcpy(hc + ncontrol, left.data(), bytes);
+}
+
+}  // namespace
+
+Controller::Controller(Transport& transport, Config& config, const Membership& members)
+    : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
+      stall_(transport, config, members), autotune_(config, transport.rank()) {}
+
+void Controller::check_settings_agree() {
+  const std::pair<const char*, uint64_t> settings[] = {
+      {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
+      {"HVDLITE_FUSION_THRESHOLD", config_.fusion_threshold},
+      {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
+      {"HVDLITE_EXCHANGE_MAX_BYTES", config_.exchange_max_bytes},
+      {"HVDLITE_SHM_ALLREDUCE_MIN_BYTES", config_.shm_allreduce_min_bytes},
+      {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
+      {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
+      {"HVDLITE_AUTOTUNE", config_.autotune},
+  };
+  // AND of each value and of its complement: both survive unchanged only if all ranks agree.
+  std::vector<uint64_t> words;
+  for (const auto& s : settings) {
+    words.push_back(s.second);
+    words.push_back(~s.second);
+  }
+  transport_.start_control_and(words.data(), words.size());
+  while (!transport_.test_control()) std::this_thread::yield();
+  for (size_t i = 0; i < std::size(settings); ++i) {
+    if (words[2 * i] != settings[i].second || words[2 * i + 1] != ~settings[i].second) {
+      throw Error(Status::InvalidArgument,
+                  std::string(settings[i].first) + " differs across ranks (this rank: " +
+                  std::to_string(settings[i].second) + "); every rank must use the same value "
+                  "(hvdlite-run forwards HVDLITE_* settings to all ranks)");
+    }
+  }
+}
+
+RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, bool patient) {
+  const size_t span = cache_.span();
+  const size_t nwords = (span + 63) / 64;
+  const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
+  const size_t tuning_words = autotune_.enabled() ? Autotune::kWords : 0;
+  const size_t late_words = late_.active() ? late_.words(nwords, rank_words) : 0;
+  std::vector<uint64_t>& words = words_;  // reused: no allocation per round
+  words.assign(1 + 2 * nwords + rank_words + tuning_words + late_words, 0);
+  uint64_t* ready = words.data() + 1;
+  uint64_t* valid = ready + nwords;
+  uint64_t* staying = valid + nwords;
+  uint64_t* tuning = staying + rank_words;  // rank 0's autotune choice travels here
+  uint64_t* late = tuning + tuning_words;
+  for (size_t i = 0; i < nwords + rank_words; ++i) valid[i] = ~uint64_t(0);
+  if (shutdown_requested) clear_bit(staying, static_cast<size_t>(transport_.rank()));
+
+  bool need_coordinator = false, joined = false;
+  for (auto& e : pending) {
+    if (e->state == TensorEntry::State::New) {
+      e->state = TensorEntry::State::Unannounced;
+      if (e->request.op == OpType::Join) e->request.join_round = round_;
+      int slot = ResponseCache::cacheable(e->request.op) ? cache_.find(e->request.name) : -1;
+      if (slot >= 0) {
+        if (cache_.at(slot).matches(e->request)) {
+          e->state = TensorEntry::State::CacheHit;
+          e->cache_id = slot;
+        } else {
+          clear_bit(valid, slot);  // every rank drops the stale response this round
+        }
+      }
+    }
+    if (e->request.op == OpType::Join) joined = true;
+    if (e->state == TensorEntry::State::CacheHit) set_bit(ready, e->cache_id);
+    if (e->state == TensorEntry::State::Unannounced) need_coordinator = true;
+  }
+  if (joined) {
+    // A joined rank stands in (with zeros) for every cached all-reduce.
+    for (size_t s = 0; s < span; ++s) {
+      if (cache_.occupied(static_cast<int>(s)) && cache_.at(static_cast<int>(s)).op == OpType::Allreduce) set_bit(ready, s);
+    }
+    words[0] |= kJoined;
+  }
+  if (!need_coordinator) words[0] |= kNoNewRequests;
+  if (!shutdown_requested) words[0] |= kNoShutdown;
+  Timeline& timeline = Timeline::get();
+  if (!timeline.active()) words[0] |= kNoTracing;
+
+  if (autotune_.enabled()) autotune_.contribute(tuning);
+  if (late_.active()) late_.contribute(late, ready, nwords, transport_.rank(), rank_words);
+  start_round(words, pending, !need_coordinator && !joined && !shutdown_requested);
+  wait_for_round(pending, patient);
+  const bool prereduced = finish_round(words);
+  if (autotune_.enabled()) autotune_.apply(tuning);
+  if (late_.active() || !(words[0] & kNoTracing)) {
+    auto late_by_name = late_.observe(late, ready, valid, span, nwords, transport_.size(), rank_words,
+                                      cache_, members_, !(words[0] & kNoTracing));
+    for (auto& [name, ranks] : late_by_name) {
+      // Only for tensors this rank will trace (a joined rank stands in without an entry).
+      for (const auto& e : pending) {
+        if (e->request.name == name) {
+          timeline.note_late_ranks(name, std::move(ranks));
+          break;
+        }
+      }
+    }
+  }
+
+  RoundOutcome out;
+  out.shutdown = !(words[0] & kNoShutdown);
+  for (int r = 0; out.shutdown && r < transport_.size(); ++r) {
+    if (!bit(staying, static_cast<size_t>(r))) out.shutdown_ranks.push_back(r);
+  }
+  const bool all_joined = words[0] & kJoined;
+  for (size_t s = 0; s < span; ++s) {
+    if (!bit(valid, s)) {
+      for (auto& e : pending) {
+        if (e->state == TensorEntry::State::CacheHit && e->cache_id == static_cast<int>(s)) {
+          e->state = TensorEntry::State::Unannounced;
+          e->cache_id = -1;
+        }
+      }
+      cache_.evict(static_cast<int>(s));
+    } else if (bit(ready, s) && !all_joined && !prereduced && cache_.occupied(static_cast<int>(s))) {
+      out.responses.push_back(cache_.at(static_cast<int>(s)));  // a merged round ran them already
+    }
+  }
+  if (!(words[0] & kNoNewRequests)) {
+    std::vector<Response> decided = ask_coordinator(pending);
+    for (const Response& r : decided) {
+      if (r.ok() && ResponseCache::cacheable(r.op)) cache_.insert(r);
+    }
+    out.responses.insert(out.responses.end(), decided.begin(), decided.end());
+  }
+  if (prereduced) {
+    out.prereduced = packed_;
+    out.reduced = packet_.data() + kHeaderWords + words.size();
+  }
+  autotune_.observe(out.responses);
+  ++round_;
+  return out;
+}
+
+void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible) {
+  merged_ = transport_.size() == 2 && !autotune_.enabled();  // Autotune's words are not merged
+  packed_.clear();
+  if (!merged_) {
+    transport_.start_control_and(words.data(), words.size());
+    return;
+  }
+  // Everything pending must be cached all-reduces of one kind for the data to ride along.
+  const TensorEntry* first = pending.empty() ? nullptr : pending.front().get();
+  size_t bytes = 0;
+  for (auto& e : pending) {
+    const Request& r = e->request;
+    const Request& f = first->request;
+    if (e->state != TensorEntry::State::CacheHit || r.op != OpType::Allreduce ||
+        r.compression != Compression::None || r.dtype != f.dtype || r.reduce_op != f.reduce_op ||
+        r.prescale != f.prescale || r.postscale != f.postscale) {
+      eligible = false;
+      break;
+    }
+    bytes += e->bytes();
+  }
+  eligible = eligible && first && bytes <= kMergedDataBytes;
+  packet_.assign(kHeaderWords + words.size() + room_words_, 0);
+  packet_[0] = words.size();
+  packet_[2] = eligible ? bytes : 0;
+  std::copy(words.begin(), words.end(), packet_.begin() + kHeaderWords);
+  if (eligible && bytes <= room_words_ * sizeof(uint64_t)) {
+    for (auto& e : pending) packed_.push_back(e.get());
+    std::sort(packed_.begin(), packed_.end(),
+              [](const TensorEntry* a, const TensorEntry* b) { return a->cache_id < b->cache_id; });
+    pack_prereduce(packed_, packet_.data() + kHeaderWords + words.size());
+    packet_[1] = describe_data(bytes / dtype_size(first->request.dtype), first->request.dtype,
+                               first->request.reduce_op);
+  }
+  peer_packet_.resize(packet_.size());
+  if (!transport_.start_control_swap(packet_.data(), peer_packet_.data(), packet_.size())) {
+    merged_ = false;
+    packed_.clear();
+    transport_.start_control_and(words.data(), words.size());
+  }
+}
+
+bool Controller::finish_round(std::vector<uint64_t>& words) {
+  if (!merged_) return false;
+  // Both ranks merge rank 0's packet with rank 1's, in that order: the same result on both.
+  if (transport_.rank() == 0) {
+    merge_round(packet_.data(), peer_packet_.data(), packet_.size());
+    packet_.swap(peer_packet_);
+  } else {
+    merge_round(peer_packet_.data(), packet_.data(), packet_.size());
+  }
+  std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
+  room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  if (packet_[1] == 0 || packed_.empty()) return false;
+  // The data was this round's all-reduce: count it as data (what the ring would have moved
+  // at 2 ranks, each way), not as negotiation.
+  size_t bytes = 0;
+  for (const TensorEntry* e : packed_) bytes += e->bytes();
+  TransportStats& stats = transport_.stats();
+  stats.control_bytes_sent -= bytes;
+  stats.bytes_sent += bytes;
+  stats.bytes_received += bytes;
+  return true;
+}
+
+std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
+  std::vector<Request> mine;
+  for (auto& e : pending) {
+    if (e->state == TensorEntry::State::Unannounced || e->state == TensorEntry::State::Announced) {
+      mine.push_back(e->request);
+      e->state = TensorEntry::State::Announced;
+    }
+  }
+  std::vector<uint8_t> bytes;
+  encode_requests(mine, bytes);
+  std::vector<std::vector<uint8_t>> all = transport_.gather_control(bytes);
+  std::vector<uint8_t> decided;
+  if (transport_.rank() == 0) {
+    std::vector<std::vector<Request>> by_rank;
+    for (const auto& b : all) by_rank.push_back(decode_requests(b.data(), b.size()));
+    std::vector<Response> decisions = decide_ready(by_rank, members_);
+    Timeline::get().note_decisions(by_rank, decisions, members_);
+    encode_responses(decisions, decided);
+  }
+  transport_.broadcast_control(decided);
+  return decode_responses(decided.data(), decided.size());
+}
+
+void Controller::wait_for_round(const EntryList& pending, bool patient) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  // Peers usually arrive within microseconds: spin first. A patient waiter (a caller that
+  // would only block otherwise) then polls on, yielding the core at each look, as MPI's own
+  // blocking calls do on a shared machine; sleeping there would add the sleep (and the
+  // wake-up, late under load) to every call whose peer came a little late.
+  const auto spin = std::chrono::microseconds(100);
+  const auto poll = patient ? std::chrono::microseconds(2000) : spin;
+  const auto max_sleep = std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+  auto sleep = std::chrono::microseconds(10);
+  while (!transport_.test_control()) {
+    auto waited = clock::now() - start;
+    if (waited < spin) continue;
+    if (waited < poll) {
+      std::this_thread::yield();
+      continue;
+    }
+    stall_.check(pending);
+    std::this_thread::sleep_for(std::min(sleep, max_sleep));
+    sleep *= 2;
+  }
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,95 @@
+// The negotiation protocol: one round decides, identically on every rank, which pending
+// requests run now. Each round is one bitwise-AND all-reduce of a small bit vector:
+//   word 0     flags (inverted where "any rank" is wanted: AND of "no" = nobody said yes)
+//   ready[]    one bit per cached response: this rank has that tensor pending (fast path)
+//   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
+//   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
+//   tuning[]   with HVDLITE_AUTOTUNE only: rank 0's settings (other ranks send all ones)
+//   late[]     only while some rank's timeline is on: who came late to cached tensors
+//              (late_ranks.h)
+// Only when some rank has a request the cache cannot describe do the ranks gather their
+// requests to the coordinator (rank 0), which decides and validates and broadcasts responses.
+//
+// Merged rounds (2 ranks, backends with start_control_swap): the ranks swap their words
+// instead of reducing them, and each merges both sides (rank 0's first) alike. When all a
+// rank has pending is small cached all-reduces of one kind, their data rides behind its
+// words, and the merge reduces it too when both ranks sent the same words and the same kind
+// of data: then the round has also done the all-reduce, and one message latency does what
+// otherwise takes a round plus an exchange. Otherwise the data is dropped and the round goes
+// on as usual. The room for data is agreed one round ahead: each round also carries the
+// most either rank wanted to send, which sizes the next round.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "observability/autotune.h"
+#include "engine/config.h"
+#include "engine/late_ranks.h"
+#include "engine/message.h"
+#include "engine/response_cache.h"
+#include "observability/stall_inspector.h"
+#include "engine/tensor_entry.h"
+#include "transport/transport.h"
+#include "engine/validate.h"
+
+namespace hvdlite {
+
+struct RoundOutcome {
+  std::vector<Response> responses;  // same list, same order on every rank
+  // A merged round: these entries' data is already reduced (prescaled, not yet postscaled),
+  // back to back in their order at `reduced`; nothing of the round is left to execute.
+  std::vector<TensorEntry*> prereduced;
+  const void* reduced = nullptr;
+  bool shutdown = false;            // some rank asked to shut down
+  std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
+};
+
+class Controller {
+ public:
+  // config: the group's live settings; autotune may change them between rounds. `members`
+  // names the group's ranks in validation errors.
+  Controller(Transport& transport, Config& config, const Membership& members);
+
+  // Throws InvalidArgument on every rank unless all ranks use the same settings that
+  // shape the protocol (cache capacity, fusion threshold, ring piece size). Collective.
+  void check_settings_agree();
+
+  // Before the first round: whether hierarchical all-reduce is available (autotune.h).
+  void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
+
+  // Runs one round over this rank's pending entries (updating their negotiation state).
+  // patient: the thread running it has nothing else to do meanwhile (a caller waiting for its
+  // own request), so it may poll for the peers longer before sleeping (wait_for_round).
+  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested, bool patient = false);
+
+  // The stall inspector's turn while the engine is idle (it also runs inside every round).
+  void check_stalls(const EntryList& pending) { stall_.check(pending); }
+  std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
+
+ private:
+  void wait_for_round(const EntryList& pending, bool patient);
+  // Starts the round's reduction of `words`: swapped for a merge (with this rank's small
+  // all-reduces packed behind it, when they fit) where the transport allows it, else an AND.
+  void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
+  // After the round: copies the control words back; true when the data was reduced too.
+  bool finish_round(std::vector<uint64_t>& words);
+  std::vector<Response> ask_coordinator(EntryList& pending);
+
+  Transport& transport_;
+  const Config& config_;
+  const Membership& members_;
+  ResponseCache cache_;
+  int64_t round_ = 0;
+  std::vector<uint64_t> words_;         // this round's control words (negotiate)
+  bool merged_ = false;                 // this round used start_control_merge
+  size_t room_words_ = 0;               // agreed room for data in this round's packet
+  std::vector<uint64_t> packet_;        // header, control words, data
+  std::vector<uint64_t> peer_packet_;   // the peer's, then the merge
+  std::vector<TensorEntry*> packed_;    // whose data is in packet_, in slot order
+  StallInspector stall_;
+  Autotune autotune_;
+  LateRanks late_;
+};
+
+}  // namespace hvdlite

@@ -1,0 +1,299 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+
+namespace hvdlite {
+namespace {
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+std::string request_subject(const EntryList& entries) {
+  if (entries.empty()) return "request";
+  const Request& r = entries.front()->request;
+  return std::string(op_name(r.op)) + " of tensor '" + r.name + "'";
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<Transport> world, Config config)
+    : Engine(std::move(world), config, SetTable{}) {}
+
+Engine::Engine(std::unique_ptr<Transport> world, Config config, const SetTable& sets)
+    : config_(config), topology_(world->topology()) {
+  for (const auto& kv : sets.ranks) {
+    const std::vector<int>& ranks = kv.second;
+    const auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
+    const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
+    std::unique_ptr<Transport> sub = world->split(index < 0 ? -1 : 0, index);
+    set_ranks_[kv.first] = ranks;
+    if (sub) {
+      groups_[kv.first] = std::make_shared<Group>(Membership{kv.first, ranks}, std::move(sub),
+                                                  config_, handles_);
+    }
+  }
+  free_ids_ = sets.free_ids;
+  next_id_ = sets.next_id;
+  std::vector<int> everyone(topology_.size);
+  for (int r = 0; r < topology_.size; ++r) everyone[r] = r;
+  set_ranks_[0] = everyone;
+  world_ = std::make_shared<Group>(
+      Membership{0, {}}, std::move(world), config_, handles_,
+      [this](const Response& r) { return apply_change(r); },
+      [this] { stop_process_sets(); });
+  groups_[0] = world_;
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  // Every group at once: a member of a set may be waiting there for this rank, and only the
+  // set's own round can tell it. On other ranks, group 0's loop stops their sets when it sees
+  // the shutdown (stop_process_sets).
+  std::vector<std::shared_ptr<Group>> groups;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : groups_) groups.push_back(kv.second);
+  }
+  for (auto& g : groups) g->request_stop();
+  for (auto& g : groups) g->join();
+  world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
+}
+
+std::shared_ptr<Engine> Engine::rebuild(std::vector<int>* lost) {
+  shutdown();  // every loop has ended: nothing else uses the old transports now
+  std::vector<int> gone;
+  std::unique_ptr<Transport> survivors = world_->transport().shrink(&gone);
+  if (lost) *lost = gone;
+  return successor(std::move(survivors), gone);
+}
+
+std::shared_ptr<Engine> Engine::regroup(const std::vector<int>& leaving,
+                                        const std::vector<std::string>& command,
+                                        const std::vector<Transport::NewProcess>& add) {
+  if (!add.empty()) {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (set_ranks_.size() > 1) {
+      // New processes start with only the global set; they cannot take part in the others'.
+      throw Error(Status::InvalidArgument,
+                  "elastic: cannot add ranks to a job with process sets besides the global "
+                  "one (remove them first); the job keeps its " +
+                  std::to_string(topology_.size) + " ranks");
+    }
+  }
+  shutdown();
+  std::unique_ptr<Transport> next = world_->transport().regroup(leaving, command, add);
+  if (!next) return nullptr;  // this rank left
+  std::vector<int> gone = leaving;
+  std::sort(gone.begin(), gone.end());
+  return successor(std::move(next), gone);
+}
+
+std::shared_ptr<Engine> Engine::successor(std::unique_ptr<Transport> world,
+                                          const std::vector<int>& gone) {
+  // Old global rank -> new one (-1 for the gone), the order of the others kept; ranks added
+  // come after them and are in no process set.
+  std::vector<int> renumber(topology_.size, -1);
+  for (int r = 0, next = 0, g = 0; r < topology_.size; ++r) {
+    if (g < static_cast<int>(gone.size()) && gone[g] == r) {
+      ++g;
+    } else {
+      renumber[r] = next++;
+    }
+  }
+  SetTable sets;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    sets.free_ids = free_ids_;
+    sets.next_id = next_id_;
+    for (const auto& kv : set_ranks_) {
+      if (kv.first == 0) continue;
+      std::vector<int> kept;
+      for (int r : kv.second) {
+        if (renumber[r] >= 0) kept.push_back(renumber[r]);
+      }
+      if (kept.empty()) sets.free_ids.push_back(kv.first);
+      else sets.ranks[kv.first] = kept;
+    }
+  }
+  return std::shared_ptr<Engine>(new Engine(std::move(world), config_, sets));
+}
+
+std::string Engine::unknown_set(int id) const {
+  std::string known;
+  for (const auto& kv : set_ranks_) known += (known.empty() ? "" : ", ") + std::to_string(kv.first);
+  return "process set " + std::to_string(id) + " does not exist (it was never added, or was "
+         "removed); the existing sets are " + known;
+}
+
+std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries, bool wake) {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto ranks = set_ranks_.find(process_set);
+    if (ranks == set_ranks_.end()) {
+      throw Error(Status::InvalidArgument, request_subject(entries) + ": " + unknown_set(process_set));
+    }
+    auto it = groups_.find(process_set);
+    if (it == groups_.end()) {
+      throw Error(Status::InvalidArgument,
+                  request_subject(entries) + ": rank " + std::to_string(topology_.rank) +
+                  " is not a member of process set " + std::to_string(process_set) + " (ranks " +
+                  rank_list(ranks->second) + "); only its members may call collectives on it");
+    }
+    group = it->second;
+  }
+  return group->enqueue(std::move(entries), wake);
+}
+
+Outcome Engine::wait(int64_t handle) {
+  std::shared_ptr<Group> group;
+  const int owner = handles_.owner(handle);
+  if (owner >= 0) {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto it = groups_.find(owner);
+    if (it != groups_.end()) group = it->second;
+  }
+  if (group) group->help(handle);
+  return handles_.wait(handle);
+}
+
+Engine::ProcessSetInfo Engine::process_set(int id) const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = set_ranks_.find(id);
+  if (it == set_ranks_.end()) throw Error(Status::InvalidArgument, unknown_set(id));
+  ProcessSetInfo info;
+  info.ranks = it->second;
+  auto pos = std::find(info.ranks.begin(), info.ranks.end(), topology_.rank);
+  if (pos != info.ranks.end()) info.rank = static_cast<int>(pos - info.ranks.begin());
+  return info;
+}
+
+std::vector<int> Engine::process_set_ids() const {
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  std::vector<int> ids;
+  for (const auto& kv : set_ranks_) ids.push_back(kv.first);
+  return ids;
+}
+
+int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t root) {
+  auto e = std::make_unique<TensorEntry>();
+  // Every rank changes the table in the same order, so the n-th change has the same name.
+  e->request.name = std::string("hvdlite.") + op_name(op) + "." + std::to_string(changes_++);
+  e->request.op = op;
+  e->request.dtype = DataType::UInt8;
+  e->request.shape = std::move(shape);
+  e->request.root = root;
+  EntryList list;
+  list.push_back(std::move(e));
+  return enqueue(0, std::move(list))[0];
+}
+
+int Engine::add_process_set(const std::vector<int>& ranks) {
+  if (ranks.empty()) {
+    throw Error(Status::InvalidArgument, "a process set needs at least one rank");
+  }
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    if (sorted[i] < 0 || sorted[i] >= topology_.size) {
+      throw Error(Status::InvalidArgument, "process set ranks " + rank_list(ranks) + ": rank " +
+                  std::to_string(sorted[i]) + " is out of range for a job of " +
+                  std::to_string(topology_.size) + " ranks");
+    }
+    if (i > 0 && sorted[i] == sorted[i - 1]) {
+      throw Error(Status::InvalidArgument, "process set ranks " + rank_list(ranks) +
+                  " name rank " + std::to_string(sorted[i]) + " more than once");
+    }
+  }
+  Outcome o = handles_.wait(submit_change(OpType::AddProcessSet,
+                                          std::vector<int64_t>(sorted.begin(), sorted.end()), 0));
+  if (o.status != Status::Success) throw Error(o.status, o.error);
+  return o.process_set_id;
+}
+
+bool Engine::remove_process_set(int id) {
+  if (id == 0) return false;  // the global set stays
+  Outcome o = handles_.wait(submit_change(OpType::RemoveProcessSet, {}, id));
+  if (o.status != Status::Success) throw Error(o.status, o.error);
+  return o.process_set_id == id;
+}
+
+Outcome Engine::apply_change(const Response& r) {
+  Outcome out;
+  if (r.op == OpType::RemoveProcessSet) {
+    std::shared_ptr<Group> group;
+    {
+      std::lock_guard<std::mutex> lk(sets_mu_);
+      if (r.root == 0 || !set_ranks_.count(r.root)) return out;  // process_set_id -1: nothing removed
+      set_ranks_.erase(r.root);
+      auto it = groups_.find(r.root);
+      if (it != groups_.end()) {
+        group = it->second;
+        groups_.erase(it);
+      }
+      free_ids_.push_back(r.root);
+    }
+    // Every member's group 0 gets here; their loops stop together.
+    if (group) group->stop(group->members().name() + " was removed while this request was pending");
+    out.process_set_id = r.root;
+    return out;
+  }
+
+  const std::vector<int> ranks(r.shape.begin(), r.shape.end());
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : set_ranks_) {
+      if (kv.second == ranks) {
+        return Outcome{Status::InvalidArgument,
+                       "Attempted to add a duplicate process set: ranks " + rank_list(ranks) +
+                       " already form " + (kv.first == 0 ? std::string("the global process set")
+                                                         : "process set " + std::to_string(kv.first))};
+      }
+    }
+  }
+  const auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
+  const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
+  std::unique_ptr<Transport> sub;
+  try {
+    sub = world_->transport().split(index < 0 ? -1 : 0, index);
+  } catch (const Error& e) {
+    return Outcome{e.status(), e.what()};
+  }
+  int id;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    if (!free_ids_.empty()) {
+      id = free_ids_.front();
+      free_ids_.pop_front();
+    } else {
+      id = next_id_++;
+    }
+  }
+  std::shared_ptr<Group> group;
+  if (sub) group = std::make_shared<Group>(Membership{id, ranks}, std::move(sub), config_, handles_);
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    set_ranks_[id] = ranks;
+    if (group) groups_[id] = group;
+  }
+  out.process_set_id = id;
+  return out;
+}
+
+void Engine::stop_process_sets() {
+  std::vector<std::shared_ptr<Group>> others;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    for (const auto& kv : groups_) {
+      if (kv.first != 0) others.push_back(kv.second);
+    }
+  }
+  for (auto& g : others) g->request_stop();
+  for (auto& g : others) g->join();
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,121 @@
+// One process's hvdlite: the handle table every request completes through, and the table of
+// process sets with the Group (communicator, controller, executors, loop thread) of each set
+// this rank belongs to. The global set is group 0 and always exists. Framework threads call
+// enqueue / poll / wait and the process-set queries; the groups' threads do all the rest.
+//
+// Adding and removing a set is collective over the global set: the change travels as a
+// request negotiated in group 0, so every rank applies it at the same point of the same order
+// (on group 0's thread) and every rank gets the same id. Ids of removed sets are reused
+// first-freed first, as in Horovod.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/group.h"
+#include "engine/handle.h"
+#include "engine/tensor_entry.h"
+#include "transport/transport.h"
+
+namespace hvdlite {
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Transport> world, Config config);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+
+  // Queues the entries in process set `process_set` and returns their handles. Throws
+  // InvalidArgument when the set does not exist or this rank is not one of its members.
+  // wake=false leaves the set's loop thread asleep: for a caller that waits at once, which
+  // then runs the rounds itself (Group::enqueue).
+  std::vector<int64_t> enqueue(int process_set, EntryList entries, bool wake = true);
+  bool poll(int64_t handle) { return handles_.poll(handle); }
+  // Runs the owning set's rounds on this thread while no other thread does (Group::help),
+  // then returns the outcome.
+  Outcome wait(int64_t handle);
+
+  // Stops every group on every rank (the first rank to ask decides; others' pending requests
+  // fail with ShutDown). Returns when this rank's loops have ended.
+  void shutdown();
+  void abort(int code) { world_->transport().abort(code); }
+  // Bytes this process sent and received, in every group.
+  TransportStats& transport_stats() { return world_->transport().stats(); }
+  // Whether the global set's all-reduce is hierarchical: the setting and the topology decide.
+  bool hierarchical_allreduce() const { return world_->hierarchical(); }
+
+  // Elastic recovery, after a request failed with Status::RanksLost. Collective over the
+  // surviving ranks, each calling it once: stops this engine (its pending requests fail),
+  // shrinks the world to the survivors (in their old order) and returns a new engine over
+  // them, with a fresh negotiation cache, fusion buffers and topology, and every process set
+  // kept under its id with its surviving members renumbered (a set with none left is removed).
+  // `lost` receives the ranks that are gone, in this engine's numbering.
+  std::shared_ptr<Engine> rebuild(std::vector<int>* lost);
+  // Elastic resizing (hosts added or removed): collective over every rank. Stops this engine;
+  // the ranks in `leaving` get null, the others a new engine over themselves (old order) and
+  // one new rank per entry of `add`, started with `command` (see Transport::regroup). Process
+  // sets are kept as by rebuild; adding ranks to a job that has any is InvalidArgument (before
+  // anything is stopped, on every rank alike).
+  std::shared_ptr<Engine> regroup(const std::vector<int>& leaving,
+                                  const std::vector<std::string>& command,
+                                  const std::vector<Transport::NewProcess>& add);
+
+  // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
+  // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
+  // the ranks passed differ across ranks.
+  int add_process_set(const std::vector<int>& ranks);
+  // Collective over the global set. False when no set has this id (or it is the global set).
+  bool remove_process_set(int id);
+
+  struct ProcessSetInfo {
+    std::vector<int> ranks;  // global ranks of the members
+    int rank = -1;           // this rank's position among them, -1 when not a member
+  };
+  // Throws InvalidArgument when no set has this id.
+  ProcessSetInfo process_set(int id) const;
+  std::vector<int> process_set_ids() const;
+
+ private:
+  struct SetTable {
+    std::map<int, std::vector<int>> ranks;  // id -> global ranks, the global set excluded
+    std::deque<int> free_ids;
+    int next_id = 1;
+  };
+  // A world with process sets already defined (rebuild): each set this rank is in gets its
+  // group over a split of `world`, made here, in id order, on every rank alike.
+  Engine(std::unique_ptr<Transport> world, Config config, const SetTable& sets);
+  // The engine over `world` after the ranks `gone` (sorted, old numbering) left this one.
+  std::shared_ptr<Engine> successor(std::unique_ptr<Transport> world, const std::vector<int>& gone);
+
+  // Both run on group 0's loop thread.
+  Outcome apply_change(const Response& r);
+  void stop_process_sets();
+
+  int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
+  std::string unknown_set(int id) const;  // needs sets_mu_ held
+
+  Config config_;
+  HandleTable handles_;
+  Topology topology_;
+
+  mutable std::mutex sets_mu_;
+  std::map<int, std::vector<int>> set_ranks_;     // guarded: every set, member or not
+  std::map<int, std::shared_ptr<Group>> groups_;  // guarded: the sets this rank is in
+  std::deque<int> free_ids_;                      // guarded: removed ids, reused oldest first
+  int next_id_ = 1;                               // guarded
+  std::atomic<int64_t> changes_{0};               // names the add/remove requests
+
+  std::shared_ptr<Group> world_;  // set last: its thread may call back into the tables
+};
+
+}  // namespace hvdlite

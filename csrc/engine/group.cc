@@ -1,0 +1,351 @@
+// A group's rounds: drain queue -> negotiate -> execute (fusing all-reduces) -> complete.
+// The loop thread never sleeps on a fixed cycle: with no work it blocks on a condition
+// variable, and with work it is always inside a negotiation round (see
+// Controller::wait_for_round). A waiting caller may run the rounds instead (help()).
+#include "engine/group.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <unordered_map>
+
+#include "algorithms/collectives.h"
+#include "observability/timeline.h"
+
+namespace hvdlite {
+namespace {
+
+// Why pending requests fail when the members stopped the group, naming who asked.
+std::string stop_message(const Membership& members, const std::vector<int>& who) {
+  std::string ranks = who.size() > 1 ? "ranks " : "rank ";
+  for (size_t i = 0; i < who.size(); ++i) ranks += (i ? ", " : "") + std::to_string(members.global(who[i]));
+  if (members.set_id == 0) {
+    return "hvdlite has been shut down: " + ranks + " called hvdlite.shutdown() or exited while "
+           "this request was pending; every rank must submit the same collectives before "
+           "shutting down";
+  }
+  return members.name() + " has stopped: " + ranks + " shut hvdlite down (or exited) or removed "
+         "the set while this request was pending; every member must submit the same "
+         "collectives before either";
+}
+
+// The settings a group runs with. Autotune tunes the global set only: its rank 0 writes the
+// log, and a set's traffic says little about the whole job's.
+Config own_config(const Config& config, const Membership& members) {
+  Config c = config;
+  if (members.set_id != 0) c.autotune = false;
+  return c;
+}
+
+}  // namespace
+
+Group::Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
+             HandleTable& handles, AdminHandler admin, OnExit on_exit)
+    : members_(std::move(members)),
+      transport_(std::move(transport)),
+      config_(own_config(config, members_)),
+      handles_(handles),
+      admin_(std::move(admin)),
+      on_exit_(std::move(on_exit)),
+      controller_(*transport_, config_, members_),
+      allreduce_(*transport_, config_,
+                 [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); }) {
+  controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
+  hierarchy_ = make_hierarchy(*transport_, config_);
+  controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
+  allreduce_.use_hierarchy(hierarchy_.get());
+  thread_ = std::thread([this] { run_loop(); });
+}
+
+Group::~Group() { stop(); }
+
+std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
+  std::vector<int64_t> handles;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stopped_) throw Error(stop_status_, stop_reason_);
+    std::unordered_set<std::string> batch;
+    for (auto& e : entries) {
+      const std::string& name = e->request.name;
+      if (in_flight_.count(name) || (entries.size() > 1 && !batch.insert(name).second)) {
+        throw Error(Status::InvalidArgument,
+                    "a " + std::string(op_name(e->request.op)) + " named '" + name +
+                    "' is already in flight on rank " + std::to_string(members_.global(transport_->rank())) +
+                    members_.where() + ": names must be unique among outstanding requests "
+                    "(synchronize the earlier one first, or pass a different name)");
+      }
+    }
+    for (auto& e : entries) {
+      e->request.process_set = members_.set_id;
+      e->request.rank = transport_->rank();
+      e->handle = handles_.create(members_.set_id);
+      handles.push_back(e->handle);
+      in_flight_.insert(e->request.name);
+      queue_.push_back(std::move(e));
+    }
+    if (!wake) return handles;
+    work_queued_ = true;
+  }
+  cv_.notify_one();
+  return handles;
+}
+
+void Group::help(int64_t handle) {
+  bool mine = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!driving_ && !stopped_) {
+      driving_ = mine = true;
+    } else if (!queue_.empty() && !work_queued_) {
+      // The holder drains the queue each round; make sure a round follows for entries
+      // enqueued without waking the loop.
+      work_queued_ = true;
+    }
+  }
+  if (!mine) {
+    cv_.notify_one();
+    return;
+  }
+  auto done = [&] {
+    try {
+      return handles_.poll(handle);
+    } catch (const Error&) {
+      return true;  // waited for by another thread meanwhile: nothing left to drive for
+    }
+  };
+  bool alive = true;
+  while (alive && !done()) alive = run_round(/*caller=*/true);
+  release_driver();
+}
+
+void Group::release_driver() {
+  bool more;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    driving_ = false;
+    more = stopped_ || work_queued_ || !pending_.empty();
+  }
+  if (more) cv_.notify_one();
+}
+
+void Group::request_stop(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_requested_) {
+      stop_requested_ = true;
+      stop_reason_ = reason;
+    }
+    work_queued_ = true;
+  }
+  cv_.notify_one();
+}
+
+void Group::join() {
+  std::lock_guard<std::mutex> lk(join_mu_);
+  if (thread_.joinable()) thread_.join();
+}
+
+void Group::complete(TensorEntry* entry, Outcome outcome) {
+  entry->done = true;
+  trace_completed(*entry, outcome.status == Status::Success);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_flight_.erase(entry->request.name);
+  }
+  handles_.complete(entry->handle, std::move(outcome));
+}
+
+void Group::run_loop() {
+  bool busy = false;  // this thread's last round left requests pending
+  while (true) {
+    if (!busy) {
+      // Work tends to follow work (the next gradient of a backward pass, the next step of
+      // a loop): look for it briefly before sleeping on the condition variable.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+      while (!work_queued_ && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto runnable = [&] {
+        return stopped_ || (!driving_ && (work_queued_ || !pending_.empty() || stop_requested_));
+      };
+      // Idle: wake now and then so the stall inspector can answer and warn, and so entries
+      // whose caller never came to drive them (enqueue(wake=false)) are not left behind.
+      while (!cv_.wait_for(lk, controller_.stall_poll_interval(), runnable)) {
+        if (driving_) continue;
+        if (!queue_.empty()) {
+          work_queued_ = true;
+          break;
+        }
+        driving_ = true;
+        lk.unlock();
+        const bool alive = check_stalls_idle();
+        lk.lock();
+        driving_ = false;
+        if (!alive) break;
+      }
+      if (stopped_) break;
+      driving_ = true;
+    }
+    const bool alive = run_round();
+    busy = !pending_.empty();
+    release_driver();
+    if (!alive) break;
+  }
+  if (on_exit_) on_exit_();
+}
+
+bool Group::check_stalls_idle() {
+  try {
+    controller_.check_stalls(pending_);
+    return true;
+  } catch (const Error& e) {  // the stall inspector ended the job
+    fail_pending(e.status(), std::string("hvdlite stopped: ") + e.what());
+  } catch (const std::exception& e) {
+    fail_pending(Status::Internal, std::string("hvdlite stopped: ") + e.what());
+  }
+  return false;
+}
+
+bool Group::run_round(bool caller) {
+  bool stop_requested;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& e : queue_) {
+      trace_drained(*e);
+      pending_.push_back(std::move(e));
+    }
+    queue_.clear();
+    work_queued_ = stop_requested_;
+    stop_requested = stop_requested_;
+  }
+  try {
+    trace_round();
+    RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
+    if (round.prereduced.empty()) {
+      execute(round.responses);
+    } else {
+      for (TensorEntry* e : round.prereduced) trace_negotiated(*e);
+      allreduce_.complete_prereduced(round.prereduced, round.reduced);
+      pending_.clear();  // a merged round held every pending entry (controller.h)
+    }
+    if (round.shutdown) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        reason = stop_reason_;
+      }
+      fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
+      return false;
+    }
+  } catch (const Error& e) {
+    fail_pending(e.status(), std::string("hvdlite stopped: ") + e.what());
+    return false;
+  } catch (const std::exception& e) {
+    fail_pending(Status::Internal, std::string("hvdlite stopped: ") + e.what());
+    return false;
+  }
+  return true;
+}
+
+void Group::execute(const std::vector<Response>& responses) {
+  if (responses.empty()) return;
+  std::unordered_map<std::string, TensorEntry*> by_name;
+  TensorEntry* join_entry = nullptr;
+  for (auto& e : pending_) {
+    if (e->request.op == OpType::Join) join_entry = e.get();
+    else by_name[e->request.name] = e.get();
+  }
+  Transport& t = *transport_;
+  for (const Response& r : responses) {
+    TensorEntry* e = nullptr;
+    if (r.op == OpType::Join) {
+      e = join_entry;
+    } else {
+      auto it = by_name.find(r.name);
+      if (it != by_name.end()) e = it->second;
+    }
+    if (e) trace_negotiated(*e);
+    if (!r.ok()) {
+      if (e) complete(e, Outcome{r.error_status, r.error});
+      continue;
+    }
+    if (config_.debug) {
+      std::fprintf(stderr, "[hvdlite rank %d] run %s '%s'%s\n", members_.global(t.rank()),
+                   op_name(r.op), r.name.c_str(), members_.where().c_str());
+    }
+    switch (r.op) {
+      case OpType::Allreduce:
+        allreduce_.add(r, e);  // e is null on a joined rank: it contributes zeros
+        break;
+      case OpType::Broadcast:
+        if (e) {
+          // Roots are global ranks (as in Horovod); the transport counts members.
+          Response local = r;
+          for (int m = 0; m < t.size(); ++m) {
+            if (members_.global(m) == r.root) local.root = m;
+          }
+          complete(e, run_broadcast(t, local, *e));
+        }
+        break;
+      case OpType::Allgather:
+        if (e) complete(e, run_allgather(t, r, *e, members_));
+        break;
+      case OpType::Alltoall:
+        if (e) complete(e, run_alltoall(t, r, *e, members_));
+        break;
+      case OpType::Reducescatter:
+        if (e) {
+          complete(e, run_reducescatter(t, r, *e, work_, scratch_, config_.ring_piece_bytes,
+                                        members_));
+        }
+        break;
+      case OpType::Barrier:
+        // Negotiation already proved every member reached it.
+        if (e) complete(e, Outcome{});
+        break;
+      case OpType::Join: {
+        Outcome o;
+        o.last_joined_rank = r.last_joined_rank;
+        if (e) complete(e, std::move(o));
+        break;
+      }
+      case OpType::AddProcessSet:
+      case OpType::RemoveProcessSet: {
+        // Every rank applies the change at this point of the agreed order.
+        Outcome o = admin_ ? admin_(r)
+                           : Outcome{Status::InvalidArgument,
+                                     std::string(op_name(r.op)) + " is only possible in the global process set"};
+        if (e) complete(e, std::move(o));
+        break;
+      }
+    }
+  }
+  allreduce_.flush();
+  EntryList still;
+  for (auto& e : pending_) {
+    if (!e->done) still.push_back(std::move(e));
+  }
+  pending_.swap(still);
+}
+
+void Group::fail_pending(Status status, const std::string& reason) {
+  EntryList orphans;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopped_ = true;
+    stop_status_ = status;
+    stop_reason_ = reason;
+    for (auto& e : queue_) orphans.push_back(std::move(e));
+    queue_.clear();
+    in_flight_.clear();
+  }
+  for (auto& e : pending_) orphans.push_back(std::move(e));
+  pending_.clear();
+  for (auto& e : orphans) {
+    if (e->done) continue;
+    handles_.complete(e->handle, Outcome{status, reason + " [request '" + e->request.name + "']"});
+  }
+}
+
+}  // namespace hvdlite

@@ -1,0 +1,124 @@
+// One communicator and everything that negotiates and runs collectives over it: its
+// transport, the controller with its response cache, the executors, and the loop thread
+// that drives them (drain queue -> negotiate -> execute -> complete). The global set is
+// group 0; every process set is another group over a split of the global transport.
+//
+// Each group has its own loop thread, so a collective that blocks in one set (waiting for a
+// slow member, or moving data) never holds up another: sets proceed independently, and two
+// sets that share ranks cannot deadlock by running their collectives in different orders.
+//
+// Rounds are run by whichever thread holds the group's driver token: the loop thread, or a
+// caller that waits for its own request while the loop is idle (help()). A caller driving
+// saves two thread handoffs per collective, which on a machine with few cores is most of a
+// small all-reduce's cost. The token serialises every transport call and all round state.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/config.h"
+#include "engine/controller.h"
+#include "engine/fusion.h"
+#include "algorithms/hierarchical.h"
+#include "engine/handle.h"
+#include "engine/tensor_entry.h"
+#include "transport/transport.h"
+#include "engine/validate.h"
+
+namespace hvdlite {
+
+class Group {
+ public:
+  // Runs on the loop thread for AddProcessSet / RemoveProcessSet responses (global set only).
+  using AdminHandler = std::function<Outcome(const Response&)>;
+  // Runs on the loop thread once, when the loop has ended.
+  using OnExit = std::function<void()>;
+
+  Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
+        HandleTable& handles, AdminHandler admin = nullptr, OnExit on_exit = nullptr);
+  ~Group();  // stop()
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  int id() const { return members_.set_id; }
+  const Membership& members() const { return members_; }
+  Transport& transport() { return *transport_; }
+  // True when this group's all-reduce runs in intra-/cross-host stages (hierarchical.h);
+  // under autotune: when it may (the tuner switches between them and the flat ring).
+  bool hierarchical() const { return hierarchy_ != nullptr; }
+
+  // Queues the entries together (so a group negotiates in one round) and returns their
+  // handles. Throws InvalidArgument for a name already in flight in this group, and the
+  // group's stop status once it has stopped. wake=false does not wake the loop thread: the
+  // caller promises to wait for a handle at once, and help() runs the rounds then (the loop
+  // still takes such entries on its next round, or its next periodic wake-up).
+  std::vector<int64_t> enqueue(EntryList entries, bool wake = true);
+
+  // Runs rounds on the calling thread until `handle` (one of this group's) completes,
+  // provided no other thread is running them; otherwise makes sure the loop thread will.
+  void help(int64_t handle);
+
+  // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
+  // and on the others with a message naming the ranks that asked (also here when `reason` is
+  // empty). request_stop returns at once; join waits for this rank's loop to end (from any
+  // number of threads); stop does both.
+  void request_stop(const std::string& reason = "");
+  void join();
+  void stop(const std::string& reason = "") {
+    request_stop(reason);
+    join();
+  }
+
+ private:
+  // group.cc: the loop and what it runs.
+  void run_loop();
+  // One round (drain the queue, negotiate, execute), by the holder of the driver token.
+  // False once the group has ended (shut down, or an error stopped it).
+  // caller: run by a waiting caller (help()), which may poll longer for its peers.
+  bool run_round(bool caller = false);
+  // The stall inspector's turn while idle, by the token's holder. False once it ended the
+  // group (a stall past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).
+  bool check_stalls_idle();
+  // Gives the token back; wakes the loop thread when rounds are left to run.
+  void release_driver();
+  void execute(const std::vector<Response>& responses);
+  void complete(TensorEntry* entry, Outcome outcome);
+  void fail_pending(Status status, const std::string& reason);
+
+  Membership members_;
+  std::unique_ptr<Transport> transport_;
+  Config config_;  // this group's own copy: autotune (group 0 only) changes it as it runs
+  HandleTable& handles_;
+  AdminHandler admin_;
+  OnExit on_exit_;
+  Controller controller_;
+  std::unique_ptr<Hierarchy> hierarchy_;  // intra-/cross-host stages, when used
+  AllreduceExecutor allreduce_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  EntryList queue_;                            // guarded by mu_: enqueued, not yet seen by the loop
+  std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
+  bool stop_requested_ = false;                // guarded by mu_
+  std::string stop_reason_;                    // guarded by mu_: why pending requests fail
+  std::atomic<bool> work_queued_{false};       // set with queue_/stop, read without the lock
+  bool driving_ = false;                       // guarded by mu_: some thread is running rounds
+  bool stopped_ = false;                       // guarded by mu_
+  Status stop_status_ = Status::ShutDown;      // guarded by mu_
+
+  // The driver token's holder only (controller_ and allreduce_ likewise). Read under mu_
+  // by a thread about to take the token: the last holder wrote it before releasing mu_.
+  EntryList pending_;
+  std::vector<uint8_t> work_, scratch_;        // reducescatter buffers
+  std::thread thread_;
+  std::mutex join_mu_;  // join() may be called by several threads (shutdown, group 0's exit)
+};
+
+}  // namespace hvdlite

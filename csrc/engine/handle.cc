@@ -1,0 +1,78 @@
+#include "engine/handle.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+namespace hvdlite {
+
+OwnedBuffer::OwnedBuffer(size_t n) : bytes(n) {
+  // 64-byte alignment suits every dtype and vector loads; never a null pointer for n == 0.
+  data = std::aligned_alloc(64, ((n + 63) / 64) * 64 + 64);
+  if (!data) throw Error(Status::Internal, "out of memory allocating " + std::to_string(n) + " bytes");
+}
+
+OwnedBuffer& OwnedBuffer::operator=(OwnedBuffer&& o) noexcept {
+  if (this != &o) {
+    std::free(data);
+    data = o.data; bytes = o.bytes;
+    o.data = nullptr; o.bytes = 0;
+  }
+  return *this;
+}
+
+OwnedBuffer::~OwnedBuffer() { std::free(data); }
+
+int64_t HandleTable::create(int owner) {
+  std::lock_guard<std::mutex> lk(mu_);
+  int64_t h = next_++;
+  Slot slot;
+  slot.owner = owner;
+  slots_.emplace(h, std::move(slot));
+  return h;
+}
+
+int HandleTable::owner(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = slots_.find(handle);
+  return it == slots_.end() ? -1 : it->second.owner;
+}
+
+void HandleTable::complete(int64_t handle, Outcome outcome) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = slots_.find(handle);
+    if (it == slots_.end()) return;
+    it->second.done = true;
+    it->second.outcome = std::move(outcome);
+  }
+  cv_.notify_all();
+}
+
+bool HandleTable::poll(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) throw Error(Status::InvalidArgument, "unknown or already synchronized handle " + std::to_string(handle));
+  return it->second.done;
+}
+
+Outcome HandleTable::wait(int64_t handle) {
+  std::unique_lock<std::mutex> lk(mu_);
+  auto it = slots_.find(handle);
+  if (it == slots_.end()) throw Error(Status::InvalidArgument, "unknown or already synchronized handle " + std::to_string(handle));
+  Slot& slot = it->second;  // references survive rehashing; iterators do not
+  // Small collectives finish within microseconds: look again briefly before sleeping, which
+  // saves a futex sleep and wake-up on both threads.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+  while (!slot.done && std::chrono::steady_clock::now() < until) {
+    lk.unlock();
+    std::this_thread::yield();
+    lk.lock();
+  }
+  cv_.wait(lk, [&] { return slot.done; });
+  Outcome out = std::move(slot.outcome);
+  slots_.erase(handle);
+  return out;
+}
+
+}  // namespace hvdlite

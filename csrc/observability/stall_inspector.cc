@@ -1,0 +1,220 @@
+#include "observability/stall_inspector.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+#include "hvdlite.h"
+
+namespace hvdlite {
+namespace {
+
+enum class Kind : uint8_t {
+  Stalled = 1,  // rank -> 0: my requests have waited past the threshold
+  Query = 2,    // 0 -> rank: send me your pending names (seq)
+  Pending = 3,  // rank -> 0: (seq, [(name, age)])
+  Stop = 4,     // 0 -> rank: end with this message
+};
+
+// Side-channel messages: a kind byte, then fixed-size fields and length-prefixed strings.
+struct Writer {
+  std::vector<uint8_t> out;
+  explicit Writer(Kind k) { out.push_back(static_cast<uint8_t>(k)); }
+  template <typename T> void put(T v) {
+    const auto* p = reinterpret_cast<const uint8_t*>(&v);
+    out.insert(out.end(), p, p + sizeof v);
+  }
+  void put(const std::string& s) {
+    put(static_cast<uint32_t>(s.size()));
+    out.insert(out.end(), s.begin(), s.end());
+  }
+};
+
+struct Reader {
+  const std::vector<uint8_t>& in;
+  size_t at = 1;
+  template <typename T> T get() {
+    T v{};
+    if (at + sizeof v > in.size()) throw Error(Status::Internal, "malformed stall inspector message");
+    std::memcpy(&v, in.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  std::string str() {
+    const uint32_t n = get<uint32_t>();
+    if (at + n > in.size()) throw Error(Status::Internal, "malformed stall inspector message");
+    std::string s(reinterpret_cast<const char*>(in.data() + at), n);
+    at += n;
+    return s;
+  }
+};
+
+// "rank 1" / "ranks 0, 2": the global ranks of the group's members at these positions.
+std::string ranks_text(const std::vector<int>& members, const Membership& group) {
+  std::ostringstream s;
+  s << (members.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < members.size(); ++i) s << (i ? ", " : "") << group.global(members[i]);
+  return s.str();
+}
+
+}  // namespace
+
+StallInspector::StallInspector(Transport& transport, const Config& config,
+                               const Membership& members)
+    : transport_(transport), config_(config), members_(members) {
+  const double check = config.stall_check_s, shutdown = config.stall_shutdown_s;
+  threshold_s_ = check > 0 && shutdown > 0 ? std::min(check, shutdown) : std::max(check, shutdown);
+  last_report_ = last_evaluation_ = Clock::now() - std::chrono::hours(1);
+}
+
+std::chrono::milliseconds StallInspector::poll_interval() const {
+  if (!enabled()) return std::chrono::hours(1);  // nothing to do: the idle engine sleeps on
+  // A tenth of the threshold: the warning comes at most 10% late; never busier than 10 ms.
+  const auto ms = static_cast<int64_t>(threshold_s_ * 100);
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 10, 1000));
+}
+
+std::vector<StallInspector::Waiting> StallInspector::waiting(const EntryList& pending,
+                                                             Clock::time_point now) const {
+  std::vector<Waiting> out;
+  for (const auto& e : pending) {
+    if (e->done || e->request.op == OpType::Join) continue;
+    out.push_back({e->request.name, std::chrono::duration<double>(now - e->enqueued).count()});
+  }
+  return out;
+}
+
+void StallInspector::check(const EntryList& pending) {
+  if (!enabled()) return;
+  const auto now = Clock::now();
+  if (now - last_poll_ < poll_interval()) return;
+  last_poll_ = now;
+
+  std::vector<uint8_t> bytes;
+  int from = 0;
+  while (transport_.poll_side(bytes, from)) on_message(bytes, from, pending, now);
+
+  double oldest = 0;
+  for (const Waiting& w : waiting(pending, now)) oldest = std::max(oldest, w.age_s);
+  if (oldest >= threshold_s_ &&
+      std::chrono::duration<double>(now - last_report_).count() >= threshold_s_) {
+    last_report_ = now;
+    if (transport_.rank() == 0) stall_reported_ = true;
+    else transport_.send_side(Writer(Kind::Stalled).out, 0);
+  }
+  if (transport_.rank() != 0) return;
+
+  if (stall_reported_ && !query_open_ &&
+      std::chrono::duration<double>(now - last_evaluation_).count() >= threshold_s_) {
+    stall_reported_ = false;
+    query_open_ = true;
+    query_sent_ = now;
+    ++query_seq_;
+    replies_.clear();
+    replies_[0] = waiting(pending, now);
+    Writer q(Kind::Query);
+    q.put(query_seq_);
+    for (int r = 1; r < transport_.size(); ++r) transport_.send_side(q.out, r);
+  }
+  // Evaluate with every answer in, or after one more threshold (a rank busy elsewhere
+  // cannot answer; it has not submitted what the others wait for).
+  if (query_open_ && (static_cast<int>(replies_.size()) == transport_.size() ||
+                      std::chrono::duration<double>(now - query_sent_).count() >= threshold_s_)) {
+    evaluate(now);
+  }
+}
+
+void StallInspector::on_message(const std::vector<uint8_t>& bytes, int from,
+                                const EntryList& pending, Clock::time_point now) {
+  if (bytes.empty()) return;
+  Reader in{bytes};
+  switch (static_cast<Kind>(bytes[0])) {
+    case Kind::Stalled:
+      stall_reported_ = true;
+      break;
+    case Kind::Query: {
+      Writer reply(Kind::Pending);
+      reply.put(in.get<uint32_t>());
+      const std::vector<Waiting> mine = waiting(pending, now);
+      reply.put(static_cast<uint32_t>(mine.size()));
+      for (const Waiting& w : mine) {
+        reply.put(w.name);
+        reply.put(w.age_s);
+      }
+      transport_.send_side(reply.out, 0);
+      break;
+    }
+    case Kind::Pending: {
+      if (!query_open_ || in.get<uint32_t>() != query_seq_) break;  // an answer to an old query
+      std::vector<Waiting> theirs(in.get<uint32_t>());
+      for (Waiting& w : theirs) {
+        w.name = in.str();
+        w.age_s = in.get<double>();
+      }
+      replies_[from] = std::move(theirs);
+      break;
+    }
+    case Kind::Stop:
+      throw Error(Status::ShutDown, in.str());
+  }
+}
+
+void StallInspector::evaluate(Clock::time_point now) {
+  query_open_ = false;
+  last_evaluation_ = now;
+  struct Tensor {
+    std::set<int> ranks;
+    double age_s = 0;
+  };
+  std::map<std::string, Tensor> tensors;
+  for (const auto& [rank, list] : replies_) {
+    for (const Waiting& w : list) {
+      Tensor& t = tensors[w.name];
+      t.ranks.insert(rank);
+      t.age_s = std::max(t.age_s, w.age_s);
+    }
+  }
+  std::vector<std::pair<std::string, Tensor>> stalled;
+  for (auto& [name, t] : tensors) {
+    if (t.age_s >= threshold_s_ && static_cast<int>(t.ranks.size()) < transport_.size()) {
+      stalled.emplace_back(name, t);
+    }
+  }
+  if (stalled.empty()) return;  // everyone has everything: slow, not stalled
+  std::sort(stalled.begin(), stalled.end(),
+            [](const auto& a, const auto& b) { return a.second.age_s > b.second.age_s; });
+  std::ostringstream msg;
+  double oldest = 0;
+  for (size_t i = 0; i < stalled.size() && i < 10; ++i) {
+    const Tensor& t = stalled[i].second;
+    std::vector<int> have(t.ranks.begin(), t.ranks.end()), have_not;
+    for (int r = 0; r < transport_.size(); ++r) {
+      if (!t.ranks.count(r)) have_not.push_back(r);
+    }
+    oldest = std::max(oldest, t.age_s);
+    msg << (i ? "; " : "") << "'" << stalled[i].first << "' waited " << std::lround(t.age_s)
+        << " s: " << ranks_text(have, members_) << " submitted it; " << ranks_text(have_not, members_)
+        << (have_not.size() == 1 ? " has not" : " have not");
+  }
+  if (stalled.size() > 10) msg << "; and " << stalled.size() - 10 << " more";
+  msg << ". A rank that has not submitted a tensor is stuck elsewhere, or its collectives "
+         "differ (names, or the order of conditional collectives).";
+  if (config_.stall_shutdown_s > 0 && oldest >= config_.stall_shutdown_s) {
+    const std::string text = "stalled" + members_.where() +
+                             " for more than HVDLITE_STALL_SHUTDOWN_TIME_SECONDS (" +
+                             std::to_string(std::lround(config_.stall_shutdown_s)) + " s): " + msg.str();
+    Writer stop(Kind::Stop);
+    stop.put(text);
+    for (int r = 1; r < transport_.size(); ++r) transport_.send_side(stop.out, r);
+    throw Error(Status::ShutDown, text);
+  }
+  if (config_.stall_check_s > 0 && oldest >= config_.stall_check_s) {
+    std::fprintf(stderr, "[hvdlite rank %d] warning: stall%s: %s\n", members_.global(0),
+                 members_.where().c_str(), msg.str().c_str());
+  }
+}
+
+}  // namespace hvdlite

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from mpi_launch import REPO, run_mpi
-from test_core_unit import _cmake
+from test_core_unit import find_cmake
 
 pytest.importorskip("torch")
 
@@ -29,7 +29,7 @@ def _run(cmd, **kw):
 
 @pytest.fixture(scope="module")
 def static_build(tmp_path_factory):
-    cmake, cxx = _cmake(), shutil.which("g++")
+    cmake, cxx = find_cmake(), shutil.which("g++")
     if cmake is None or cxx is None or shutil.which("nm") is None or shutil.which("readelf") is None:
         pytest.skip("needs cmake, g++, nm and readelf")
     tmp = tmp_path_factory.mktemp("static_libstdcxx")

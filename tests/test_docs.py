@@ -1,7 +1,9 @@
 """The docs site builds with warnings as errors (scripts/build_docs.sh: mkdocs build --strict),
-its settings page holds the code's table, and its API pages hold the public names generated
-from the docstrings."""
+its settings page holds the code's table, its API pages hold the public names generated from
+the docstrings, the files it cites exist, and the README stays short with working links."""
+import glob
 import os
+import re
 import subprocess
 import sys
 
@@ -39,3 +41,25 @@ def test_docs_build_strict(tmp_path):
         html = (site / "api" / page / "index.html").read_text()
         missing = [n for n in names if f'id="{n}"' not in html]
         assert not missing, f"docs/api/{page}.md renders without {missing}"
+
+
+def test_readme_fits_two_screens_and_its_links_resolve():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert len(readme.splitlines()) <= 150, "README.md grew past 150 lines; move the detail to docs/"
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
+    assert links, "README.md links to no docs page"
+    broken = [l for l in links if not l.startswith("http") and not os.path.exists(os.path.join(ROOT, l))]
+    assert not broken, f"README.md links to missing files {broken}"
+
+
+def test_files_the_docs_cite_exist():
+    # `csrc/...`, `hvdlite/...`, `tests/...`, `examples/...`, `scripts/...` in the pages' text:
+    # a moved or renamed file must take its documentation along.
+    cited = set()
+    for page in glob.glob(os.path.join(ROOT, "docs", "**", "*.md"), recursive=True):
+        text = open(page).read()
+        cited |= {(os.path.relpath(page, ROOT), p) for p in
+                  re.findall(r"`((?:csrc|hvdlite|tests|examples|scripts)/[A-Za-z0-9_/.*]+)", text)}
+    missing = sorted((page, p) for page, p in cited
+                     if not glob.glob(os.path.join(ROOT, p.rstrip("*").rstrip(".") + "*")))
+    assert not missing, f"the docs cite files that do not exist: {missing}"

@@ -6,8 +6,8 @@ The table lives in the C++ core (csrc/engine/config.cc), which parses the values
 be parsed makes ``init()`` raise ``HvdliteInvalidArgumentError`` naming the variable.
 
 ``python -m hvdlite.config`` prints the table as Markdown; docs/settings.md's table is that
-output, written at build time (docs/hooks/settings_table.py; tests/test_docs.py builds it). ``hvdlite-run`` forwards every
-``HVDLITE_*`` variable to all ranks.
+output, written at build time (docs/hooks/settings_table.py; tests/test_docs.py builds it).
+``hvdlite-run`` forwards every ``HVDLITE_*`` variable to all ranks.
 """
 from typing import NamedTuple
 

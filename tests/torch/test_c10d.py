@@ -1,13 +1,15 @@
 """torch.distributed's "hvdlite" backend (hvdlite/torch/distributed.py) under mpirun.
 
-- every collective checked exactly at 2 ranks, and at 3 ranks with the engine started by
-  hvdlite.init() first (init_process_group joins it) (tests/workers/c10d_collectives.py);
+- every collective checked exactly: at 2 ranks through env:// (torchrun's variables), at 3
+  ranks through hvdlite:// with the engine started by hvdlite.init() first (joined), in
+  tests/workers/c10d_collectives.py (the DDP and FSDP2 workers use hvdlite:// alone);
 - DDP (several buckets, no_sync, the allreduce and fp16 compression hooks) equals DDP on
   gloo (bitwise at 2 ranks, where both add the same two numbers; rtol 1e-6 at 3) and one
   process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
 - FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py).
 """
 import os
+import socket
 import sys
 
 import pytest
@@ -23,9 +25,16 @@ from mpi_launch import run_mpi  # noqa: E402
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("np_, how", [(2, "init"), (3, "hvd-first")])
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("np_, how", [(2, "env"), (3, "hvd-first")])
 def test_c10d_collectives(np_, how):
-    proc = run_mpi(np_, "workers/c10d_collectives.py", how, timeout=150)
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": _free_port()} if how == "env" else None
+    proc = run_mpi(np_, "workers/c10d_collectives.py", how, env=env, timeout=150)
     assert proc.stdout.count("c10d collectives ok") == np_, proc.stdout[-5000:]
     assert "Mismatched shapes for allreduce of tensor 'c10d.0." in proc.stdout
 
@@ -56,3 +65,8 @@ def test_fsdp2_trains_like_one_process():
     """3 ranks: the 32-row weights do not divide evenly, so FSDP2 pads its shards."""
     proc = run_mpi(3, "workers/c10d_fsdp.py", timeout=150)
     assert proc.stdout.count("fsdp2 ok") == 3, proc.stdout[-5000:]
+
+
+def test_start_stop_and_refusals():
+    proc = run_mpi(2, "workers/c10d_lifecycle.py", timeout=120)
+    assert proc.stdout.count("c10d lifecycle ok") == 2, proc.stdout[-5000:]

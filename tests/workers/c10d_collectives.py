@@ -1,7 +1,8 @@
 """torch.distributed on the "hvdlite" backend: every collective against references.
 
-Run by tests/torch/test_c10d.py at 2 and 3 ranks (``argv[1]``: ``hvd-first`` starts the
-engine with hvdlite.init() before init_process_group, which must then join it). Each rank's
+Run by tests/torch/test_c10d.py at 2 and 3 ranks. ``argv[1]``: ``init`` (hvdlite://),
+``env`` (plain ``dist.init_process_group("hvdlite")`` with torchrun's variables), or
+``hvd-first`` (hvdlite.init() starts the engine first; init_process_group joins it). Each rank's
 input is known to every rank, so each result is checked exactly against a reference
 computed here. A failed check raises; the excepthook then ends the whole job.
 """
@@ -18,11 +19,17 @@ import hvdlite  # noqa: E402
 import hvdlite.torch.distributed as hvd_dist  # noqa: E402
 from worker_checks import check, expect_error  # noqa: E402
 
-if len(sys.argv) > 1 and sys.argv[1] == "hvd-first":
+how = sys.argv[1] if len(sys.argv) > 1 else "init"
+if how == "hvd-first":
     os.environ["HVDLITE_DYNAMIC_PROCESS_SETS"] = "1"
     hvdlite.init()
     assert hvdlite.is_initialized()
-hvd_dist.init_process_group()
+if how == "env":   # torchrun's variables (MASTER_ADDR/PORT come from the test): env://
+    os.environ["RANK"] = os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", ""))
+    os.environ["WORLD_SIZE"] = os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", ""))
+    dist.init_process_group("hvdlite")
+else:
+    hvd_dist.init_process_group()
 R, N = dist.get_rank(), dist.get_world_size()
 check(dist.get_backend() == "hvdlite", f"backend is {dist.get_backend()}")
 check((R, N) == (hvdlite.rank(), hvdlite.size()), "rank and size come from hvdlite")

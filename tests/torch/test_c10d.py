@@ -6,7 +6,9 @@
 - DDP (several buckets, no_sync, the allreduce and fp16 compression hooks) equals DDP on
   gloo (bitwise at 2 ranks, where both add the same two numbers; rtol 1e-6 at 3) and one
   process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
-- FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py).
+- FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py);
+- Lightning's Trainer (DDPStrategy(process_group_backend="hvdlite")) and Hugging Face
+  Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py).
 """
 import os
 import socket
@@ -70,3 +72,11 @@ def test_fsdp2_trains_like_one_process():
 def test_start_stop_and_refusals():
     proc = run_mpi(2, "workers/c10d_lifecycle.py", timeout=120)
     assert proc.stdout.count("c10d lifecycle ok") == 2, proc.stdout[-5000:]
+
+
+@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
+def test_framework_trains_on_hvdlite(framework):
+    pytest.importorskip(framework)
+    pytest.importorskip("mpi4py")   # Lightning finds an mpirun job's ranks through it
+    proc = run_mpi(2, f"workers/c10d_{framework}.py", timeout=200)
+    assert proc.stdout.count(f"{framework} ok") == 2, proc.stdout[-5000:]

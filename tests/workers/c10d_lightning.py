@@ -1,6 +1,6 @@
 """Lightning's Trainer with DDPStrategy(process_group_backend="hvdlite"): a tiny training.
 
-Run by tests/torch/test_c10d_frameworks.py under mpirun (Lightning finds the ranks through
+Run by tests/torch/test_c10d.py under mpirun (Lightning finds the ranks through
 its MPI environment and initialises torch.distributed with env://). Checks: the group runs
 on hvdlite, the loss falls, and every rank ends with the same weights.
 """

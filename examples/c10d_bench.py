@@ -70,7 +70,8 @@ def allreduce_times(sizes, iters, warmup):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="cnn,mlp")
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per round (x5 for the cnn)")
+    parser.add_argument("--steps", type=int, default=10,
+                        help="timed steps per round (x5 for the cnn)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--sizes", default="4096,65536,1048576,4194304,16777216,67108864",

@@ -75,7 +75,8 @@ if hasattr(torch, "uint16"):
 class _Completer:
     """One thread that waits for in-flight collectives and completes their futures, so that
     a future (DDP's buckets, ``then`` chains) completes without anyone calling ``wait()``.
-    The engine finishes a group's collectives in order, so waiting in order costs nothing."""
+    It waits in the order the calls were made, which is the order a group's collectives
+    finish in; a later group's future can only be held back behind an earlier one."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
@@ -636,7 +637,8 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                 _check_tensor(t, what, f"{label} {i}")
         dtypes = {t.dtype for t in inputs + outputs}
         if len(dtypes) != 1:
-            raise HvdliteInvalidArgumentError(f"{what}: the tensors mix dtypes {sorted(map(str, dtypes))}")
+            raise HvdliteInvalidArgumentError(
+                f"{what}: the tensors mix dtypes {sorted(map(str, dtypes))}")
         flat = [_wire(t.detach().reshape(-1).reshape(-1, 1)).reshape(-1) for t in inputs]
         send = torch.cat(flat)
         splits = [f.numel() for f in flat]

@@ -25,6 +25,9 @@ if [ "$what" = "all" ]; then
   # JAX (CPU build from PyPI) for the Keras tests and example on KERAS_BACKEND=jax only.
   have jax || pip_install "jax[cpu]>=0.4.30"
   have mpi4py || pip_install "mpi4py>=3.1" || echo "setup: mpi4py unavailable; benchmark baselines will be skipped"
+  # Frameworks over torch.distributed, for the hvdlite backend's tests (tests/torch/test_c10d.py).
+  have lightning || pip_install "lightning>=2.4"
+  have accelerate || pip_install "accelerate>=1.0"
 fi
 # No build isolation: the extension must link the MPI of this environment, not of a
 # temporary build environment that disappears after the build.

@@ -71,3 +71,6 @@ __all__ = [
     "DistributedOptimizer", "SyncBatchNorm",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object", "allgather_object",
 ]
+
+# torch.distributed backend "hvdlite" (dist.init_process_group("hvdlite", init_method="hvdlite://"))
+from . import distributed  # noqa: E402,F401  registers it

@@ -1,0 +1,143 @@
+"""torch.distributed on hvdlite: DDP over the "hvdlite" backend against DDP over gloo, and
+``dist.all_reduce`` through the backend against ``hvd.allreduce_``, in one run.
+
+    hvdlite-run -np 2 python examples/c10d_bench.py
+
+Models: examples/torch_bench.py's (the digits CNN, batch 32 per rank, and the 6 x 1024 MLP,
+batch 32 per rank), trained with DDP (default settings) and SGD with momentum.
+
+Each backend runs in a phase of its own, with the other not running: ``gloo`` with its group
+up and hvdlite not initialised, ``hvdlite`` between ``init_process_group("hvdlite")`` (which
+starts hvdlite's engine) and ``destroy_process_group()`` (which stops it). The ranks meet
+through mpi4py in between. The phases take turns over --rounds rounds (order rotating); a
+round's time is the slowest rank's; the median round and the best round are reported.
+Ratios: hvdlite / gloo (below 1: the hvdlite backend is faster).
+
+The all-reduce part (hvdlite phase only): float32 tensors of several sizes, in place, each
+timed as ``dist.all_reduce`` on the hvdlite group and as ``hvd.allreduce_`` on the same
+engine; ratio backend / hvd (1.0: the backend adds nothing).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch_bench as tb  # noqa: E402  (mpi4py first: MPI outlives hvdlite's phases)
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+import hvdlite.torch as hvd  # noqa: E402
+import hvdlite.torch.distributed as hvd_dist  # noqa: E402
+
+COMM, RANK, SIZE = tb.COMM, tb.RANK, tb.SIZE
+BACKENDS = ("gloo", "hvdlite")
+
+
+def start(backend):
+    if backend == "gloo":
+        tb.start_gloo()
+    else:
+        hvd_dist.init_process_group()
+
+
+def allreduce_times(sizes, iters, warmup):
+    """{bytes: (backend s, hvd s)} per all-reduce, the slowest rank's, alternating methods."""
+    out = {}
+    for nbytes in sizes:
+        t = torch.ones(nbytes // 4)
+        per = {"backend": [], "hvd": []}
+        n = max(3, min(iters, int(iters * (1 << 20) / max(nbytes, 1 << 16))))
+        for rep in range(3):
+            for method in ("backend", "hvd") if rep % 2 == 0 else ("hvd", "backend"):
+                op = (lambda: dist.all_reduce(t)) if method == "backend" else \
+                     (lambda: hvd.allreduce_(t, op=hvd.Sum))
+                for _ in range(warmup):
+                    op()
+                COMM.Barrier()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    op()
+                per[method].append(COMM.allreduce((time.perf_counter() - t0) / n, op=tb.MPI.MAX))
+        out[nbytes] = (min(per["backend"]), min(per["hvd"]))
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="cnn,mlp")
+    parser.add_argument("--steps", type=int, default=10,
+                        help="timed steps per round (x5 for the cnn)")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", default="4096,65536,1048576,4194304,16777216,67108864",
+                        help="all-reduce sizes in bytes ('' skips the all-reduce part)")
+    parser.add_argument("--iters", type=int, default=50, help="all-reduces per timing at 1 MiB")
+    parser.add_argument("--quick", action="store_true", help="a few steps (smoke test)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.rounds, args.sizes, args.iters = 3, 1, 1, "4096,1048576", 5
+    torch.set_num_threads(1)
+    builds = {"cnn": (tb.DigitsCNN, lambda: tb.cnn_batches(32, 8), args.steps * 5),
+              "mlp": (lambda: tb.make_mlp(1024, 6), lambda: tb.mlp_batches(32, 4), args.steps)}
+    models = {}
+    for name in args.models.split(","):
+        build, batches, steps = builds[name]
+        torch.manual_seed(0)
+        reference = build()
+        per_backend = {}
+        for b in BACKENDS:
+            m = build()
+            m.load_state_dict(reference.state_dict())
+            per_backend[b] = (m, torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
+        models[name] = (per_backend, batches(), steps)
+    times = {(n, b): [] for n in models for b in BACKENDS}
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    allreduce = None
+    for r in range(args.rounds):
+        for backend in BACKENDS[r % 2:] + BACKENDS[:r % 2]:
+            start(backend)
+            for name, (per_backend, batches, steps) in models.items():
+                model, opt = per_backend[backend]
+                ddp = nn.parallel.DistributedDataParallel(model)
+                times[(name, backend)].append(tb.timed_steps(ddp, opt, batches, steps, args.warmup))
+                del ddp
+            if backend == "hvdlite" and r == args.rounds - 1 and sizes:
+                allreduce = allreduce_times(sizes, args.iters, 3)
+            dist.destroy_process_group()
+    if RANK != 0:
+        return
+    for name in models:
+        med = {b: statistics.median(times[(name, b)]) for b in BACKENDS}
+        best = {b: min(times[(name, b)]) for b in BACKENDS}
+        res = {"model": name, "ranks": SIZE, "rounds": args.rounds,
+               "gloo_ms": 1e3 * med["gloo"], "hvdlite_ms": 1e3 * med["hvdlite"],
+               "ratio_hvdlite_over_gloo": med["hvdlite"] / med["gloo"],
+               "best_gloo_ms": 1e3 * best["gloo"], "best_hvdlite_ms": 1e3 * best["hvdlite"],
+               "best_ratio_hvdlite_over_gloo": best["hvdlite"] / best["gloo"]}
+        if args.json:
+            print(json.dumps(res), flush=True)
+        else:
+            print(f"DDP {name}, {SIZE} ranks, {args.rounds} rounds: median step gloo "
+                  f"{res['gloo_ms']:.2f} ms | hvdlite {res['hvdlite_ms']:.2f} ms | hvdlite/gloo "
+                  f"{res['ratio_hvdlite_over_gloo']:.2f} (best rounds: "
+                  f"{res['best_gloo_ms']:.2f} | {res['best_hvdlite_ms']:.2f} | "
+                  f"{res['best_ratio_hvdlite_over_gloo']:.2f})", flush=True)
+    for nbytes, (backend_s, hvd_s) in (allreduce or {}).items():
+        if args.json:
+            print(json.dumps({"allreduce_bytes": nbytes, "backend_ms": 1e3 * backend_s,
+                              "hvd_ms": 1e3 * hvd_s, "ratio": backend_s / hvd_s}), flush=True)
+        else:
+            print(f"all_reduce {nbytes:>9} B: dist.all_reduce(hvdlite) {1e3 * backend_s:8.3f} ms"
+                  f" | hvd.allreduce_ {1e3 * hvd_s:8.3f} ms | ratio {backend_s / hvd_s:.2f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
+    COMM.Free()

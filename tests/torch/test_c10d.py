@@ -1,0 +1,82 @@
+"""torch.distributed's "hvdlite" backend (hvdlite/torch/distributed.py) under mpirun.
+
+- every collective checked exactly: at 2 ranks through env:// (torchrun's variables), at 3
+  ranks through hvdlite:// with the engine started by hvdlite.init() first (joined), in
+  tests/workers/c10d_collectives.py (the DDP and FSDP2 workers use hvdlite:// alone);
+- DDP (several buckets, no_sync, the allreduce and fp16 compression hooks) equals DDP on
+  gloo (bitwise at 2 ranks, where both add the same two numbers; rtol 1e-6 at 3) and one
+  process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
+- FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py);
+- Lightning's Trainer (DDPStrategy(process_group_backend="hvdlite")) and Hugging Face
+  Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py).
+"""
+import os
+import socket
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if TESTS not in sys.path:
+    sys.path.insert(0, TESTS)
+
+from mpi_launch import run_mpi  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("np_, how", [(2, "env"), (3, "hvd-first")])
+def test_c10d_collectives(np_, how):
+    env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": _free_port()} if how == "env" else None
+    proc = run_mpi(np_, "workers/c10d_collectives.py", how, env=env, timeout=150)
+    assert proc.stdout.count("c10d collectives ok") == np_, proc.stdout[-5000:]
+    assert "Mismatched shapes for allreduce of tensor 'c10d.0." in proc.stdout
+
+
+def _ddp(np_, backend, tmp_path):
+    out = tmp_path / f"{backend}.pt"
+    proc = run_mpi(np_, "workers/c10d_ddp.py", backend, out, tmp_path / f"{backend}.store",
+                   timeout=150)
+    assert proc.stdout.count(f"ddp {backend} ok") == np_, proc.stdout[-5000:]
+    return torch.load(out)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ddp_hvdlite_equals_gloo(np_, tmp_path):
+    ours, gloo = _ddp(np_, "hvdlite", tmp_path), _ddp(np_, "gloo", tmp_path)
+    assert sorted(ours) == sorted(gloo) == ["allreduce_hook", "buckets", "fp16_hook", "no_sync"]
+    for mode in ours:
+        for i, (a, b) in enumerate(zip(ours[mode], gloo[mode])):
+            if np_ == 2:
+                assert torch.equal(a, b), f"{mode}: parameter {i} is not bitwise gloo's"
+            else:   # three addends: the backends may add them in another order
+                rtol = 2e-3 if mode == "fp16_hook" else 1e-6
+                torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * 1e-1,
+                                           msg=f"{mode}: parameter {i}")
+
+
+def test_fsdp2_trains_like_one_process():
+    """3 ranks: the 32-row weights do not divide evenly, so FSDP2 pads its shards."""
+    proc = run_mpi(3, "workers/c10d_fsdp.py", timeout=150)
+    assert proc.stdout.count("fsdp2 ok") == 3, proc.stdout[-5000:]
+
+
+def test_start_stop_and_refusals():
+    proc = run_mpi(2, "workers/c10d_lifecycle.py", timeout=120)
+    assert proc.stdout.count("c10d lifecycle ok") == 2, proc.stdout[-5000:]
+
+
+@pytest.mark.parametrize("framework", ["lightning", "accelerate"])
+def test_framework_trains_on_hvdlite(framework):
+    pytest.importorskip(framework)
+    pytest.importorskip("mpi4py")   # Lightning finds an mpirun job's ranks through it
+    proc = run_mpi(2, f"workers/c10d_{framework}.py", timeout=200)
+    assert proc.stdout.count(f"{framework} ok") == 2, proc.stdout[-5000:]

@@ -147,6 +147,13 @@ void Group::join() {
 
 void Group::complete(TensorEntry* entry, Outcome outcome) {
   entry->done = true;
+  if (entry->device) {
+    try {
+      entry->device->after(outcome.status == Status::Success);
+    } catch (const Error& e) {
+      outcome = Outcome{e.status(), "tensor '" + entry->request.name + "': " + e.what()};
+    }
+  }
   trace_completed(*entry, outcome.status == Status::Success);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -209,17 +216,23 @@ bool Group::check_stalls_idle() {
 
 bool Group::run_round(bool caller) {
   bool stop_requested;
+  size_t drained = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& e : queue_) {
       trace_drained(*e);
       pending_.push_back(std::move(e));
     }
+    drained = queue_.size();
     queue_.clear();
     work_queued_ = stop_requested_;
     stop_requested = stop_requested_;
   }
   try {
+    // GPU tensors: their staging copies must have landed before negotiation may pack them.
+    for (size_t i = pending_.size() - drained; i < pending_.size(); ++i) {
+      if (pending_[i]->device) pending_[i]->device->before_read();
+    }
     trace_round();
     RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
     if (round.prereduced.empty()) {

@@ -209,27 +209,24 @@ int cudaStreamDestroy(void* s) { delete static_cast<Stream*>(s); return kSuccess
 int cudaStreamSynchronize(void* s) { resolve(s)->drain(); return kSuccess; }
 int cudaDeviceSynchronize() { resolve(nullptr)->drain(); resolve(reinterpret_cast<void*>(2))->drain(); return kSuccess; }
 
-int cudaEventCreateWithFlags(void** e, unsigned) { *e = new Event(); return kSuccess; }
+// An event handle owns a reference to its state; queued stream operations hold their own,
+// so destroying an event that a stream still waits on is safe (as in CUDA).
+using EventRef = std::shared_ptr<Event>;
+EventRef& ref(void* ev) { return *static_cast<EventRef*>(ev); }
+
+int cudaEventCreateWithFlags(void** e, unsigned) { *e = new EventRef(std::make_shared<Event>()); return kSuccess; }
 int cudaEventCreate(void** e) { return cudaEventCreateWithFlags(e, 0); }
 int cudaEventDestroy(void* ev) {
-  auto* e = static_cast<Event*>(ev);
-  bool unwaited;
   {
+    EventRef e = ref(ev);
     std::lock_guard<std::mutex> lk(e->mu);
-    unwaited = !e->waited;
+    if (!e->waited) ++g_unwaited;
   }
-  if (unwaited) ++g_unwaited;
-  // Freed once its last record completed (as CUDA does): a stream may still signal it.
-  std::thread([e] {
-    std::unique_lock<std::mutex> lk(e->mu);
-    e->cv.wait(lk, [&] { return e->completed >= e->recorded; });
-    lk.unlock();
-    delete e;
-  }).detach();
+  delete static_cast<EventRef*>(ev);
   return kSuccess;
 }
 int cudaEventRecord(void* ev, void* stream) {
-  auto* e = static_cast<Event*>(ev);
+  EventRef e = ref(ev);
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(e->mu);
@@ -245,7 +242,7 @@ int cudaEventRecord(void* ev, void* stream) {
   return kSuccess;
 }
 int cudaEventSynchronize(void* ev) {
-  auto* e = static_cast<Event*>(ev);
+  EventRef e = ref(ev);
   std::unique_lock<std::mutex> lk(e->mu);
   const uint64_t target = e->recorded;
   e->cv.wait(lk, [&] { return e->completed >= target; });
@@ -253,14 +250,14 @@ int cudaEventSynchronize(void* ev) {
   return kSuccess;
 }
 int cudaEventQuery(void* ev) {
-  auto* e = static_cast<Event*>(ev);
+  EventRef e = ref(ev);
   std::lock_guard<std::mutex> lk(e->mu);
   if (e->completed < e->recorded) return kNotReady;
   e->waited = true;
   return kSuccess;
 }
 int cudaStreamWaitEvent(void* stream, void* ev, unsigned) {
-  auto* e = static_cast<Event*>(ev);
+  EventRef e = ref(ev);
   uint64_t target;
   {
     std::lock_guard<std::mutex> lk(e->mu);

@@ -56,6 +56,35 @@ def _mpi() -> Tuple[List[str], bool, str]:
     return lines, bool(info.get("nccl")), ""
 
 
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _nccl_version(v: int) -> str:
+    return f"{v // 10000}.{v % 10000 // 100}.{v % 100}" if v >= 20900 else f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+
+
+def _devices() -> List[str]:
+    """Lines about the device libraries the core loads at run time (csrc/device/)."""
+    try:
+        from hvdlite import _device
+        libs = _device.libraries()
+    except Exception as e:  # noqa: BLE001 - reported, like a core that does not load
+        return [f"    (cannot ask the core: {type(e).__name__}: {e})"]
+    cuda, nccl = libs["cuda_runtime"], libs["nccl"]
+    if cuda["loaded"]:
+        lines = [f"    [X] CUDA runtime {_cuda_version(cuda['version'])}: {cuda['path']}",
+                 "        CUDA tensors go to the core, staged through pinned host memory"]
+    else:
+        lines = [f"    [ ] CUDA runtime: {cuda['error']}"]
+    if nccl["loaded"]:
+        lines += [f"    [ ] NCCL {_nccl_version(nccl['version'])} found: {nccl['path']}",
+                  "        not used: hvdlite's collectives over NCCL are not built yet"]
+    else:
+        lines.append(f"    [ ] NCCL: {nccl['error']}")
+    return lines
+
+
 def check_build() -> str:
     out = [f"hvdlite v{version()}:", "", "Available frameworks:"]
     for name, module, dists, adapter in FRAMEWORKS:
@@ -68,4 +97,6 @@ def check_build() -> str:
         out.append(f"    {problem}")
     out += ["", "Available tensor operations:", f"    [{'X' if nccl else ' '}] NCCL",
             f"    [{' ' if problem else 'X'}] MPI"]
+    if not problem:
+        out += ["", "Device libraries (loaded at run time):"] + _devices()
     return "\n".join(out)

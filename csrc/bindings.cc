@@ -24,6 +24,7 @@
 #include "engine/engine.h"
 #include "algorithms/half_convert.h"
 #include "device/cuda_runtime.h"
+#include "device/nccl_collectives.h"
 #include "device/nccl_library.h"
 #include "device/staging.h"
 #include "hvdlite.h"
@@ -311,57 +312,101 @@ using Stream = std::optional<uintptr_t>;  // the caller's CUDA stream; None: the
 
 // Submissions with CUDA tensors, by handle, until wait() hands their results to a stream.
 std::mutex g_staging_mu;
-std::unordered_map<int64_t, std::shared_ptr<device::DeviceStaging>> g_staging;
+std::unordered_map<int64_t, std::shared_ptr<device::DeviceResults>> g_staging;
 
 // The ops whose result lands in the caller's output (the others return a core-allocated
 // host array).
 bool writes_caller_output(OpType op) { return op == OpType::Allreduce || op == OpType::Broadcast; }
 
-// Stages the submission's CUDA entries in pinned host memory (asynchronously, after the
-// work queued on `stream`); null when every entry is in host memory.
-std::shared_ptr<device::DeviceStaging> stage_on_device(EntryList& entries, Stream stream) {
-  std::vector<TensorEntry*> on_device;
-  for (auto& e : entries) {
-    if (e->input_device < 0) continue;
-    if (!on_device.empty() && e->input_device != on_device[0]->input_device) {
-      throw Error(Status::InvalidArgument,
-                  "tensors '" + on_device[0]->request.name + "' (CUDA device " +
-                  std::to_string(on_device[0]->input_device) + ") and '" + e->request.name +
-                  "' (CUDA device " + std::to_string(e->input_device) + ") are submitted "
-                  "together; one submission's tensors must be on one device");
+// Whether this rank sends CUDA tensors through NCCL (HVDLITE_GPU_OPERATIONS). Unset: when NCCL
+// loads and this host has a GPU for each of its ranks (NCCL refuses two ranks on one GPU),
+// alike on every rank of a host.
+bool use_nccl(const Engine& eng, const std::string& subject) {
+  const Config::GpuOperations ops = eng.config().gpu_operations;
+  if (ops == Config::GpuOperations::Mpi) return false;
+  const bool loaded = device::nccl() != nullptr;
+  if (ops == Config::GpuOperations::Nccl) {
+    if (!loaded) {
+      throw Error(Status::InvalidArgument, subject + " is a CUDA tensor and HVDLITE_GPU_OPERATIONS=nccl, but " +
+                  device::nccl_library_info().error);
     }
-    on_device.push_back(e.get());
+    return true;
   }
-  if (on_device.empty()) return nullptr;
-  const device::CudaRuntime& cuda = device::require_cuda("tensor '" + on_device[0]->request.name + "'");
-  std::vector<device::DeviceStaging::Tensor> tensors;
-  for (TensorEntry* e : on_device) {
-    tensors.push_back({e->input, writes_caller_output(e->request.op) ? e->output : nullptr, e->bytes()});
-  }
-  auto staging = std::make_shared<device::DeviceStaging>(
-      cuda, on_device[0]->input_device, reinterpret_cast<device::Stream>(stream.value_or(0)),
-      std::move(tensors));
-  for (size_t i = 0; i < on_device.size(); ++i) {
-    on_device[i]->input = on_device[i]->output = staging->host(i);
-    on_device[i]->device = staging;
-  }
-  return staging;
+  int devices = 0;
+  const device::CudaRuntime* cuda = device::cuda_runtime();
+  if (!loaded || !cuda || cuda->GetDeviceCount(&devices) != device::kSuccess) return false;
+  return eng.topology().local_size <= devices;
 }
 
-// Enqueues `entries` (staging their CUDA tensors first) and remembers the staging under
-// every handle for wait().
+// Prepares the submission's CUDA entries: those NCCL carries keep their device pointers (and
+// hvdlite's stream waits for the caller's); the others are staged in pinned host memory
+// (asynchronously, after the work queued on `stream`). Returns each entry's device side
+// (null for host entries).
+std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine& eng, EntryList& entries,
+                                                                   Stream stream) {
+  std::vector<std::shared_ptr<device::DeviceResults>> sides(entries.size());
+  std::vector<size_t> on_device;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry& e = *entries[i];
+    if (e.input_device < 0) continue;
+    if (!on_device.empty() && e.input_device != entries[on_device[0]]->input_device) {
+      const TensorEntry& f = *entries[on_device[0]];
+      throw Error(Status::InvalidArgument,
+                  "tensors '" + f.request.name + "' (CUDA device " + std::to_string(f.input_device) +
+                  ") and '" + e.request.name + "' (CUDA device " + std::to_string(e.input_device) +
+                  ") are submitted together; one submission's tensors must be on one device");
+    }
+    on_device.push_back(i);
+  }
+  if (on_device.empty()) return sides;
+  const TensorEntry& first = *entries[on_device[0]];
+  const std::string subject = "tensor '" + first.request.name + "'";
+  const device::CudaRuntime& cuda = device::require_cuda(subject);
+  const bool nccl = use_nccl(eng, subject);
+  const auto producer = reinterpret_cast<device::Stream>(stream.value_or(0));
+  std::vector<size_t> by_nccl, staged;
+  for (size_t i : on_device) {
+    entries[i]->request.nccl = nccl && device::nccl_can_run(entries[i]->request);
+    (entries[i]->request.nccl ? by_nccl : staged).push_back(i);
+  }
+  if (!by_nccl.empty()) {
+    auto order = std::make_shared<device::DeviceOrder>(cuda, first.input_device, producer, by_nccl.size());
+    for (size_t i : by_nccl) {
+      entries[i]->device = order;
+      sides[i] = order;
+    }
+  }
+  if (!staged.empty()) {
+    std::vector<device::DeviceStaging::Tensor> tensors;
+    for (size_t i : staged) {
+      TensorEntry& e = *entries[i];
+      tensors.push_back({e.input, writes_caller_output(e.request.op) ? e.output : nullptr, e.bytes()});
+    }
+    auto staging = std::make_shared<device::DeviceStaging>(cuda, first.input_device, producer, std::move(tensors));
+    for (size_t k = 0; k < staged.size(); ++k) {
+      TensorEntry& e = *entries[staged[k]];
+      e.input = e.output = staging->host(k);
+      e.device = staging;
+      sides[staged[k]] = staging;
+    }
+  }
+  return sides;
+}
+
+// Enqueues `entries` (their CUDA tensors prepared first) and remembers each one's device
+// side under its handle for wait().
 std::vector<int64_t> submit(Engine& eng, int process_set, EntryList entries, Stream stream,
                             bool wake = true) {
-  std::shared_ptr<device::DeviceStaging> staging = stage_on_device(entries, stream);
+  std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream);
   std::vector<int64_t> handles = eng.enqueue(process_set, std::move(entries), wake);
-  if (staging) {
-    std::lock_guard<std::mutex> lk(g_staging_mu);
-    for (int64_t h : handles) g_staging[h] = staging;
+  std::lock_guard<std::mutex> lk(g_staging_mu);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (sides[i]) g_staging[handles[i]] = sides[i];
   }
   return handles;
 }
 
-std::shared_ptr<device::DeviceStaging> take_staging(int64_t handle) {
+std::shared_ptr<device::DeviceResults> take_staging(int64_t handle) {
   std::lock_guard<std::mutex> lk(g_staging_mu);
   auto it = g_staging.find(handle);
   if (it == g_staging.end()) return nullptr;
@@ -372,7 +417,7 @@ std::shared_ptr<device::DeviceStaging> take_staging(int64_t handle) {
 
 // After a handle completed: `stream` waits for its results on the device (the host does
 // not), as after c10d's Work.wait(); with no stream, the host waits. Needs the GIL released.
-void hand_results_to(const std::shared_ptr<device::DeviceStaging>& staging, Stream stream) {
+void hand_results_to(const std::shared_ptr<device::DeviceResults>& staging, Stream stream) {
   if (!staging) return;
   if (stream) staging->consumer_wait(reinterpret_cast<device::Stream>(*stream));
   else staging->host_wait();
@@ -623,6 +668,7 @@ NB_MODULE(_core, m) {
   });
 
   pthread_atfork(nullptr, nullptr, on_fork_child);
+  set_device_collectives_factory(device::make_nccl_collectives);
 
   m.def("init", [] {
     if (in_forked_child()) return;  // the parent's engine is not this process's to restart
@@ -709,9 +755,8 @@ NB_MODULE(_core, m) {
     for (const DtypeInfo& d : kDtypes) names.push_back(d.name);
     return names;
   }, "Names of the dtypes the core reduces and moves (numpy spelling).");
-  // False while no collective runs over NCCL (device/nccl_library.h only finds it): a found
-  // libnccl is reported by device_libraries(), not passed off as NCCL support.
-  m.def("nccl_built", [] { return false; });
+  // True when CUDA tensors can go through NCCL: it loads (device_libraries() says which).
+  m.def("nccl_built", [] { return device::nccl() != nullptr; });
   m.def("cuda_built", [] { return device::cuda_runtime_info().loaded; },
         "True when a CUDA runtime loaded, so that CUDA tensors can be passed to the core.");
   // The libraries' folders of the nvidia-* wheels (hvdlite/_device.py finds them); before
@@ -774,7 +819,7 @@ NB_MODULE(_core, m) {
     d["mpirun"] = HVDLITE_MPIRUN;
     d["mpicxx"] = HVDLITE_MPICXX;
     d["mpi_library_version"] = std::string(mpi_library_version());
-    d["nccl"] = false;  // see nccl_built
+    d["nccl"] = device::nccl() != nullptr;
     d["fault_tolerant"] = mpi_fault_tolerant();
     return d;
   });

@@ -12,6 +12,43 @@ int kind(CopyKind k) { return static_cast<int>(k); }
 
 }  // namespace
 
+// Makes hvdlite's stream wait for the work queued so far on the caller's.
+static void wait_for_producer(const CudaRuntime& cuda, DeviceContext& context, Stream producer) {
+  Event produced = context.new_event();
+  check(cuda.EventRecord(produced, producer), "cudaEventRecord (on the caller's stream)");
+  check(cuda.StreamWaitEvent(context.stream(), produced, 0),
+        "cudaStreamWaitEvent (hvdlite's stream on the caller's)");
+  cuda.EventDestroy(produced);  // released once it completes; the wait is already queued
+}
+
+DeviceOrder::DeviceOrder(const CudaRuntime& cuda, int device, Stream producer, size_t entries)
+    : cuda_(cuda), context_(DeviceContext::get(cuda, device)), remaining_(entries) {
+  DeviceGuard on(cuda_, device);
+  done_ = context_.new_event();
+  wait_for_producer(cuda_, context_, producer);
+}
+
+DeviceOrder::~DeviceOrder() {
+  if (done_) cuda_.EventDestroy(done_);
+}
+
+void DeviceOrder::after(bool ok) {
+  if (remaining_.fetch_sub(1) != 1) return;
+  DeviceGuard on(cuda_, context_.device());
+  check(cuda_.EventRecord(done_, context_.stream()), "cudaEventRecord (results on the device)");
+  done_recorded_ = true;
+}
+
+void DeviceOrder::consumer_wait(Stream consumer) {
+  if (!done_recorded_) return;
+  DeviceGuard on(cuda_, context_.device());
+  check(cuda_.StreamWaitEvent(consumer, done_, 0), "cudaStreamWaitEvent (the caller's stream on hvdlite's results)");
+}
+
+void DeviceOrder::host_wait() {
+  if (done_recorded_) check(cuda_.EventSynchronize(done_), "cudaEventSynchronize (results on the device)");
+}
+
 DeviceStaging::DeviceStaging(const CudaRuntime& cuda, int device, Stream producer,
                              std::vector<Tensor> tensors)
     : cuda_(cuda), context_(DeviceContext::get(cuda, device)), tensors_(std::move(tensors)),
@@ -24,10 +61,7 @@ DeviceStaging::DeviceStaging(const CudaRuntime& cuda, int device, Stream produce
   const Stream ours = context_.stream();
   staged_ = context_.new_event();
   done_ = context_.new_event();
-  Event produced = context_.new_event();
-  check(cuda_.EventRecord(produced, producer), "cudaEventRecord (on the caller's stream)");
-  check(cuda_.StreamWaitEvent(ours, produced, 0), "cudaStreamWaitEvent (hvdlite's stream on the caller's)");
-  cuda_.EventDestroy(produced);  // released once it completes; the wait is already queued
+  wait_for_producer(cuda_, context_, producer);
   host_ = context_.acquire(total_, true);
   if (tensors_.size() > 1) {
     fused_ = context_.acquire(total_, false);

@@ -29,7 +29,35 @@
 namespace hvdlite {
 namespace device {
 
-class DeviceStaging : public DeviceWork {
+// What wait() needs of a submission's device side, whichever path it took.
+class DeviceResults : public DeviceWork {
+ public:
+  // `consumer` waits for the results on the device; the host does not wait.
+  virtual void consumer_wait(Stream consumer) = 0;
+  virtual void host_wait() = 0;
+};
+
+// The NCCL path's side of a submission (its data never leaves the device): hvdlite's stream
+// waits for the caller's at submission, and after the last entry's collective is queued,
+// an event marks the results for the consumer.
+class DeviceOrder : public DeviceResults {
+ public:
+  DeviceOrder(const CudaRuntime& cuda, int device, Stream producer, size_t entries);
+  ~DeviceOrder() override;
+  void before_read() override {}
+  void after(bool ok) override;
+  void consumer_wait(Stream consumer) override;
+  void host_wait() override;
+
+ private:
+  const CudaRuntime& cuda_;
+  DeviceContext& context_;
+  Event done_ = nullptr;
+  std::atomic<size_t> remaining_;
+  std::atomic<bool> done_recorded_{false};
+};
+
+class DeviceStaging : public DeviceResults {
  public:
   struct Tensor {
     const void* input;  // device memory
@@ -46,9 +74,8 @@ class DeviceStaging : public DeviceWork {
   void before_read() override;
   void after(bool ok) override;
 
-  // `consumer` waits for the results on the device; the host does not wait.
-  void consumer_wait(Stream consumer);
-  void host_wait();
+  void consumer_wait(Stream consumer) override;
+  void host_wait() override;
   // True once after() has run for every tensor.
   bool finished() const { return remaining_.load() == 0; }
 

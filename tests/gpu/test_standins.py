@@ -14,12 +14,20 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 from mpi_launch import run_mpi  # noqa: E402
-from standins.build import cudart_standin  # noqa: E402
+from standins.build import cudart_standin, nccl_standin  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def standin():
     return cudart_standin()
+
+
+@pytest.fixture(scope="module")
+def nccl_env(standin):
+    # A stand-in GPU per rank, so that NCCL is the default path (as on one GPU per rank).
+    return {"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "HVDLITE_NCCL_LIBRARY": nccl_standin(),
+            "CUDA_STANDIN_DEVICES": "3", "CUDA_STANDIN_COPY_DELAY_US": "2000",
+            "HVDLITE_DYNAMIC_PROCESS_SETS": "1"}
 
 
 def _in_subprocess(code, env):
@@ -91,6 +99,33 @@ def test_cuda_tensors_through_the_core(standin, np_):
                         "HVDLITE_DYNAMIC_PROCESS_SETS": "1"})
     for r in range(np_):
         assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_cuda_tensors_over_nccl(nccl_env, np_):
+    # Ordering, one NCCL call per fused group, broadcast, the host path for what NCCL does
+    # not carry, one communicator per process set.
+    proc = run_mpi(np_, "workers/gpu_standin_nccl.py", "ok", timeout=240, env=nccl_env)
+    for r in range(np_):
+        assert f"rank {r}: 5" in proc.stdout and "checks passed" in proc.stdout, proc.stdout
+
+
+def test_gpu_operations_mpi_keeps_nccl_out(nccl_env):
+    proc = run_mpi(2, "workers/gpu_standin_nccl.py", "mpi", timeout=120,
+                   env={**nccl_env, "HVDLITE_GPU_OPERATIONS": "mpi"})
+    assert proc.stdout.count("3 checks passed") == 2, proc.stdout
+
+
+def test_nccl_failure_is_an_error_on_every_rank(nccl_env):
+    # Rank 1's 3rd collective fails inside the stand-in; rank 0 then waits in vain until its
+    # barrier times out. Both must raise an hvdlite error naming NCCL, and nothing hangs.
+    proc = run_mpi(2, "workers/gpu_standin_nccl.py", "error", timeout=120,
+                   env={**nccl_env, "NCCL_STANDIN_TIMEOUT_S": "2", "NCCL_STANDIN_FAIL_RANK": "1",
+                        "NCCL_STANDIN_FAIL_AT": "3"})
+    for r in range(2):
+        line = next((l for l in proc.stdout.splitlines() if f"rank {r} error:" in l), "")
+        assert "NCCL" in line and "aborted" in line, proc.stdout
+    assert proc.stdout.count("1 checks passed") == 2, proc.stdout
 
 
 def test_no_cuda_runtime_is_named(tmp_path):

@@ -295,6 +295,13 @@ int standin_read_async(void* dst, const void* src, size_t bytes, void* stream) {
   resolve(stream)->push([=] { std::memcpy(dst, src, bytes); });
   return kSuccess;
 }
+// For the NCCL stand-in: queue fn(arg) on a stream (its collectives run in stream order), and
+// ask whether memory is the stand-in's device memory.
+int standin_stream_push(void* stream, void (*fn)(void*), void* arg) {
+  resolve(stream)->push([fn, arg] { fn(arg); });
+  return kSuccess;
+}
+int standin_is_device(const void* p, size_t bytes) { return is_device(p, bytes) ? 1 : 0; }
 int standin_unwaited_events() { return g_unwaited.load(); }
 void standin_reset_counters() {
   g_unwaited = 0;

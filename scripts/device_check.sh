@@ -54,7 +54,9 @@ gpu_run() {  # gpu_run RANKS SECONDS SCRIPT ARGS...
 
 gpu_checks() {
   export PYTHONPATH="$PWD/tests:$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
-  gpu_run 1 180 tests/workers/gpu_torch_cuda.py
+  # NCCL at one rank (it refuses two ranks on one GPU); two ranks share the GPU staged.
+  HVDLITE_GPU_OPERATIONS=nccl gpu_run 1 180 tests/workers/gpu_torch_cuda.py
+  HVDLITE_GPU_OPERATIONS=mpi gpu_run 1 180 tests/workers/gpu_torch_cuda.py
   gpu_run 2 240 tests/workers/gpu_torch_cuda.py
   # The stand-in checks too: the same core logic against the fake runtime, for comparison.
   local standin

@@ -136,7 +136,8 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", "",
         "how CUDA tensors are reduced and moved: nccl (on the device; fails where NCCL does "
         "not load) or mpi (staged through pinned host memory into the host algorithms); unset: "
-        "NCCL when it loads"},
+        "NCCL where it loads and the host has a GPU for each of its ranks (NCCL refuses two ranks "
+        "on one GPU)"},
        [](Config& c, const std::string& t, const std::string& v) {
          const std::string l = lower(t);
          if (l != "nccl" && l != "mpi") bad_value(v, t, "nccl or mpi");

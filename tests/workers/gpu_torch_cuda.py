@@ -1,5 +1,7 @@
 """CUDA tensors through hvdlite.torch on a real GPU (tests/gpu/test_torch_cuda.py; every rank
 uses device local_rank % device_count). Each check compares against values computed here."""
+import os
+
 import torch
 
 import hvdlite.torch as hvd
@@ -77,5 +79,9 @@ for p, q in zip(model.parameters(), reference.parameters()):
     expect("DistributedOptimizer", p.detach(), q.detach(), 1e-5)
 
 torch.cuda.synchronize()
+if rank == 0:
+    print(f"GPU operations: {os.environ.get('HVDLITE_GPU_OPERATIONS', 'default')}, "
+          f"nccl_built {hvd.nccl_built()}, {size} rank(s) on {torch.cuda.device_count()} GPU(s)",
+          flush=True)
 hvd.shutdown()
 print(f"rank {rank}: {checks} checks passed", flush=True)

@@ -178,6 +178,8 @@ def mpi_threads_supported() -> bool:
 
 
 def nccl_built() -> bool:
+    """True when NCCL loads (at run time), so CUDA tensors can go through it."""
+    _device.tell_core()  # before the first load: the nvidia-* wheels' folders count too
     return _core.nccl_built()
 
 

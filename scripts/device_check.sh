@@ -43,7 +43,7 @@ gpu_setup() {
   [ -x "$cxx" ] || { cc=${CC:-gcc}; cxx=${CXX:-g++}; }
   PATH="$(dirname "$(command -v "$PY")"):$PATH" CC=$cc CXX=$cxx \
     step 300 "build hvdlite ($cxx)" "$PY" -m pip install --disable-pip-version-check -q \
-      --no-index --no-deps --no-build-isolation -Cbuild-dir=build/device-check -e . || return 1
+      --no-index --no-deps --no-build-isolation --config-settings=build-dir=build/device-check -e . || return 1
   step 60 "check-build" "$PY" -m hvdlite --check-build
 }
 

@@ -9,12 +9,14 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <climits>
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +37,20 @@ using namespace hvdlite;
 
 
 namespace {
+
+// Where this module's libstdc++ comes from, for --check-build: "shared" and the library's path,
+// or "static" when the compiler linked it into the module (kept local by csrc/exports.map,
+// Note [one exported symbol] in CMakeLists.txt). std::terminate's address is that of the copy
+// the module actually calls.
+std::pair<std::string, std::string> libstdcxx_linkage() {
+  Dl_info self{}, lib{};
+  if (!dladdr(reinterpret_cast<void*>(&libstdcxx_linkage), &self) ||
+      !dladdr(reinterpret_cast<void*>(&std::terminate), &lib) || !lib.dli_fname) {
+    return {"unknown", ""};
+  }
+  if (self.dli_fbase == lib.dli_fbase) return {"static", self.dli_fname ? self.dli_fname : ""};
+  return {"shared", lib.dli_fname};
+}
 
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
@@ -821,6 +837,9 @@ NB_MODULE(_core, m) {
     d["mpi_library_version"] = std::string(mpi_library_version());
     d["nccl"] = device::nccl() != nullptr;
     d["fault_tolerant"] = mpi_fault_tolerant();
+    auto [linkage, path] = libstdcxx_linkage();
+    d["libstdcxx"] = linkage;
+    d["libstdcxx_path"] = path;
     return d;
   });
 

@@ -52,8 +52,20 @@ def _mpi() -> Tuple[List[str], bool, str]:
     lines = [f"    MPI library:   {library[:160]}",
              f"    flavour:       {flavour}",
              f"    mpicxx:        {info.get('mpicxx') or '(unknown)'}",
-             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}"]
+             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}",
+             f"    libstdc++:     {_libstdcxx(info)}"]
     return lines, bool(info.get("nccl")), ""
+
+
+def _libstdcxx(info) -> str:
+    """How the core links libstdc++ (a statically linked one is safe only while the module
+    exports nothing else: CMakeLists.txt, Note [one exported symbol])."""
+    linkage, path = info.get("libstdcxx", "unknown"), info.get("libstdcxx_path", "")
+    if linkage == "shared":
+        return f"shared ({path})"
+    if linkage == "static":
+        return "static, inside the module (kept local: the module exports only PyInit__core)"
+    return "unknown"
 
 
 def _cuda_version(v: int) -> str:
@@ -61,7 +73,9 @@ def _cuda_version(v: int) -> str:
 
 
 def _nccl_version(v: int) -> str:
-    return f"{v // 10000}.{v % 10000 // 100}.{v % 100}" if v >= 20900 else f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+    if v >= 20900:  # NCCL 2.9 on: major * 10000 + minor * 100 + patch
+        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
 
 
 def _devices() -> List[str]:
@@ -74,7 +88,7 @@ def _devices() -> List[str]:
     cuda, nccl = libs["cuda_runtime"], libs["nccl"]
     if cuda["loaded"]:
         lines = [f"    [X] CUDA runtime {_cuda_version(cuda['version'])}: {cuda['path']}",
-                 "        CUDA tensors go to the core, staged through pinned host memory"]
+                 "        CUDA tensors go to the core (through NCCL, or staged through pinned memory)"]
     else:
         lines = [f"    [ ] CUDA runtime: {cuda['error']}"]
     if nccl["loaded"]:

@@ -3,6 +3,7 @@
 // seeing a framework type. Every hvdlite::Error becomes the matching hvdlite.exceptions class.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -19,19 +20,21 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "algorithms/collectives.h"
 #include "engine/engine.h"
 #include "algorithms/half_convert.h"
+#include "device/cuda_runtime.h"
+#include "device/nccl_collectives.h"
+#include "device/nccl_library.h"
+#include "device/staging.h"
 #include "hvdlite.h"
 #include "observability/timeline.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;
 
-namespace hvdlite {
-bool nccl_built();
-}
 
 namespace {
 
@@ -166,15 +169,29 @@ std::vector<int64_t> shape_of(const Array& a) {
   return s;
 }
 
+// DLPack device types (dlpack.h): host memory the core reads directly, and CUDA memory that
+// is staged (device/staging.h).
+constexpr int kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3;
+constexpr int kUnsupportedDevice = -2;
+
+// The CUDA device of an array, -1 for memory the host can read, kUnsupportedDevice otherwise.
+template <typename Array>
+int cuda_device_of(const Array& a) {
+  const int type = a.device_type();
+  if (type == kDLCPU || type == kDLCUDAHost) return -1;
+  if (type == kDLCUDA) return a.device_id();
+  return kUnsupportedDevice;
+}
+
 // Checks that an array can be read/written in place by the core and describes it.
 template <typename Array>
 void describe(const Array& a, const std::string& name, const char* role, Request& req,
               bool bfloat16_bits = false) {
-  if (a.device_type() != nb::device::cpu::value) {
+  if (cuda_device_of(a) == kUnsupportedDevice) {
     throw Error(Status::InvalidArgument,
-                "tensor '" + name + "' (" + role + ") is not in host memory (DLPack device type " +
-                std::to_string(a.device_type()) + "); this hvdlite build has no NCCL, so GPU "
-                "tensors must be staged through host memory (the torch adapter does this)");
+                "tensor '" + name + "' (" + role + ") is on DLPack device type " +
+                std::to_string(a.device_type()) + "; hvdlite takes host memory (CPU, CUDA "
+                "pinned) and CUDA device memory");
   }
   req.dtype = bfloat16_bits ? DataType::BFloat16 : to_dtype(a.dtype(), name);
   req.shape = shape_of(a);
@@ -250,6 +267,7 @@ std::unique_ptr<TensorEntry> make_entry(const std::string& name, OpType op, nb::
   InArray a = to_array<InArray>(input, name, "input", e->request);
   e->input = a.data();
   e->output = const_cast<void*>(e->input);
+  e->input_device = e->output_device = cuda_device_of(a);
   return e;
 }
 
@@ -269,6 +287,7 @@ std::unique_ptr<TensorEntry> make_entry_in_place(const std::string& name, OpType
   e->request.op = op;
   describe(a, name, "input", e->request);
   e->input = e->output = a.data();
+  e->input_device = e->output_device = cuda_device_of(a);
   return e;
 }
 
@@ -282,6 +301,13 @@ void attach_output(TensorEntry& e, nb::handle output) {
                 shape_string(e.request.shape) + "; they must match");
   }
   e.output = out.data();
+  e.output_device = cuda_device_of(out);
+  if (e.output_device != e.input_device) {
+    auto where = [](int d) { return d < 0 ? std::string("host memory") : "CUDA device " + std::to_string(d); };
+    throw Error(Status::InvalidArgument,
+                "tensor '" + e.request.name + "': input is in " + where(e.input_device) +
+                " but output is in " + where(e.output_device) + "; they must be on the same device");
+  }
 }
 
 void check_reduction(const Request& r, int op_code, double prescale, double postscale) {
@@ -293,6 +319,124 @@ void check_reduction(const Request& r, int op_code, double prescale, double post
     throw Error(Status::InvalidArgument, "tensor '" + r.name + "' is bool: Average and scale "
                 "factors are not defined for it (Sum/Max act as logical or, Min/Product as and)");
   }
+}
+
+// ---------------------------------------------------------------------------------------
+// CUDA tensors (Note [device staging] in device/staging.h)
+
+using Stream = std::optional<uintptr_t>;  // the caller's CUDA stream; None: the default stream
+
+// Submissions with CUDA tensors, by handle, until wait() hands their results to a stream.
+std::mutex g_staging_mu;
+std::unordered_map<int64_t, std::shared_ptr<device::DeviceResults>> g_staging;
+
+// The ops whose result lands in the caller's output (the others return a core-allocated
+// host array).
+bool writes_caller_output(OpType op) { return op == OpType::Allreduce || op == OpType::Broadcast; }
+
+// Whether this rank sends CUDA tensors through NCCL (HVDLITE_GPU_OPERATIONS). Unset: when NCCL
+// loads and this host has a GPU for each of its ranks (NCCL refuses two ranks on one GPU),
+// alike on every rank of a host.
+bool use_nccl(const Engine& eng, const std::string& subject) {
+  const Config::GpuOperations ops = eng.config().gpu_operations;
+  if (ops == Config::GpuOperations::Mpi) return false;
+  const bool loaded = device::nccl() != nullptr;
+  if (ops == Config::GpuOperations::Nccl) {
+    if (!loaded) {
+      throw Error(Status::InvalidArgument, subject + " is a CUDA tensor and HVDLITE_GPU_OPERATIONS=nccl, but " +
+                  device::nccl_library_info().error);
+    }
+    return true;
+  }
+  int devices = 0;
+  const device::CudaRuntime* cuda = device::cuda_runtime();
+  if (!loaded || !cuda || cuda->GetDeviceCount(&devices) != device::kSuccess) return false;
+  return eng.topology().local_size <= devices;
+}
+
+// Prepares the submission's CUDA entries: those NCCL carries keep their device pointers (and
+// hvdlite's stream waits for the caller's); the others are staged in pinned host memory
+// (asynchronously, after the work queued on `stream`). Returns each entry's device side
+// (null for host entries).
+std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine& eng, EntryList& entries,
+                                                                   Stream stream) {
+  std::vector<std::shared_ptr<device::DeviceResults>> sides(entries.size());
+  std::vector<size_t> on_device;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    TensorEntry& e = *entries[i];
+    if (e.input_device < 0) continue;
+    if (!on_device.empty() && e.input_device != entries[on_device[0]]->input_device) {
+      const TensorEntry& f = *entries[on_device[0]];
+      throw Error(Status::InvalidArgument,
+                  "tensors '" + f.request.name + "' (CUDA device " + std::to_string(f.input_device) +
+                  ") and '" + e.request.name + "' (CUDA device " + std::to_string(e.input_device) +
+                  ") are submitted together; one submission's tensors must be on one device");
+    }
+    on_device.push_back(i);
+  }
+  if (on_device.empty()) return sides;
+  const TensorEntry& first = *entries[on_device[0]];
+  const std::string subject = "tensor '" + first.request.name + "'";
+  const device::CudaRuntime& cuda = device::require_cuda(subject);
+  const bool nccl = use_nccl(eng, subject);
+  const auto producer = reinterpret_cast<device::Stream>(stream.value_or(0));
+  std::vector<size_t> by_nccl, staged;
+  for (size_t i : on_device) {
+    entries[i]->request.nccl = nccl && device::nccl_can_run(entries[i]->request);
+    (entries[i]->request.nccl ? by_nccl : staged).push_back(i);
+  }
+  if (!by_nccl.empty()) {
+    auto order = std::make_shared<device::DeviceOrder>(cuda, first.input_device, producer, by_nccl.size());
+    for (size_t i : by_nccl) {
+      entries[i]->device = order;
+      sides[i] = order;
+    }
+  }
+  if (!staged.empty()) {
+    std::vector<device::DeviceStaging::Tensor> tensors;
+    for (size_t i : staged) {
+      TensorEntry& e = *entries[i];
+      tensors.push_back({e.input, writes_caller_output(e.request.op) ? e.output : nullptr, e.bytes()});
+    }
+    auto staging = std::make_shared<device::DeviceStaging>(cuda, first.input_device, producer, std::move(tensors));
+    for (size_t k = 0; k < staged.size(); ++k) {
+      TensorEntry& e = *entries[staged[k]];
+      e.input = e.output = staging->host(k);
+      e.device = staging;
+      sides[staged[k]] = staging;
+    }
+  }
+  return sides;
+}
+
+// Enqueues `entries` (their CUDA tensors prepared first) and remembers each one's device
+// side under its handle for wait().
+std::vector<int64_t> submit(Engine& eng, int process_set, EntryList entries, Stream stream,
+                            bool wake = true) {
+  std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream);
+  std::vector<int64_t> handles = eng.enqueue(process_set, std::move(entries), wake);
+  std::lock_guard<std::mutex> lk(g_staging_mu);
+  for (size_t i = 0; i < handles.size(); ++i) {
+    if (sides[i]) g_staging[handles[i]] = sides[i];
+  }
+  return handles;
+}
+
+std::shared_ptr<device::DeviceResults> take_staging(int64_t handle) {
+  std::lock_guard<std::mutex> lk(g_staging_mu);
+  auto it = g_staging.find(handle);
+  if (it == g_staging.end()) return nullptr;
+  auto staging = std::move(it->second);
+  g_staging.erase(it);
+  return staging;
+}
+
+// After a handle completed: `stream` waits for its results on the device (the host does
+// not), as after c10d's Work.wait(); with no stream, the host waits. Needs the GIL released.
+void hand_results_to(const std::shared_ptr<device::DeviceResults>& staging, Stream stream) {
+  if (!staging) return;
+  if (stream) staging->consumer_wait(reinterpret_cast<device::Stream>(*stream));
+  else staging->host_wait();
 }
 
 std::unique_ptr<TensorEntry> allreduce_entry(const std::string& name, nb::handle input,
@@ -332,18 +476,18 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                                        const std::vector<nb::object>& inputs,
                                        const std::vector<nb::object>& outputs, int op,
                                        double prescale, double postscale, int compression,
-                                       int process_set, bool wake) {
+                                       int process_set, bool wake, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
-  return eng->enqueue(process_set,
-                      allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
-                      wake);
+  return submit(*eng, process_set,
+                allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
+                stream, wake);
 }
 
 // Enqueues the entries, then waits for every one, in one call: the calling thread runs the
 // rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
 // entry's error once all have finished; the caller keeps the arrays alive meanwhile.
-void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries) {
-  std::vector<int64_t> handles = eng->enqueue(process_set, std::move(entries), false);
+void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, Stream stream) {
+  std::vector<int64_t> handles = submit(*eng, process_set, std::move(entries), stream, false);
   Outcome first_error;
   {
     nb::gil_scoped_release release;
@@ -351,6 +495,7 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
       Outcome o = eng->wait(h);
       if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
     }
+    for (int64_t h : handles) hand_results_to(take_staging(h), stream);
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (first_error.status != Status::Success) throw Error(first_error.status, first_error.error);
@@ -359,27 +504,29 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
 // enqueue_allreduce and a wait for every member, in one call (run_entries).
 void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::object>& inputs,
                    const std::vector<nb::object>& outputs, int op, double prescale,
-                   double postscale, int compression, int process_set) {
+                   double postscale, int compression, int process_set, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   run_entries(std::move(eng), process_set,
-              allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression));
+              allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
+              stream);
 }
 
 // run_allreduce of one tensor, without the lists: a lone small all-reduce takes a few
 // microseconds in all, and converting three lists is a good part of that.
 void run_allreduce_one(const std::string& name, nb::handle input, nb::handle output, int op,
-                       double prescale, double postscale, int compression, int process_set) {
+                       double prescale, double postscale, int compression, int process_set,
+                       Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   EntryList entries;
   entries.push_back(allreduce_entry(name, input, output, op, prescale, postscale, compression));
-  run_entries(std::move(eng), process_set, std::move(entries));
+  run_entries(std::move(eng), process_set, std::move(entries), stream);
 }
 
-int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
+int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   EntryList list;
   list.push_back(std::move(e));
-  return eng->enqueue(process_set, std::move(list))[0];
+  return submit(*eng, process_set, std::move(list), stream)[0];
 }
 
 void check_group(const std::vector<std::string>& names, size_t inputs, const char* op) {
@@ -390,7 +537,7 @@ void check_group(const std::vector<std::string>& names, size_t inputs, const cha
 }
 
 int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle output, int root,
-                          int process_set) {
+                          int process_set, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   auto e = make_entry(name, OpType::Broadcast, input);
   attach_output(*e, output);
@@ -403,27 +550,27 @@ int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle 
                     : " is not a member of process set " + std::to_string(process_set)));
   }
   e->request.root = root;
-  return enqueue_one(process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e), stream);
 }
 
 // Grouped forms enqueue their members together, so the group negotiates in one round.
 std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
                                                const std::vector<nb::object>& inputs,
-                                               int process_set) {
+                                               int process_set, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "allgather");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
-  return eng->enqueue(process_set, std::move(entries));
+  return submit(*eng, process_set, std::move(entries), stream);
 }
 
-int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set) {
+int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set, Stream stream) {
   context_ref();
-  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input));
+  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input), stream);
 }
 
 int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits,
-                         int process_set) {
+                         int process_set, Stream stream) {
   const int size = static_cast<int>(context_ref()->process_set(process_set).ranks.size());
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
@@ -452,7 +599,7 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
                 (overflow ? " (their sum overflows 64 bits)" : ""));
   }
   e->splits = std::move(splits);
-  return enqueue_one(process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e), stream);
 }
 
 std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::handle input, int op,
@@ -469,42 +616,44 @@ std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::han
 }
 
 int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale, int process_set) {
+                              double prescale, double postscale, int process_set, Stream stream) {
   context_ref();
-  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale));
+  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale), stream);
 }
 
 std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string>& names,
                                                    const std::vector<nb::object>& inputs, int op,
                                                    double prescale, double postscale,
-                                                   int process_set) {
+                                                   int process_set, Stream stream) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "reducescatter");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
   }
-  return eng->enqueue(process_set, std::move(entries));
+  return submit(*eng, process_set, std::move(entries), stream);
 }
 
 int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
+  const Stream stream;
   context_ref();
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = op;
   e->request.dtype = DataType::UInt8;
-  return enqueue_one(process_set, std::move(e));
+  return enqueue_one(process_set, std::move(e), stream);
 }
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
-nb::tuple wait(int64_t handle) {
+nb::tuple wait(int64_t handle, Stream stream) {
   std::shared_ptr<Engine> ctx = context_ref();
   Outcome o;
   {
     nb::gil_scoped_release release;
     o = ctx->wait(handle);
     ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
+    hand_results_to(take_staging(handle), stream);
   }
   if (o.status != Status::Success) throw Error(o.status, o.error);
   nb::object output = nb::none();
@@ -535,6 +684,7 @@ NB_MODULE(_core, m) {
   });
 
   pthread_atfork(nullptr, nullptr, on_fork_child);
+  set_device_collectives_factory(device::make_nccl_collectives);
 
   m.def("init", [] {
     if (in_forked_child()) return;  // the parent's engine is not this process's to restart
@@ -621,7 +771,27 @@ NB_MODULE(_core, m) {
     for (const DtypeInfo& d : kDtypes) names.push_back(d.name);
     return names;
   }, "Names of the dtypes the core reduces and moves (numpy spelling).");
-  m.def("nccl_built", [] { return nccl_built(); });
+  // True when CUDA tensors can go through NCCL: it loads (device_libraries() says which).
+  m.def("nccl_built", [] { return device::nccl() != nullptr; });
+  m.def("cuda_built", [] { return device::cuda_runtime_info().loaded; },
+        "True when a CUDA runtime loaded, so that CUDA tensors can be passed to the core.");
+  // The libraries' folders of the nvidia-* wheels (hvdlite/_device.py finds them); before
+  // the first CUDA tensor.
+  m.def("set_device_library_dirs", &device::set_library_dirs, nb::arg("cudart"), nb::arg("nccl"));
+  m.def("device_libraries", [] {
+    auto describe_library = [](const device::LibraryInfo& i) {
+      nb::dict d;
+      d["loaded"] = i.loaded;
+      d["path"] = i.path;
+      d["version"] = i.version;
+      d["error"] = i.error;
+      return d;
+    };
+    nb::dict d;
+    d["cuda_runtime"] = describe_library(device::cuda_runtime_info());
+    d["nccl"] = describe_library(device::nccl_library_info());
+    return d;
+  }, "What --check-build prints: each device library found (path, version) or why not.");
   // A forked child must not abort its parent's job: there it does nothing.
   m.def("abort", [](int code) {
     if (!in_forked_child()) context_ref()->abort(code);
@@ -665,7 +835,7 @@ NB_MODULE(_core, m) {
     d["mpirun"] = HVDLITE_MPIRUN;
     d["mpicxx"] = HVDLITE_MPICXX;
     d["mpi_library_version"] = std::string(mpi_library_version());
-    d["nccl"] = nccl_built();
+    d["nccl"] = device::nccl() != nullptr;
     d["fault_tolerant"] = mpi_fault_tolerant();
     auto [linkage, path] = libstdcxx_linkage();
     d["libstdcxx"] = linkage;
@@ -679,27 +849,27 @@ NB_MODULE(_core, m) {
   m.def("enqueue_allreduce", &enqueue_allreduce, nb::arg("names"), nb::arg("inputs"),
         nb::arg("outputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
         nb::arg("compression"), nb::kw_only(), nb::arg("process_set") = 0,
-        nb::arg("wake") = true);
+        nb::arg("wake") = true, nb::arg("stream") = nb::none());
   m.def("run_allreduce", &run_allreduce, nb::arg("names"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("compression"),
-        nb::arg("process_set") = 0);
+        nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("run_allreduce_one", &run_allreduce_one, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::arg("compression"), nb::arg("process_set"));
+        nb::arg("compression"), nb::arg("process_set"), nb::arg("stream") = nb::none());
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
-        nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0);
+        nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
-        nb::kw_only(), nb::arg("process_set") = 0);
+        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"),
-        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0);
+        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
-        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0);
+        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_reducescatter", &enqueue_reducescatter, nb::arg("name"), nb::arg("input"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::kw_only(),
-        nb::arg("process_set") = 0);
+        nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
         nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::kw_only(), nb::arg("process_set") = 0);
+        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_barrier",
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
@@ -742,7 +912,9 @@ NB_MODULE(_core, m) {
     d["hierarchical_allreduce"] = c.hierarchical_allreduce;
     return d;
   });
-  m.def("wait", &wait);
+  // stream: the CUDA stream that consumes a CUDA submission's results (it waits for them on
+  // the device); None: the host waits. Ignored for host tensors.
+  m.def("wait", &wait, nb::arg("handle"), nb::arg("stream") = nb::none());
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.

@@ -8,7 +8,7 @@ import time
 import traceback
 import threading
 
-from . import _core, _policy, config, work, process_sets as _process_sets
+from . import _core, _device, _policy, config, work, process_sets as _process_sets
 from .elastic import settings as _elastic_settings
 
 _atexit_registered = False
@@ -47,6 +47,7 @@ def init(comm=None, process_sets=None):
             atexit.register(_at_exit)
             _install_excepthook(settings["abort_on_error"])
             _atexit_registered = True
+    _device.tell_core()  # the nvidia-* wheels' libraries, for CUDA tensors
     _core.init()
     _process_sets._init_process_sets(process_sets)
 
@@ -177,6 +178,8 @@ def mpi_threads_supported() -> bool:
 
 
 def nccl_built() -> bool:
+    """True when NCCL loads (at run time), so CUDA tensors can go through it."""
+    _device.tell_core()  # before the first load: the nvidia-* wheels' folders count too
     return _core.nccl_built()
 
 
@@ -194,8 +197,10 @@ def gloo_enabled() -> bool:
 
 
 def cuda_built() -> bool:
-    """False: GPU tensors are staged through host memory; no CUDA code is built."""
-    return False
+    """True when a CUDA runtime loads (at run time: no CUDA code is compiled in), so the core
+    takes CUDA tensors (staged through pinned host memory; see ``python -m hvdlite
+    --check-build`` for the library found)."""
+    return bool(_device.libraries()["cuda_runtime"]["loaded"])
 
 
 def rocm_built() -> bool:

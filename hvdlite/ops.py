@@ -60,8 +60,15 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
                             names: Optional[Sequence[str]] = None, op: int = Average,
                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                             compression=None, process_set=None,
-                            finish: Optional[Callable] = None, *, wake: bool = True) -> Work:
+                            finish: Optional[Callable] = None, *, wake: bool = True,
+                            stream=None) -> Work:
     """All-reduce many tensors into ``outputs`` (default: in place) as one group.
+
+    ``stream``: for CUDA tensors, the stream that produced them and consumes the results (an
+    int handle, or a callable returning the current one): the core's copies wait for the work
+    queued on it, and ``wait()`` makes it wait for the results (the host does not). Without
+    it the legacy default stream produces, and ``wait()`` blocks the host until the results
+    are on the device.
 
     ``wake=False`` is for a caller that calls ``wait()`` at once: the waiting thread then
     runs the engine's round itself, saving two thread handoffs (small all-reduces).
@@ -74,14 +81,14 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
     handles = _core.enqueue_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
                                       resolve_op(op), float(prescale_factor),
                                       float(postscale_factor), wire_code(compression),
-                                      wake=wake, **_set_kw(process_set))
-    return Work(handles, (tensors, outputs), finish)
+                                      wake=wake, **_set_kw(process_set), **_stream_kw(stream))
+    return Work(handles, (tensors, outputs), finish, stream=stream)
 
 
 def grouped_allreduce(tensors: Sequence, outputs: Optional[Sequence] = None,
                       names: Optional[Sequence[str]] = None, op: int = Average,
                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                      compression=None, process_set=None) -> None:
+                      compression=None, process_set=None, stream=None) -> None:
     """``grouped_allreduce_async(...).wait()`` without a Work: the calling thread runs the
     engine's rounds itself (no handoff to the engine's thread), which is most of a small
     all-reduce's latency. Returns once every output is written; raises the first error."""
@@ -96,12 +103,12 @@ def grouped_allreduce(tensors: Sequence, outputs: Optional[Sequence] = None,
     _core.run_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
                         resolve_op(op), float(prescale_factor), float(postscale_factor),
                         0 if compression is None else wire_code(compression),
-                        0 if process_set is None else _set_id(process_set))
+                        0 if process_set is None else _set_id(process_set), **_stream_kw(stream))
 
 
 def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average,
               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-              compression=None, process_set=None) -> None:
+              compression=None, process_set=None, stream=None) -> None:
     """``grouped_allreduce`` of one tensor into ``output`` (default: in place), without the
     lists: the lone small all-reduce, whose whole cost is a few microseconds."""
     if name is None:
@@ -110,66 +117,71 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
     _core.run_allreduce_one(str(name), tensor, tensor if output is None else output,
                             resolve_op(op), float(prescale_factor), float(postscale_factor),
                             0 if compression is None else wire_code(compression),
-                            0 if process_set is None else _set_id(process_set))
+                            0 if process_set is None else _set_id(process_set),
+                            **_stream_kw(stream))
 
 
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,
                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                    compression=None, process_set=None, finish=None) -> Work:
+                    compression=None, process_set=None, finish=None, stream=None) -> Work:
     """All-reduce ``tensor`` into ``output`` (default: in place)."""
     return grouped_allreduce_async([tensor], None if output is None else [output],
                                    None if name is None else [name], op, prescale_factor,
-                                   postscale_factor, compression, process_set, finish)
+                                   postscale_factor, compression, process_set, finish,
+                                   stream=stream)
 
 
 def broadcast_async(tensor, root_rank: int, output=None, name: Optional[str] = None,
-                    process_set=None, finish=None) -> Work:
+                    process_set=None, finish=None, stream=None) -> Work:
     """Broadcast ``tensor`` from ``root_rank`` into ``output`` (default: in place)."""
     output = tensor if output is None else output
     h = _core.enqueue_broadcast(auto_name("broadcast", name, _set_id(process_set)), tensor, output, root_rank_arg(root_rank),
-                                **_set_kw(process_set))
-    return Work([h], (tensor, output), finish)
+                                **_set_kw(process_set), **_stream_kw(stream))
+    return Work([h], (tensor, output), finish, stream=stream)
 
 
 def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
-                            process_set=None, finish=None) -> Work:
+                            process_set=None, finish=None, stream=None) -> Work:
     """Broadcast many tensors from ``root_rank`` (one Work)."""
     tensors = list(tensors)
     outputs = tensors if outputs is None else list(outputs)
     names = _names(names, len(tensors), "broadcast", process_set)
-    kw, root = _set_kw(process_set), root_rank_arg(root_rank)
+    kw, root = {**_set_kw(process_set), **_stream_kw(stream)}, root_rank_arg(root_rank)
     handles = _each((tensors, outputs), [
         (lambda n=n, t=t, o=o: _core.enqueue_broadcast(n, t, o, root, **kw))
         for n, t, o in zip(names, tensors, outputs)])
-    return Work(handles, (tensors, outputs), finish)
+    return Work(handles, (tensors, outputs), finish, stream=stream)
 
 
-def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish=None) -> Work:
+def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish=None,
+                    stream=None) -> Work:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
-    h = _core.enqueue_allgather(auto_name("allgather", name, _set_id(process_set)), tensor, **_set_kw(process_set))
-    return Work([h], tensor, finish)
+    h = _core.enqueue_allgather(auto_name("allgather", name, _set_id(process_set)), tensor, **_set_kw(process_set),
+                                **_stream_kw(stream))
+    return Work([h], tensor, finish, stream=stream)
 
 
-def grouped_allgather_async(tensors, names=None, process_set=None, finish=None) -> Work:
+def grouped_allgather_async(tensors, names=None, process_set=None, finish=None,
+                            stream=None) -> Work:
     """All-gather many tensors as one group."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather", process_set), tensors,
-                                              **_set_kw(process_set))
-    return Work(handles, tensors, finish)
+                                              **_set_kw(process_set), **_stream_kw(stream))
+    return Work(handles, tensors, finish, stream=stream)
 
 
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
-                   process_set=None, finish=None) -> Work:
+                   process_set=None, finish=None, stream=None) -> Work:
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
     split_list = [] if splits is None else splits_arg(splits)
     h = _core.enqueue_alltoall(auto_name("alltoall", name, _set_id(process_set)), tensor, split_list,
-                               **_set_kw(process_set))
-    return Work([h], tensor, finish)
+                               **_set_kw(process_set), **_stream_kw(stream))
+    return Work([h], tensor, finish, stream=stream)
 
 
 def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                        process_set=None, finish=None) -> Work:
+                        process_set=None, finish=None, stream=None) -> Work:
     """Reduce ``tensor`` across ranks and give rank r its share of dimension 0.
 
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
@@ -177,19 +189,20 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
     """
     h = _core.enqueue_reducescatter(auto_name("reducescatter", name, _set_id(process_set)), tensor, resolve_op(op),
                                     float(prescale_factor), float(postscale_factor),
-                                    **_set_kw(process_set))
-    return Work([h], tensor, finish)
+                                    **_set_kw(process_set), **_stream_kw(stream))
+    return Work([h], tensor, finish, stream=stream)
 
 
 def grouped_reducescatter_async(tensors, names=None, op: int = Average,
                                 prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                                process_set=None, finish=None) -> Work:
+                                process_set=None, finish=None, stream=None) -> Work:
     """Reduce-scatter many tensors as one group."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_reducescatter(
         _names(names, len(tensors), "reducescatter", process_set), tensors, resolve_op(op),
-        float(prescale_factor), float(postscale_factor), **_set_kw(process_set))
-    return Work(handles, tensors, finish)
+        float(prescale_factor), float(postscale_factor), **_set_kw(process_set),
+        **_stream_kw(stream))
+    return Work(handles, tensors, finish, stream=stream)
 
 
 def barrier_async(name: Optional[str] = None, process_set=None) -> Work:
@@ -241,6 +254,12 @@ def _each(refs, enqueues):
         Work(handles, refs)
         raise
     return handles
+
+
+def _stream_kw(stream):
+    """``stream=`` for the core: the CUDA stream that produced CUDA inputs (an int, or a
+    callable giving one), passed only when given. Host tensors ignore it."""
+    return {} if stream is None else {"stream": int(stream() if callable(stream) else stream)}
 
 
 def _set_kw(process_set):

@@ -50,10 +50,13 @@ class Work:
     """An in-flight collective or group of collectives (see the module docstring)."""
 
     __slots__ = ("_handles", "_refs", "_finish", "_id", "_lock", "_done", "_value",
-                 "_error", "_taken", "__weakref__")
+                 "_error", "_taken", "_stream", "__weakref__")
 
     def __init__(self, handles: Sequence[int], refs: Any = None,
-                 finish: Optional[Callable[[List[Result]], Any]] = None):
+                 finish: Optional[Callable[[List[Result]], Any]] = None, stream=None):
+        # stream: for CUDA tensors, the stream that consumes the results (an int, or a
+        # callable giving the current one when wait() runs, as c10d's Work.wait() does).
+        self._stream = stream
         self._handles = list(handles)
         self._refs = refs
         self._finish = finish
@@ -133,7 +136,8 @@ class Work:
     # So the Work keeps its error without a traceback, and wait() raises a fresh copy.
 
     def _complete(self):
-        results, error = _wait_members(self._handles)
+        stream = self._stream() if callable(self._stream) else self._stream
+        results, error = _wait_members(self._handles, stream)
         self._handles, self._refs, self._done = [], None, True
         with _lock:
             _by_id.pop(self._id, None)
@@ -185,12 +189,14 @@ def _reap_orphans():
             _orphans.extend(keep)
 
 
-def _wait_members(handles):
-    """(results, first error): every member is waited for before an error is reported."""
+def _wait_members(handles, stream=None):
+    """(results, first error): every member is waited for before an error is reported.
+    CUDA results: ``stream`` waits for them on the device; with None the host waits."""
     results, error = [], None
     for h in handles:
         try:
-            output, is_bf16, splits, last = _core.wait(h)
+            output, is_bf16, splits, last = (_core.wait(h) if stream is None
+                                             else _core.wait(h, int(stream)))
             results.append(Result(output, bool(is_bf16), splits, last))
         except Exception as e:  # noqa: BLE001 - reported once the rest are waited for
             results.append(None)

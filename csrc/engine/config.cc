@@ -133,6 +133,16 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) {
          c.hierarchical_chunk_bytes = std::max<size_t>(parse_count(v, t), 1);
        }},
+      {{"HVDLITE_GPU_OPERATIONS", "HOROVOD_GPU_OPERATIONS", "",
+        "how CUDA tensors are reduced and moved: nccl (on the device; fails where NCCL does "
+        "not load) or mpi (staged through pinned host memory into the host algorithms); unset: "
+        "NCCL where it loads and the host has a GPU for each of its ranks (NCCL refuses two ranks "
+        "on one GPU)"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         const std::string l = lower(t);
+         if (l != "nccl" && l != "mpi") bad_value(v, t, "nccl or mpi");
+         c.gpu_operations = l == "nccl" ? Config::GpuOperations::Nccl : Config::GpuOperations::Mpi;
+       }},
       {{"HVDLITE_TEST_MAX_TRANSFER_BYTES", "", "2147483647",
         "tests only: the largest byte count one MPI collective call is given (larger transfers "
         "go in pieces; 0 or above 2^31-1 means 2^31-1)"},

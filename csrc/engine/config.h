@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,10 @@ struct Config {
   // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
   // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
   size_t max_transfer_bytes = 2147483647;
+  // How CUDA tensors travel (HVDLITE_GPU_OPERATIONS): through NCCL on the device, or staged
+  // through pinned host memory into the host algorithms (MPI). Auto: NCCL when it loads.
+  enum class GpuOperations : uint8_t { Auto, Nccl, Mpi };
+  GpuOperations gpu_operations = GpuOperations::Auto;
 
   // Throws InvalidArgument naming the variable when a value cannot be parsed.
   static Config from_env();

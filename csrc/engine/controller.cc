@@ -219,7 +219,8 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
   for (auto& e : pending) {
     const Request& r = e->request;
     const Request& f = first->request;
-    if (e->state != TensorEntry::State::CacheHit || r.op != OpType::Allreduce ||
+    // (NCCL's tensors live on the device: the host cannot pack them.)
+    if (e->state != TensorEntry::State::CacheHit || r.op != OpType::Allreduce || r.nccl ||
         r.compression != Compression::None || r.dtype != f.dtype || r.reduce_op != f.reduce_op ||
         r.prescale != f.prescale || r.postscale != f.postscale) {
       eligible = false;

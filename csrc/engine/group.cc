@@ -57,7 +57,10 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
   thread_ = std::thread([this] { run_loop(); });
 }
 
-Group::~Group() { stop(); }
+Group::~Group() {
+  stop();
+  device_.reset();  // its watchdog calls request_stop(): gone before the members it uses
+}
 
 std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
   std::vector<int64_t> handles;
@@ -147,6 +150,13 @@ void Group::join() {
 
 void Group::complete(TensorEntry* entry, Outcome outcome) {
   entry->done = true;
+  if (entry->device) {
+    try {
+      entry->device->after(outcome.status == Status::Success);
+    } catch (const Error& e) {
+      outcome = Outcome{e.status(), "tensor '" + entry->request.name + "': " + e.what()};
+    }
+  }
   trace_completed(*entry, outcome.status == Status::Success);
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -209,17 +219,23 @@ bool Group::check_stalls_idle() {
 
 bool Group::run_round(bool caller) {
   bool stop_requested;
+  size_t drained = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto& e : queue_) {
       trace_drained(*e);
       pending_.push_back(std::move(e));
     }
+    drained = queue_.size();
     queue_.clear();
     work_queued_ = stop_requested_;
     stop_requested = stop_requested_;
   }
   try {
+    // GPU tensors: their staging copies must have landed before negotiation may pack them.
+    for (size_t i = pending_.size() - drained; i < pending_.size(); ++i) {
+      if (pending_[i]->device) pending_[i]->device->before_read();
+    }
     trace_round();
     RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
     if (round.prereduced.empty()) {
@@ -274,6 +290,15 @@ void Group::execute(const std::vector<Response>& responses) {
       std::fprintf(stderr, "[hvdlite rank %d] run %s '%s'%s\n", members_.global(t.rank()),
                    op_name(r.op), r.name.c_str(), members_.where().c_str());
     }
+    if (r.nccl) {
+      if (DeviceCollectives* device = device_collectives()) {
+        device->add(r, e);
+      } else if (e) {
+        complete(e, Outcome{Status::Internal, "tensor '" + r.name + "' goes through NCCL, but "
+                            "this process has no device collectives (hvdlite's module not loaded?)"});
+      }
+      continue;
+    }
     switch (r.op) {
       case OpType::Allreduce:
         allreduce_.add(r, e);  // e is null on a joined rank: it contributes zeros
@@ -322,6 +347,7 @@ void Group::execute(const std::vector<Response>& responses) {
     }
   }
   allreduce_.flush();
+  if (device_) device_->flush();
   EntryList still;
   for (auto& e : pending_) {
     if (!e->done) still.push_back(std::move(e));
@@ -329,7 +355,17 @@ void Group::execute(const std::vector<Response>& responses) {
   pending_.swap(still);
 }
 
+DeviceCollectives* Group::device_collectives() {
+  if (!device_) {
+    device_ = make_device_collectives(
+        *transport_, members_, [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); },
+        [this](const std::string& reason) { request_stop(reason); });
+  }
+  return device_.get();
+}
+
 void Group::fail_pending(Status status, const std::string& reason) {
+  if (device_) device_->abort();  // no rank may stay blocked inside NCCL
   EntryList orphans;
   {
     std::lock_guard<std::mutex> lk(mu_);

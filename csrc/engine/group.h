@@ -25,6 +25,7 @@
 
 #include "engine/config.h"
 #include "engine/controller.h"
+#include "engine/device_collectives.h"
 #include "engine/fusion.h"
 #include "algorithms/hierarchical.h"
 #include "engine/handle.h"
@@ -101,6 +102,10 @@ class Group {
   Controller controller_;
   std::unique_ptr<Hierarchy> hierarchy_;  // intra-/cross-host stages, when used
   AllreduceExecutor allreduce_;
+  // Collectives of CUDA tensors over NCCL: made at the first such response (every member
+  // meets it at the same point of the same order; the communicator is created there).
+  std::unique_ptr<DeviceCollectives> device_;
+  DeviceCollectives* device_collectives();
 
   std::mutex mu_;
   std::condition_variable cv_;

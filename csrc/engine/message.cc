@@ -8,7 +8,7 @@ namespace hvdlite {
 bool Response::matches(const Request& r) const {
   return ok() && op == r.op && dtype == r.dtype && reduce_op == r.reduce_op &&
          compression == r.compression && prescale == r.prescale && postscale == r.postscale &&
-         root == r.root && shape == r.shape;
+         root == r.root && nccl == r.nccl && shape == r.shape;
 }
 
 int64_t num_elements(const std::vector<int64_t>& shape) {
@@ -84,7 +84,7 @@ class Reader {
 void write_spec(Writer& w, const TensorSpec& s) {
   w.str(s.name);
   w.pod(s.op); w.pod(s.dtype); w.pod(s.reduce_op); w.pod(s.compression);
-  w.pod(s.prescale); w.pod(s.postscale); w.pod(s.root);
+  w.pod(s.prescale); w.pod(s.postscale); w.pod(s.root); w.pod(s.nccl);
   w.ints(s.shape);
 }
 
@@ -93,6 +93,7 @@ void read_spec(Reader& rd, TensorSpec& s) {
   s.op = rd.pod<OpType>(); s.dtype = rd.pod<DataType>(); s.reduce_op = rd.pod<ReduceOp>();
   s.compression = rd.pod<Compression>();
   s.prescale = rd.pod<double>(); s.postscale = rd.pod<double>(); s.root = rd.pod<int32_t>();
+  s.nccl = rd.pod<bool>();
   s.shape = rd.ints();
 }
 

@@ -21,6 +21,7 @@ struct TensorSpec {
   double prescale = 1.0;
   double postscale = 1.0;
   int32_t root = 0;
+  bool nccl = false;  // a CUDA tensor that goes through NCCL (device/nccl_collectives.h)
   std::vector<int64_t> shape;  // for a response: the agreed shape (allreduce, broadcast, reducescatter)
 };
 

@@ -12,6 +12,19 @@
 
 namespace hvdlite {
 
+// The device side of an entry whose tensor lives on a GPU (device/staging.h, Note [device
+// staging]): its data is staged in host memory, which the engine reads and writes as any
+// other. The engine never sees a CUDA type; it only calls these two.
+class DeviceWork {
+ public:
+  virtual ~DeviceWork() = default;
+  // Before the engine first reads the entry's host data: waits for the staging copy.
+  virtual void before_read() = 0;
+  // When the entry completes (ok: successfully), before its handle does: the last entry of
+  // a submission issues the copies back to the device.
+  virtual void after(bool ok) = 0;
+};
+
 struct TensorEntry {
   // Where the entry stands in negotiation.
   enum class State {
@@ -25,6 +38,8 @@ struct TensorEntry {
   const void* input = nullptr;  // caller's buffers (kept alive by the Python layer)
   void* output = nullptr;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  std::shared_ptr<DeviceWork> device;  // a GPU tensor's staging; shared by its submission
+  int input_device = -1, output_device = -1;  // CUDA device ids of the caller's arrays, -1: host
   int64_t handle = 0;
   State state = State::New;
   int cache_id = -1;

@@ -82,6 +82,11 @@ Response validate(const std::vector<const Request*>& reqs, const Membership& mem
     return e;
   };
   if (err.empty()) {
+    err = check_same("data paths", [](const Request& r) {
+      return std::string(r.nccl ? "NCCL (a CUDA tensor)" : "host algorithms");
+    });
+  }
+  if (err.empty()) {
     switch (first.op) {
       case OpType::Allreduce:
         err = scales();

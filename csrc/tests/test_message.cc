@@ -15,6 +15,7 @@ TEST(codec_round_trips_requests) {
   a.prescale = 0.25;
   a.postscale = 3.0;
   a.root = 2;
+  a.nccl = true;
   a.shape = {7, 0, 3};
   a.process_set = 5;
   a.rank = 1;
@@ -30,6 +31,7 @@ TEST(codec_round_trips_requests) {
   CHECK_EQ(r.name, a.name);
   CHECK(r.op == a.op && r.dtype == a.dtype && r.reduce_op == a.reduce_op && r.compression == a.compression);
   CHECK(r.prescale == a.prescale && r.postscale == a.postscale && r.root == a.root);
+  CHECK(r.nccl);
   CHECK(r.shape == a.shape);
   CHECK_EQ(r.process_set, 5);
   CHECK_EQ(r.rank, 1);

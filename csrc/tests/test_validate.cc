@@ -52,6 +52,12 @@ TEST(decide_reports_mismatches_grouped_by_value) {
   scaled.prescale = 0.5;
   by_rank = {{req("s", 0, {2})}, {scaled}};
   CHECK(decide_ready(by_rank)[0].error.find("Mismatched prescale factors") == 0);
+  // A CUDA tensor over NCCL on one rank and host data on another cannot meet.
+  Request on_device = req("g", 1, {2});
+  on_device.nccl = true;
+  by_rank = {{req("g", 0, {2})}, {on_device}};
+  CHECK(decide_ready(by_rank)[0].error.find("Mismatched data paths") == 0);
+  CHECK(decide_ready(by_rank)[0].error.find("NCCL") != std::string::npos);
 }
 
 TEST(decide_allgather_records_first_dims) {

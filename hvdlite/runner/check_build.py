@@ -68,6 +68,37 @@ def _libstdcxx(info) -> str:
     return "unknown"
 
 
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def _nccl_version(v: int) -> str:
+    if v >= 20900:  # NCCL 2.9 on: major * 10000 + minor * 100 + patch
+        return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
+    return f"{v // 1000}.{v % 1000 // 100}.{v % 100}"
+
+
+def _devices() -> List[str]:
+    """Lines about the device libraries the core loads at run time (csrc/device/)."""
+    try:
+        from hvdlite import _device
+        libs = _device.libraries()
+    except Exception as e:  # noqa: BLE001 - reported, like a core that does not load
+        return [f"    (cannot ask the core: {type(e).__name__}: {e})"]
+    cuda, nccl = libs["cuda_runtime"], libs["nccl"]
+    if cuda["loaded"]:
+        lines = [f"    [X] CUDA runtime {_cuda_version(cuda['version'])}: {cuda['path']}",
+                 "        CUDA tensors go to the core (through NCCL, or staged through pinned memory)"]
+    else:
+        lines = [f"    [ ] CUDA runtime: {cuda['error']}"]
+    if nccl["loaded"]:
+        lines += [f"    [X] NCCL {_nccl_version(nccl['version'])}: {nccl['path']}",
+                  "        all-reduce and broadcast of CUDA tensors run on it (HVDLITE_GPU_OPERATIONS)"]
+    else:
+        lines.append(f"    [ ] NCCL: {nccl['error']}")
+    return lines
+
+
 def check_build() -> str:
     out = [f"hvdlite v{version()}:", "", "Available frameworks:"]
     for name, module, dists, adapter in FRAMEWORKS:
@@ -80,4 +111,6 @@ def check_build() -> str:
         out.append(f"    {problem}")
     out += ["", "Available tensor operations:", f"    [{'X' if nccl else ' '}] NCCL",
             f"    [{' ' if problem else 'X'}] MPI"]
+    if not problem:
+        out += ["", "Device libraries (loaded at run time):"] + _devices()
     return "\n".join(out)

@@ -9,7 +9,7 @@ from hvdlite import numpy_api as _np_api, ops as _ops
 from hvdlite.numpy_api import allgather_object, broadcast_object  # noqa: F401
 from hvdlite.work import wait_all
 
-from .mpi_ops import _check_tensor, _copy_back, _host, global_process_set
+from .mpi_ops import _check_tensor, _copy_back, _host, _stream, global_process_set
 
 
 def _broadcast_into_async(tensor, root_rank, name, process_set=global_process_set):
@@ -17,7 +17,8 @@ def _broadcast_into_async(tensor, root_rank, name, process_set=global_process_se
     _check_tensor(tensor, name, "broadcast_parameters")
     host, copied = _host(tensor)
     finish = (lambda _: _copy_back(tensor, host)) if copied else None
-    return _ops.broadcast_async(host, root_rank, host, name, process_set, finish)
+    return _ops.broadcast_async(host, root_rank, host, name, process_set, finish,
+                                stream=_stream([host]))
 
 
 def broadcast_parameters(params, root_rank, prefix=None):

@@ -7,8 +7,12 @@ the tensor is a contiguous CPU tensor. Other tensors are staged:
   in-place ops (``allreduce_``, ``grouped_allreduce_``, ``broadcast_`` and their
   ``*_async_`` forms) raise :class:`~hvdlite.exceptions.HvdliteInvalidArgumentError`
   instead, since the result could not land in the caller's tensor without a hidden copy;
-- a CUDA tensor goes through host memory (hvdlite is built without NCCL): it is copied to
-  the CPU, reduced there and copied back into (or returned on) its device.
+- a CUDA tensor goes to the core as it is, with the current stream of its device, when the
+  core loaded a CUDA runtime (``hvdlite.cuda_built()``): the core stages it through pinned
+  host memory asynchronously (Note [device staging] in csrc/device/staging.h) and ``wait()``
+  makes the then-current stream wait for the results, as c10d's ``Work.wait()``; the host
+  waits only for results the core returns on the host (allgather, alltoall, reducescatter),
+  which are then moved to the device. Without a CUDA runtime it is copied to the CPU.
 
 The synchronous ops are autograd functions whose gradients follow
 :data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).
@@ -69,17 +73,38 @@ def _check_tensor(tensor, name, opname, inplace=False):
             f"{opname.rstrip('_')}().")
 
 
+_cuda_in_core = None  # whether the core takes CUDA tensors (asked once)
+
+
+def _core_takes_cuda():
+    global _cuda_in_core
+    if _cuda_in_core is None:
+        _cuda_in_core = _hvd.cuda_built()
+    return _cuda_in_core
+
+
 def _host(tensor):
-    """(contiguous CPU tensor without autograd, copied?) for handing to the core."""
+    """(contiguous tensor without autograd that the core can take, copied?): CPU tensors, and
+    CUDA tensors where the core takes them (else a CPU copy)."""
     t = tensor.detach()
     copied = False
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" and not (t.device.type == "cuda" and _core_takes_cuda()):
         t, copied = t.to("cpu"), True
     if not t.is_contiguous():
         t, copied = t.contiguous(), True
     if t.is_neg():
         t, copied = t.resolve_neg(), True
     return t, copied
+
+
+def _stream(tensors):
+    """``stream=`` for the ops: None for host tensors; for CUDA tensors, the current stream of
+    their device, read at submission (the producer) and again at ``wait()`` (the consumer)."""
+    for t in tensors:
+        if t.device.type == "cuda":
+            device = t.device
+            return lambda: torch.cuda.current_stream(device).cuda_stream
+    return None
 
 
 def _from_core(result, device):
@@ -151,7 +176,8 @@ def _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, 
     core_names = [_policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names, op, pre, post, wire, process_set,
-        staged.finish if finish is None else (lambda r: finish(staged.finish(r))), wake=wake)
+        staged.finish if finish is None else (lambda r: finish(staged.finish(r))), wake=wake,
+        stream=_stream(staged.bufs))
 
 
 def _backward_allreduce(grads, ctx):
@@ -311,7 +337,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     hi, _ = _host(indices)
     hv, _ = _host(values)
     return _ops.grouped_allgather_async([hi, hv], [f"{name}.indices", f"{name}.values"],
-                                        process_set, finish)
+                                        process_set, finish, stream=_stream([hi, hv]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -335,7 +361,8 @@ def _start_allgather(tensors, names, process_set, opname, single):
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
     core_names = [_policy.auto_name("allgather", n, _ops.process_set_id(process_set)) for n in names]
-    return _ops.grouped_allgather_async(hosts, core_names, process_set, finish)
+    return _ops.grouped_allgather_async(hosts, core_names, process_set, finish,
+                                        stream=_stream(hosts))
 
 
 def _backward_allgather(grads, dims, process_set):
@@ -407,7 +434,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 def _start_broadcast(tensor, root_rank, name, process_set, inplace, opname):
     staged = _Staged([tensor], [name], opname, inplace)
     return _ops.broadcast_async(staged.bufs[0], root_rank, staged.outs[0], name, process_set,
-                                lambda r: staged.finish(r)[0])
+                                lambda r: staged.finish(r)[0], stream=_stream(staged.bufs))
 
 
 class _BroadcastFn(torch.autograd.Function):
@@ -470,8 +497,9 @@ def _start_alltoall(tensor, splits, name, process_set, opname):
     def finish(results):
         received = torch.tensor(list(results[0].received_splits or []), dtype=torch.int32)
         return _from_core(results[0], device), received
-    return _ops.alltoall_async(_host(tensor)[0], _splits_list(splits, opname), name,
-                               process_set, finish)
+    buf = _host(tensor)[0]
+    return _ops.alltoall_async(buf, _splits_list(splits, opname), name, process_set, finish,
+                               stream=_stream([buf]))
 
 
 class _AlltoallFn(torch.autograd.Function):
@@ -525,8 +553,9 @@ def _start_reducescatter(tensors, names, op, pre, post, process_set, opname, sin
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
     core_names = [_policy.auto_name("reducescatter", n, _ops.process_set_id(process_set)) for n in names]
-    return _ops.grouped_reducescatter_async([_host(t)[0] for t in tensors], core_names, op,
-                                            pre, post, process_set, finish)
+    bufs = [_host(t)[0] for t in tensors]
+    return _ops.grouped_reducescatter_async(bufs, core_names, op, pre, post, process_set,
+                                            finish, stream=_stream(bufs))
 
 
 class _GroupedReducescatterFn(torch.autograd.Function):

@@ -19,7 +19,7 @@ from hvdlite.work import wait_all
 from . import extended as _extended
 from ._wrap import SynchronizeProtocol, remove_hooks, weak_hook, will_accumulate
 from .compression import Compression
-from .mpi_ops import (Average, _check_tensor, _dtype_name, _host, global_process_set,
+from .mpi_ops import (Average, _check_tensor, _dtype_name, _host, _stream, global_process_set,
                       sparse_allreduce_async)
 
 
@@ -236,8 +236,11 @@ class _DistributedOptimizer(SynchronizeProtocol):
         if bufs:
             op, pre, post = _policy.predivide(self.op, self.gradient_predivide_factor,
                                               self._hvd_size)
+            # CUDA gradients: submitted with the current stream, never waited for here (the
+            # hook must not block the host); step()'s wait makes the stream wait.
             red.works.insert(0, _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
-                                                             wire, self._hvd_process_set))
+                                                             wire, self._hvd_process_set,
+                                                             stream=_stream(bufs)))
         return red
 
     def _hvd_raise_too_many_passes(self, i):

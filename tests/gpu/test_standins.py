@@ -1,0 +1,143 @@
+"""CUDA tensors through the core, in CI without a GPU: against a stand-in CUDA runtime
+(standins/cudart_standin.cc) whose streams really run later than they are issued, so that a
+missing event wait shows up as wrong data. First the stand-in itself must be able to fail;
+then the core at 2 and 3 ranks (workers/gpu_standin_core.py)."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from mpi_launch import run_mpi  # noqa: E402
+from standins.build import cudart_standin, nccl_standin  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def standin():
+    return cudart_standin()
+
+
+@pytest.fixture(scope="module")
+def nccl_env(standin):
+    # A stand-in GPU per rank, so that NCCL is the default path (as on one GPU per rank).
+    return {"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "HVDLITE_NCCL_LIBRARY": nccl_standin(),
+            "CUDA_STANDIN_DEVICES": "3", "CUDA_STANDIN_COPY_DELAY_US": "2000",
+            "HVDLITE_DYNAMIC_PROCESS_SETS": "1"}
+
+
+def _in_subprocess(code, env):
+    proc = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout
+    return proc.stdout
+
+
+def test_standin_catches_a_copy_not_ordered_after_its_producer(standin):
+    # Without the event wait the copy on stream B runs before A's slow fill: stale data.
+    # With it, fresh data. The stand-in is what makes the core's tests able to fail.
+    out = _in_subprocess(f"""
+import ctypes, numpy as np, sys
+sys.path.insert(0, {HERE!r})
+from standins.cuda_array import DeviceArray, StandinRuntime
+rt = StandinRuntime({standin!r})
+a, b = rt.stream(), rt.stream()
+for ordered in (False, True):
+    x = DeviceArray.from_numpy(rt, np.zeros(8, np.float32))
+    rt.fill_async(x, np.full(8, 5, np.float32), 50_000, a)
+    if ordered:
+        e = ctypes.c_void_p()
+        rt.lib.cudaEventCreateWithFlags(ctypes.byref(e), 2)
+        rt.lib.cudaEventRecord(e, a)
+        rt.lib.cudaStreamWaitEvent(b, e, 0)
+    got = x.numpy(b)
+    print(ordered, got[0])
+    rt.sync(a)
+""", {})
+    assert out.split() == ["False", "0.0", "True", "5.0"], out
+
+
+def test_standin_counts_an_event_never_waited_on(standin):
+    out = _in_subprocess(f"""
+import ctypes, sys
+sys.path.insert(0, {HERE!r})
+from standins.cuda_array import StandinRuntime
+rt = StandinRuntime({standin!r})
+s = rt.stream()
+e = ctypes.c_void_p()
+rt.lib.cudaEventCreateWithFlags(ctypes.byref(e), 2)
+rt.lib.cudaEventRecord(e, s)
+rt.lib.cudaEventDestroy(e)
+print(rt.unwaited_events())
+""", {})
+    assert out.split() == ["1"], out
+
+
+def test_standin_refuses_a_copy_of_the_wrong_kind(standin):
+    out = _in_subprocess(f"""
+import numpy as np, sys
+sys.path.insert(0, {HERE!r})
+from standins.cuda_array import DeviceArray, StandinRuntime
+rt = StandinRuntime({standin!r})
+x = DeviceArray(rt, (4,), np.float32)
+host = np.zeros(4, np.float32)
+print(rt.lib.cudaMemcpyAsync(host.ctypes.data, x.ptr, 16, 1, 0))  # says H2D, is D2H
+print("violation" if "kind 1" in rt.violations() else "none")
+""", {})
+    assert out.split() == ["1", "violation"], out
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_cuda_tensors_through_the_core(standin, np_):
+    proc = run_mpi(np_, "workers/gpu_standin_core.py", timeout=240,
+                   env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin,
+                        "CUDA_STANDIN_COPY_DELAY_US": "2000",
+                        "HVDLITE_DYNAMIC_PROCESS_SETS": "1"})
+    for r in range(np_):
+        assert f"rank {r}:" in proc.stdout and "checks passed" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_cuda_tensors_over_nccl(nccl_env, np_):
+    # Ordering, one NCCL call per fused group, broadcast, the host path for what NCCL does
+    # not carry, one communicator per process set.
+    proc = run_mpi(np_, "workers/gpu_standin_nccl.py", "ok", timeout=240, env=nccl_env)
+    for r in range(np_):
+        assert f"rank {r}: 5" in proc.stdout and "checks passed" in proc.stdout, proc.stdout
+
+
+def test_gpu_operations_mpi_keeps_nccl_out(nccl_env):
+    proc = run_mpi(2, "workers/gpu_standin_nccl.py", "mpi", timeout=120,
+                   env={**nccl_env, "HVDLITE_GPU_OPERATIONS": "mpi"})
+    assert proc.stdout.count("3 checks passed") == 2, proc.stdout
+
+
+def test_nccl_failure_is_an_error_on_every_rank(nccl_env):
+    # Rank 1's 3rd collective fails inside the stand-in; rank 0 then waits in vain until its
+    # barrier times out. Both must raise an hvdlite error naming NCCL, and nothing hangs.
+    proc = run_mpi(2, "workers/gpu_standin_nccl.py", "error", timeout=120,
+                   env={**nccl_env, "NCCL_STANDIN_TIMEOUT_S": "2", "NCCL_STANDIN_FAIL_RANK": "1",
+                        "NCCL_STANDIN_FAIL_AT": "3"})
+    for r in range(2):
+        line = next((l for l in proc.stdout.splitlines() if f"rank {r} error:" in l), "")
+        assert "NCCL" in line and "aborted" in line, proc.stdout
+    assert proc.stdout.count("1 checks passed") == 2, proc.stdout
+
+
+def test_no_cuda_runtime_is_named(tmp_path):
+    # A CUDA array with no runtime loadable: refused with what was tried, nothing hangs.
+    missing = str(tmp_path / "libcudart.so.missing")
+    out = _in_subprocess(f"""
+import sys
+sys.path.insert(0, {HERE!r})
+import hvdlite as hvd
+from hvdlite import _core
+info = _core.device_libraries()["cuda_runtime"]
+print(info["loaded"], {missing!r} in info["error"])
+print(hvd.cuda_built())
+""", {"HVDLITE_CUDA_RUNTIME_LIBRARY": missing})
+    assert out.split() == ["False", "True", "False"], out

@@ -1,0 +1,130 @@
+"""CUDA tensors over NCCL, against the stand-in CUDA runtime and NCCL (tests/gpu/
+test_standins.py; each rank has a stand-in GPU of its own). argv[1]: "ok" runs the checks,
+"mpi" checks that HVDLITE_GPU_OPERATIONS=mpi keeps NCCL out, "error" checks that an NCCL
+failure on one rank (injected by the stand-in) becomes an hvdlite error on every rank."""
+import ctypes
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
+
+import hvdlite as hvd  # noqa: E402
+from hvdlite import ops  # noqa: E402
+from hvdlite.exceptions import HvdliteError  # noqa: E402
+
+mode = sys.argv[1]
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+rt = StandinRuntime()
+nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
+nccl.standin_nccl_collectives.restype = ctypes.c_long
+stream = rt.stream()
+dev = rank  # one stand-in GPU per rank (CUDA_STANDIN_DEVICES)
+checks = []
+
+
+def check(name, cond, detail=""):
+    if not cond:
+        raise AssertionError(f"rank {rank}: {name} failed {detail}")
+    checks.append(name)
+
+
+def values(n, dtype, r):
+    return (np.arange(n) % 7 + r + 1).astype(dtype)
+
+
+def collectives():
+    return nccl.standin_nccl_collectives()
+
+
+def arr(v):
+    return DeviceArray.from_numpy(rt, v, device=dev)
+
+
+if mode == "mpi":
+    x = arr(values(100, np.float32, rank))
+    ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()
+    check("mpi path result", np.array_equal(x.numpy(stream), sum(values(100, np.float32, r) for r in range(size))))
+    check("mpi path uses no NCCL", collectives() == 0 and nccl.standin_nccl_comms() == 0)
+    check("nccl_built still tells NCCL loads", hvd.nccl_built())
+
+if mode == "ok":
+    check("nccl_built", hvd.nccl_built())
+    # 1. all-reduce over NCCL: the producer is a slow fake kernel (hvdlite's stream must wait
+    #    for it), the consumer a fake kernel right after wait(stream).
+    for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64, np.uint8):
+        for n in (1, 1000, 300_001):
+            x = arr(np.zeros(n, dtype))
+            rt.fill_async(x, values(n, dtype, rank), 20_000, stream)
+            before = collectives()
+            ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()
+            seen = rt.read_async(x, stream)
+            rt.sync(stream)
+            want = sum(values(n, np.int64, r) for r in range(size)).astype(dtype)
+            check(f"nccl sum {np.dtype(dtype).name}[{n}]", np.array_equal(seen, want), f"{seen[:4]} {want[:4]}")
+            check(f"one NCCL call {np.dtype(dtype).name}[{n}]", collectives() - before == 1)
+    for op, fn in ((hvd.Min, np.minimum.reduce), (hvd.Max, np.maximum.reduce), (hvd.Average, None)):
+        x = arr(values(64, np.float32, rank))
+        ops.allreduce_async(x, op=op, stream=stream).wait()
+        per_rank = [values(64, np.float32, r) for r in range(size)]
+        want = fn(per_rank) if fn else sum(per_rank) / size
+        check(f"nccl op {op}", np.allclose(x.numpy(stream), want))
+    # 2. device fusion: a group is ONE NCCL all-reduce.
+    xs = [arr(values(100 + i, np.float32, rank)) for i in range(5)]
+    before = collectives()
+    ops.grouped_allreduce_async(xs, op=hvd.Sum, stream=stream).wait()
+    check("grouped: one NCCL call", collectives() - before == 1, str(collectives() - before))
+    for i, t in enumerate(xs):
+        check(f"grouped member {i}", np.array_equal(t.numpy(stream), sum(values(100 + i, np.float32, r) for r in range(size))))
+    # 3. broadcast over NCCL, out of place.
+    b, out = arr(np.full(1000, rank, np.int32)), DeviceArray(rt, (1000,), np.int32, device=dev)
+    before = collectives()
+    ops.broadcast_async(b, size - 1, out, stream=stream).wait()
+    check("nccl broadcast", np.array_equal(out.numpy(stream), np.full(1000, size - 1)) and collectives() - before == 1)
+    check("broadcast leaves its input", np.array_equal(b.numpy(stream), np.full(1000, rank)))
+    # 4. what NCCL does not carry here is staged and still right: prescale, allgather.
+    x = arr(values(10, np.float32, rank))
+    before = collectives()
+    ops.allreduce_async(x, op=hvd.Sum, prescale_factor=2.0, stream=stream).wait()
+    check("prescaled: host path", collectives() == before and np.array_equal(
+        x.numpy(stream), 2 * sum(values(10, np.float32, r) for r in range(size))))
+    g = ops.allgather_async(arr(np.full((2, 3), rank, np.float32)), stream=stream).wait()[0].array()
+    check("allgather staged", np.array_equal(g, np.repeat(np.arange(size, dtype=np.float32), 2)[:, None] * np.ones(3)))
+    # 5. one communicator per process set, made once.
+    check("one communicator for the global set", nccl.standin_nccl_comms() == 1)
+    members = [0, 1] if size > 2 else [0]
+    ps = hvd.add_process_set(members)
+    if rank in members:
+        for _ in range(3):
+            x = arr(values(30, np.float32, rank))
+            ops.allreduce_async(x, op=hvd.Sum, process_set=ps, stream=stream).wait()
+            check("process set result", np.array_equal(x.numpy(stream), sum(values(30, np.float32, r) for r in members)))
+    check("one more communicator per set", nccl.standin_nccl_comms() == (2 if rank in members else 1))
+    hvd.remove_process_set(ps)
+    rt.sync(stream)
+    check("no copy of the wrong kind", rt.violations() == "", rt.violations())
+    check("every event waited on", rt.unwaited_events() == 0, str(rt.unwaited_events()))
+
+if mode == "error":
+    # The stand-in fails this rank's 3rd collective (NCCL_STANDIN_FAIL_*); its peers then
+    # wait in vain and time out. Every rank must get an hvdlite error, and none hang.
+    error = None
+    t0 = time.time()
+    for i in range(200):
+        try:
+            x = arr(values(1000, np.float32, rank))
+            ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()
+            rt.sync(stream)
+        except HvdliteError as e:
+            error = e
+            break
+        time.sleep(0.05)
+    check("an NCCL failure became an error", error is not None, f"after {time.time() - t0:.1f} s")
+    print(f"rank {rank} error: {type(error).__name__}: {error}", flush=True)
+
+hvd.shutdown()
+print(f"rank {rank}: {len(checks)} checks passed", flush=True)

@@ -1,0 +1,87 @@
+"""CUDA tensors through hvdlite.torch on a real GPU (tests/gpu/test_torch_cuda.py; every rank
+uses device local_rank % device_count). Each check compares against values computed here."""
+import os
+
+import torch
+
+import hvdlite.torch as hvd
+
+torch.set_num_threads(1)
+hvd.init()
+rank, size = hvd.rank(), hvd.size()
+dev = torch.device("cuda", hvd.local_rank() % torch.cuda.device_count())
+torch.cuda.set_device(dev)
+assert hvd.cuda_built(), "the core loaded no CUDA runtime"
+checks = 0
+
+
+def expect(name, got, want, tol=0.0):
+    global checks
+    assert got.device == dev, f"rank {rank}: {name}: result on {got.device}, not {dev}"
+    g, w = got.double().cpu(), want.double().cpu()
+    ok = torch.equal(g, w) if tol == 0 else torch.allclose(g, w, rtol=tol, atol=tol)
+    assert ok, f"rank {rank}: {name}: got {g.flatten()[:5]} want {w.flatten()[:5]}"
+    checks += 1
+
+
+def ramp(n, dtype, r):
+    return ((torch.arange(n, device=dev) % 7) + r + 1).to(dtype)
+
+
+for dtype, tol in ((torch.float32, 0), (torch.float16, 1e-3), (torch.bfloat16, 1e-2),
+                   (torch.float64, 0), (torch.int32, 0)):
+    for n in (1, 1000, 300_001):
+        total = sum(ramp(n, torch.float64, r) for r in range(size))
+        x = ramp(n, dtype, rank)
+        expect(f"sum {dtype} {n}", hvd.allreduce(x, op=hvd.Sum), total, tol)
+        if dtype.is_floating_point:
+            expect(f"average {dtype} {n}", hvd.allreduce(x), total / size, tol)
+        y = ramp(n, dtype, rank)
+        hvd.allreduce_(y, op=hvd.Sum)
+        expect(f"in place {dtype} {n}", y, total, tol)
+
+xs = [ramp(10 + i, torch.float32, rank) for i in range(4)]
+outs = hvd.grouped_allreduce(xs, op=hvd.Sum)
+for i, o in enumerate(outs):
+    expect(f"grouped {i}", o, sum(ramp(10 + i, torch.float32, r) for r in range(size)))
+h = hvd.allreduce_async(ramp(77, torch.float32, rank), op=hvd.Sum)
+expect("async", hvd.synchronize(h), sum(ramp(77, torch.float32, r) for r in range(size)))
+g = hvd.allgather(torch.full((rank + 1, 2), float(rank), device=dev))
+expect("allgather", g, torch.cat([torch.full((r + 1, 2), float(r)) for r in range(size)]).to(dev))
+b = hvd.broadcast(torch.full((5,), float(rank), device=dev), size - 1)
+expect("broadcast", b, torch.full((5,), float(size - 1), device=dev))
+a = hvd.alltoall(torch.arange(2 * size, device=dev, dtype=torch.float32) + 100 * rank)
+expect("alltoall", a, torch.cat([torch.arange(2 * rank, 2 * rank + 2) + 100.0 * r
+                                 for r in range(size)]).to(dev))
+rs = hvd.reducescatter(torch.ones(2 * size, 3, device=dev) * (rank + 1), op=hvd.Sum)
+expect("reducescatter", rs, torch.full((2, 3), float(sum(range(1, size + 1))), device=dev))
+
+# DistributedOptimizer against one process on the global batch.
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(dev)
+reference = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1)).to(dev)
+reference.load_state_dict(model.state_dict())
+opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                               named_parameters=model.named_parameters())
+ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+gen = torch.Generator().manual_seed(1)
+for step in range(5):
+    data = torch.randn(size * 8, 16, generator=gen).to(dev)
+    target = torch.randn(size * 8, 1, generator=gen).to(dev)
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(model(data[rank * 8:(rank + 1) * 8]),
+                                 target[rank * 8:(rank + 1) * 8]).backward()
+    opt.step()
+    ref_opt.zero_grad()
+    torch.nn.functional.mse_loss(reference(data), target).backward()
+    ref_opt.step()
+for p, q in zip(model.parameters(), reference.parameters()):
+    expect("DistributedOptimizer", p.detach(), q.detach(), 1e-5)
+
+torch.cuda.synchronize()
+if rank == 0:
+    print(f"GPU operations: {os.environ.get('HVDLITE_GPU_OPERATIONS', 'default')}, "
+          f"nccl_built {hvd.nccl_built()}, {size} rank(s) on {torch.cuda.device_count()} GPU(s)",
+          flush=True)
+hvd.shutdown()
+print(f"rank {rank}: {checks} checks passed", flush=True)

@@ -49,6 +49,12 @@ expect(HvdliteInvalidArgumentError, "not divisible", hvd.alltoall, np.ones(N + 1
 expect(HvdliteInvalidArgumentError, "bool", hvd.allreduce, np.ones(2, bool))  # Average of bool
 expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2), op=hvd.Adasum)
 expect(HvdliteInvalidArgumentError, "at least one dimension", hvd.reducescatter, np.float32(1.0))
+# A name that is not valid UTF-8 (a lone surrogate), by every way names come in.
+for call in (lambda n: hvd.allreduce(np.ones(2), name=n), lambda n: hvd.allreduce_async(np.ones(2), name=n),
+             lambda n: hvd.grouped_allreduce([np.ones(2)], name=n), lambda n: hvd.allgather(np.ones(2), name=n),
+             lambda n: hvd.broadcast(np.ones(2), 0, name=n), lambda n: hvd.alltoall(np.ones(N), name=n),
+             lambda n: hvd.reducescatter(np.ones(N), name=n), lambda n: hvd.allgather_object(1, name=n)):
+    expect(HvdliteInvalidArgumentError, r"the name 'bad\\udcff(\.0)?' is not valid UTF-8", call, "bad\udcff")
 # 'dup' stays in flight on rank 0 until the others submit it, after the barrier (submitted by
 # every rank at once, it could finish before the second submission on a fast path).
 if R == 0:

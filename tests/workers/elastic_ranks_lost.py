@@ -3,8 +3,7 @@
 Usage: elastic_ranks_lost.py VICTIM. The ranks all-reduce 64 MiB in a loop (the ring, whose
 MPI_Waitall reports a lost peer only in the requests' statuses); after two rounds the victim
 SIGKILLs itself a few milliseconds into the third. Each survivor prints the class of what its
-all-reduce raised, and, when it is HvdliteRanksLostError, rebuilds and all-reduces once more
-at the new size. A survivor that got another class exits 1.
+all-reduce raised and exits: 0 for HvdliteRanksLostError, 1 for any other class.
 """
 import os
 import signal
@@ -14,7 +13,6 @@ import threading
 import numpy as np
 
 import hvdlite as hvd
-from hvdlite import _core
 
 victim = int(sys.argv[1])
 hvd.init()
@@ -32,7 +30,4 @@ for step in range(1000):
         break
 else:
     raise AssertionError(f"rank {R}: 1000 all-reduces went through; rank {victim} never died")
-assert _core.rebuild() == [victim]
-y = hvd.allreduce(np.array([1.0]), op=hvd.Sum, name="after")
-assert hvd.size() == N - 1 and y[0] == N - 1, (hvd.size(), y)
-print(f"rank {R} went on as rank {hvd.rank()} of {hvd.size()}", flush=True)
+# Recovery itself (rebuild, the next step) is tested by test_elastic.py's training jobs.

@@ -156,7 +156,7 @@ def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
     where to count instead of the job-wide counters (TensorFlow counts per graph).
     """
     if name is not None:
-        return str(name)
+        return valid_name(name)
     with _counter_lock:
         counters = _name_counters if counters is None else counters
         counter = counters.setdefault((kind, process_set), itertools.count())
@@ -167,6 +167,19 @@ def reset_name_counters() -> None:
     """init() calls this so that a re-initialised job starts its generated names afresh."""
     with _counter_lock:
         _name_counters.clear()
+
+
+def valid_name(name) -> str:
+    """``str(name)``, refused by name when the core cannot take it: not valid UTF-8 (a lone
+    surrogate, as ``os.fsdecode`` makes of undecodable bytes)."""
+    name = str(name)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise HvdliteInvalidArgumentError(
+            f"the name {name!r} is not valid UTF-8 ({e.reason} at index {e.start}); collective "
+            "names must be valid UTF-8") from None
+    return name
 
 
 def group_names(base: Optional[str], n: int) -> Optional[List[str]]:

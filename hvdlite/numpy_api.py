@@ -13,6 +13,7 @@ import pickle
 import numpy as np
 
 from . import ops
+from .object_payload import header, pickled, raise_if_any_failed
 from ._policy import Average, auto_name, group_names, resolve_op
 from .ops import poll, synchronize  # noqa: F401
 
@@ -221,27 +222,33 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     """Pickle ``obj`` on ``root_rank`` and return it (unpickled) on every rank.
 
     Unnamed calls are numbered in call order, so every rank must make them in the same order.
+    If the root cannot pickle ``obj``, every rank raises HvdliteInvalidArgumentError
+    (Note [object collectives agree on failure]).
     """
     from .basics import rank
     name = auto_name("broadcast_object", name, ops.process_set_id(process_set))
     is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
-    payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8) if is_root else None
-    length = np.array([0 if payload is None else payload.size], dtype=np.int64)
-    ops.broadcast_async(length, root_rank, None, f"{name}.sz", process_set).wait()
-    data = payload.copy() if is_root else np.empty(int(length[0]), dtype=np.uint8)
+    payload, error = pickled(obj, _pickler) if is_root else (None, None)
+    head = header(rank(), payload, error) if is_root else np.zeros(3, dtype=np.int64)
+    ops.broadcast_async(head, root_rank, None, f"{name}.sz", process_set).wait()
+    data = payload.copy() if is_root else np.empty(int(head[0]), dtype=np.uint8)
     ops.broadcast_async(data, root_rank, None, f"{name}.t", process_set).wait()
+    raise_if_any_failed(f"broadcast_object '{name}'", [head], [data], error)
     return obj if is_root else _pickler.loads(data.tobytes())
 
 
 def allgather_object(obj, name=None, process_set=None):
-    """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order."""
+    """Pickle ``obj`` on every rank; return the list of every rank's object, in rank order.
+
+    If some rank cannot pickle its object, every rank raises HvdliteInvalidArgumentError
+    naming it (Note [object collectives agree on failure])."""
+    from .basics import rank
     name = auto_name("allgather_object", name, ops.process_set_id(process_set))
-    payload = np.frombuffer(_pickler.dumps(obj), dtype=np.uint8)
-    sizes = allgather(np.array([payload.size], dtype=np.int64), f"{name}.sz", process_set)
+    payload, error = pickled(obj, _pickler)
+    heads = allgather(header(rank(), payload, error).reshape(1, 3), f"{name}.sz", process_set)
     data = allgather(payload, f"{name}.t", process_set)
-    out, start = [], 0
-    for n in sizes.tolist():
-        out.append(_pickler.loads(data[start:start + n].tobytes()))
-        start += n
-    return out
+    ends = np.cumsum(heads[:, 0]).tolist()
+    parts = [data[end - int(n):end] for end, n in zip(ends, heads[:, 0])]
+    raise_if_any_failed(f"allgather_object '{name}'", heads, parts, error)
+    return [_pickler.loads(p.tobytes()) for p in parts]
 

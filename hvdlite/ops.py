@@ -23,7 +23,7 @@ from typing import Callable, List, Optional, Sequence
 
 from . import _core
 from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer_arg,  # noqa: F401
-                      group_names, resolve_op, wire_code)
+                      group_names, resolve_op, valid_name, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
 from .process_sets import process_set_id
 from .work import Result, Work, reap_orphans, wait_all as _wait_all  # noqa: F401
@@ -50,7 +50,7 @@ _set_id = process_set_id  # a ProcessSet, an id, or None (the world) -> the core
 def _names(names, n, kind, process_set=None):
     if names is None:
         return [auto_name(kind, None, _set_id(process_set)) for _ in range(n)]
-    names = list(map(str, names))
+    names = list(map(valid_name, names))
     if len(names) != n:
         raise HvdliteInvalidArgumentError(f"grouped {kind} got {n} tensors but {len(names)} names")
     return names
@@ -111,10 +111,9 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
               compression=None, process_set=None, stream=None) -> None:
     """``grouped_allreduce`` of one tensor into ``output`` (default: in place), without the
     lists: the lone small all-reduce, whose whole cost is a few microseconds."""
-    if name is None:
-        name = auto_name("allreduce", None, _set_id(process_set))
+    name = auto_name("allreduce", None, _set_id(process_set)) if name is None else valid_name(name)
     reap_orphans()
-    _core.run_allreduce_one(str(name), tensor, tensor if output is None else output,
+    _core.run_allreduce_one(name, tensor, tensor if output is None else output,
                             resolve_op(op), float(prescale_factor), float(postscale_factor),
                             0 if compression is None else wire_code(compression),
                             0 if process_set is None else _set_id(process_set),

@@ -95,6 +95,15 @@ def test_unwritable_timeline_fails_init(monkeypatch, tmp_path):
     ("HOROVOD_AUTOTUNE", "2"),
     ("HOROVOD_LOG_LEVEL", "verbose"),
     ("HVDLITE_ABORT_ON_ERROR", "no thanks"),
+    # Non-finite and out-of-range numbers (the engine makes integer durations of them).
+    ("HVDLITE_CYCLE_TIME", "1e999"),
+    ("HVDLITE_CYCLE_TIME", "inf"),
+    ("HVDLITE_CYCLE_TIME", "nan"),
+    ("HVDLITE_CYCLE_TIME", "-0.5"),
+    ("HVDLITE_CYCLE_TIME", "1e300"),
+    ("HOROVOD_STALL_CHECK_TIME_SECONDS", "1e999"),
+    ("HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "-inf"),
+    ("HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "1e20"),
 ])
 def test_unparsable_value_fails_init_naming_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)

@@ -59,3 +59,13 @@ def test_process_sets():
 def test_small_allreduce_paths(np_):
     out = run_mpi(np_, "workers/core_small_paths.py", timeout=180).stdout
     assert out.count("ALL OK") == np_
+
+
+@pytest.mark.parametrize("np_", [2, 3, 4])
+def test_min_max_propagate_nan(np_):
+    """NaN at any rank in any element comes out NaN there, bitwise equal on every rank: at 2
+    ranks through the merged round, the exchange, the ring and shared memory (the settings cut
+    the paths by size, see the worker), at 3 and 4 through the ring; reduce-scatter too."""
+    env = {"HVDLITE_EXCHANGE_MAX_BYTES": 1024, "HVDLITE_SHM_ALLREDUCE_MIN_BYTES": 262144}
+    out = run_mpi(np_, "workers/nan_min_max.py", env=env, timeout=240).stdout
+    assert out.count(f"nan_min_max OK at {np_} ranks") == np_, out

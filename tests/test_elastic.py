@@ -130,6 +130,17 @@ def test_peer_lost_in_a_shared_memory_allreduce_fails_it():
 
 
 @needs_ulfm
+@pytest.mark.parametrize("np_, victim", [(3, 1), (4, 3)])
+def test_every_survivor_of_a_killed_rank_raises_ranks_lost(np_, victim):
+    """SIGKILL in a 64 MiB all-reduce loop: the ring's MPI_Waitall reports the lost peer only
+    in its requests' statuses; every survivor still raises HvdliteRanksLostError."""
+    proc = run_launcher("-np", np_, "--min-np", 2, "python",
+                        os.path.join(HERE, "workers", "elastic_ranks_lost.py"), victim, timeout=200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("raised HvdliteRanksLostError") == np_ - 1, proc.stdout
+
+
+@needs_ulfm
 def test_core_regroup_adds_and_removes_ranks():
     proc = run_launcher("-np", 2, "--min-np", 1, "python",
                         os.path.join(HERE, "workers", "elastic_regroup.py"))

@@ -11,13 +11,31 @@
 namespace hvdlite {
 namespace {
 
+// Note [NaN in Min and Max]
+// Min and Max propagate NaN as numpy's minimum/maximum and torch's min/max do: a NaN in either
+// operand gives NaN (std::min/std::max keep one only when it is the first operand, so a NaN
+// would survive or vanish depending on which rank held it). The result is a function of the
+// ordered pair (d, s): d's NaN if d is one, else s's. Every algorithm combines in an order
+// that is the same on every rank (ring: a segment's chain; exchange and the controller: the
+// lower rank's data first; shared memory and hierarchical: one rank reduces and sends), so NaN
+// payloads and signs come out bitwise identical everywhere. Ties keep d, as std::min/max do.
+template <typename T>
+inline bool is_nan(T x) {
+  if constexpr (std::is_floating_point_v<T>) return x != x;
+  return false;
+}
+template <typename T>
+inline T min_keeping_nan(T d, T s) { return (d <= s || is_nan(d)) ? d : s; }
+template <typename T>
+inline T max_keeping_nan(T d, T s) { return (d >= s || is_nan(d)) ? d : s; }
+
 template <typename T>
 void reduce_typed(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op) {
   switch (op) {
     case ReduceOp::Average:
     case ReduceOp::Sum: for (size_t i = 0; i < n; ++i) d[i] = d[i] + s[i]; break;
-    case ReduceOp::Min: for (size_t i = 0; i < n; ++i) d[i] = std::min(d[i], s[i]); break;
-    case ReduceOp::Max: for (size_t i = 0; i < n; ++i) d[i] = std::max(d[i], s[i]); break;
+    case ReduceOp::Min: for (size_t i = 0; i < n; ++i) d[i] = min_keeping_nan(d[i], s[i]); break;
+    case ReduceOp::Max: for (size_t i = 0; i < n; ++i) d[i] = max_keeping_nan(d[i], s[i]); break;
     case ReduceOp::Product: for (size_t i = 0; i < n; ++i) d[i] = d[i] * s[i]; break;
   }
 }

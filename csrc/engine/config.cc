@@ -23,12 +23,18 @@ struct Setting {
               "environment variable " + var + "='" + text + "' is not " + expected);
 }
 
-double parse_number(const std::string& var, const std::string& text) {
+// A non-negative finite number up to `max` (NaN, infinity and 1e999 are refused: the engine
+// turns these settings into integer durations, where they would be undefined behaviour).
+double parse_number(const std::string& var, const std::string& text, double max) {
   char* end = nullptr;
   double d = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(d >= 0)) bad_value(var, text, "a non-negative number");
+  if (end == text.c_str() || *end != '\0' || !(d >= 0 && d <= max)) {
+    bad_value(var, text, ("a number from 0 to " + std::to_string(static_cast<long long>(max))).c_str());
+  }
   return d;
 }
+constexpr double kMaxCycleTimeMs = 60000;  // a minute between polls
+constexpr double kMaxSeconds = 1e9;        // about 31 years; fits int64 nanoseconds
 
 size_t parse_count(const std::string& var, const std::string& text) {
   char* end = nullptr;
@@ -61,7 +67,7 @@ const std::vector<Setting>& settings() {
         "ms; the longest sleep between polls while waiting for other ranks (the engine blocks "
         "when idle, and spins for the first 100 us of a wait; a caller running its own round "
         "then polls, yielding the core, up to 2 ms before sleeping)"},
-       [](Config& c, const std::string& t, const std::string& v) { c.cycle_time_ms = parse_number(v, t); }},
+       [](Config& c, const std::string& t, const std::string& v) { c.cycle_time_ms = parse_number(v, t, kMaxCycleTimeMs); }},
       {{"HVDLITE_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", "1024",
         "responses cached so repeated tensors skip the coordinator; 0 disables"},
        [](Config& c, const std::string& t, const std::string& v) { c.cache_capacity = parse_count(v, t); }},
@@ -83,11 +89,11 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
         "after this many seconds; 0 disables"},
-       [](Config& c, const std::string& t, const std::string& v) { c.stall_check_s = parse_number(v, t); }},
+       [](Config& c, const std::string& t, const std::string& v) { c.stall_check_s = parse_number(v, t, kMaxSeconds); }},
       {{"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
         "after a stall this long the job ends: every rank's pending and later collectives fail "
         "with the stall message; 0 never"},
-       [](Config& c, const std::string& t, const std::string& v) { c.stall_shutdown_s = parse_number(v, t); }},
+       [](Config& c, const std::string& t, const std::string& v) { c.stall_shutdown_s = parse_number(v, t, kMaxSeconds); }},
       {{"HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "",
         "write a Chrome trace (chrome://tracing, Perfetto) of every collective to this file"},
        [](Config& c, const std::string& t, const std::string&) { c.timeline = t; }},

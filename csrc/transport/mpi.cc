@@ -40,6 +40,23 @@ void check(int rc, const char* what) {
   throw Error(Status::Internal, std::string(what) + " failed: " + error_string(rc));
 }
 
+// Note [errors in statuses]
+// MPI_Waitall and MPI_Testall report a failed request as MPI_ERR_IN_STATUS, with the cause in
+// that request's status (the others: MPI_SUCCESS, or MPI_ERR_PENDING when not completed). A
+// lost peer shows only there, so the statuses are kept and the cause is what gets classified.
+// `rc`: the call's code; returns the code to report (a process failure before other errors).
+int error_in_statuses(int rc, const std::vector<MPI_Status>& statuses) {
+  if (rc != MPI_ERR_IN_STATUS) return rc;
+  int first = rc;
+  for (const MPI_Status& s : statuses) {
+    const int e = s.MPI_ERROR;
+    if (e == MPI_SUCCESS || e == MPI_ERR_PENDING) continue;
+    if (fault_tolerance::is_process_failure(e)) return e;
+    if (first == MPI_ERR_IN_STATUS) first = e;
+  }
+  return first;
+}
+
 int as_count(size_t bytes, const char* what) {
   if (bytes > static_cast<size_t>(INT_MAX)) {
     throw Error(Status::Internal, std::string(what) + ": a single transfer of " +
@@ -210,8 +227,7 @@ class MpiTransport : public Transport {
   void wait(int id) override { check(MPI_Wait(&requests_[id], MPI_STATUS_IGNORE), "MPI_Wait"); }
 
   void wait_all() override {
-    check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-          "MPI_Waitall");
+    wait_all(requests_, "MPI_Waitall");
     requests_.clear();
   }
 
@@ -326,9 +342,10 @@ class MpiTransport : public Transport {
       return false;
     }
     if (swapping_) {
-      check(MPI_Testall(static_cast<int>(swap_requests_.size()), swap_requests_.data(), &done,
-                        MPI_STATUSES_IGNORE),
-            "MPI_Testall");
+      swap_statuses_.resize(swap_requests_.size());
+      const int rc = MPI_Testall(static_cast<int>(swap_requests_.size()), swap_requests_.data(),
+                                 &done, swap_statuses_.data());
+      check(error_in_statuses(rc, swap_statuses_), "MPI_Testall");
       if (done) swapping_ = false;
     } else {
       check(MPI_Test(&control_request_, &done, MPI_STATUS_IGNORE), "MPI_Test");
@@ -553,7 +570,14 @@ class MpiTransport : public Transport {
               "MPI_Isend");
       }
     }
-    check(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+    wait_all(reqs, "MPI_Waitall");
+  }
+
+  // MPI_Waitall, its failure classified by the requests' own errors (Note [errors in statuses]).
+  void wait_all(std::vector<MPI_Request>& reqs, const char* what) {
+    statuses_.resize(reqs.size());
+    const int rc = MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), statuses_.data());
+    check(error_in_statuses(rc, statuses_), what);
   }
 
   static void copy_own_block(const void* from, void* to, size_t bytes) {
@@ -566,6 +590,7 @@ class MpiTransport : public Transport {
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Request control_request_ = MPI_REQUEST_NULL;
   std::vector<MPI_Request> swap_requests_;
+  std::vector<MPI_Status> swap_statuses_;  // kept for their errors (Note [errors in statuses])
   bool swapping_ = false;  // the round in flight is a swap (start_control_swap)
   static constexpr int kSwapTag = 18;
   // Under Open MPI's shared-memory eager limit (btl_sm_eager_limit, 4 KiB including its
@@ -587,6 +612,7 @@ class MpiTransport : public Transport {
   MPI_Request liveness_ = MPI_REQUEST_NULL;
   char liveness_byte_ = 0;
   std::vector<MPI_Request> requests_;
+  std::vector<MPI_Status> statuses_;  // wait_all's, kept for their errors
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight
 };

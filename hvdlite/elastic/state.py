@@ -7,22 +7,21 @@ import numpy as np
 
 from hvdlite import _core, _policy, ops
 from hvdlite.exceptions import HvdliteHostsUpdatedInterrupt
+from hvdlite.object_payload import header, pickled, raise_if_any_failed
 
 
 def broadcast_object(obj, root_rank=0, name=None):
-    """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free)."""
+    """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free); if the
+    root cannot pickle it, every rank raises (Note [object collectives agree on failure])."""
     prefix = name or _policy.auto_name("elastic.broadcast_object", None)
-    if _core.rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
-        length = np.array([payload.size], dtype=np.int64)
-    else:
-        payload = None
-        length = np.zeros(1, dtype=np.int64)
-    ops.wait(ops.broadcast_async(length, root_rank, name=f"{prefix}.len"))
-    if payload is None:
-        payload = np.empty(int(length[0]), dtype=np.uint8)
+    is_root = _core.rank() == root_rank
+    payload, error = pickled(obj, pickle) if is_root else (None, None)
+    head = header(root_rank, payload, error) if is_root else np.zeros(3, dtype=np.int64)
+    ops.wait(ops.broadcast_async(head, root_rank, name=f"{prefix}.len"))
+    payload = payload.copy() if is_root else np.empty(int(head[0]), dtype=np.uint8)
     ops.wait(ops.broadcast_async(payload, root_rank, name=f"{prefix}.data"))
-    if _core.rank() == root_rank:
+    raise_if_any_failed(f"broadcast_object '{prefix}'", [head], [payload], error)
+    if is_root:
         return obj
     return pickle.loads(payload.tobytes())
 

@@ -6,6 +6,8 @@ stdout, stderr and environment) and stays its parent, so that:
 * the rank never outlives its job: the program gets SIGKILL when the guard dies (a
   parent-death signal), and the guard stops the program when its own parent (mpirun or the
   MPI daemon) is gone, for example after hvdlite-run was SIGKILLed;
+* Open MPI's shared-memory segment of the program does not outlive it in /dev/shm, also when
+  hvdlite-run was SIGKILLed (Note [the segment janitor]);
 * hvdlite-run learns when and how each rank ended: the guard writes one line,
   ``<marker> rank=R code=C signal=S time=T``, to the rank's stderr when the program exits,
   which hvdlite-run consumes (and never shows). This names the rank that left first, also
@@ -105,6 +107,66 @@ class _Tagger:
             t.join(self.TAIL_SECONDS)
 
 
+SEGMENT_PREFIX = "/dev/shm/sm_segment."
+SEGMENT_POLL_SECONDS = 0.5
+
+
+def _own_segment(pid: int, local_rank: str):
+    """The path of Open MPI's shared-memory segment that process `pid` created
+    (``sm_segment.<host>.<uid>.<job>.<local rank>``; its peers map it too), once mapped."""
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                path = fields[5].strip() if len(fields) == 6 else ""
+                if path.startswith(SEGMENT_PREFIX) and path.rsplit(".", 1)[-1] == local_rank:
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _start_time(pid: int):
+    """`pid`'s start time (so a reused pid is not taken for it), or None once it has exited
+    (a zombie has exited too)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return None if fields[0] == "Z" else fields[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _start_segment_janitor(pid: int) -> None:
+    """Note [the segment janitor]
+    Open MPI removes its shared-memory segments (48 MiB a job) when a job ends in order; when
+    hvdlite-run is SIGKILLed, mpirun takes the ranks and their guards down with it, and the
+    files stay in /dev/shm. So a small process in a session of its own (outside the job's
+    process tree and its signals) finds the program's own segment and removes it once the
+    program is gone: no one needs it then (its peers have mapped it already, and ranks added
+    later never connect to a rank that has gone)."""
+    local_rank = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "")
+    if not local_rank.isdigit() or not os.path.isdir("/dev/shm"):
+        return
+    if os.fork() != 0:
+        return
+    try:   # the janitor: detached from the job's session, its outputs and its files
+        os.setsid()
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, 65536)
+        started, path = _start_time(pid), None
+        while started is not None and _start_time(pid) == started:
+            path = path or _own_segment(pid, local_rank)
+            time.sleep(SEGMENT_POLL_SECONDS)
+        if path and os.stat(path).st_uid == os.geteuid():
+            os.unlink(path)
+    except BaseException:   # nothing to report to: the job has gone
+        pass
+    os._exit(0)
+
+
 def _write_all(fd: int, data: bytes):
     try:
         while data:
@@ -140,6 +202,7 @@ def main(argv) -> int:
         except OSError as e:
             os.write(2, f"hvdlite-run: cannot start {argv[0]!r}: {e.strerror}\n".encode())
             os._exit(127)
+    _start_segment_janitor(pid)   # before the tagger's threads: a fork copies only this one
     if tagging is not None:
         tagging.start()
     stopping = threading.Event()

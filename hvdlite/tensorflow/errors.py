@@ -1,8 +1,13 @@
 """hvdlite's errors as TensorFlow sees them: each class is both the hvdlite error and the
 matching ``tf.errors`` class, as Horovod raises it, so code catching either catches them.
 
-Raised inside a graph (``tf.numpy_function``) TensorFlow keeps their error code, so a
-session or a ``tf.function`` raises the ``tf.errors`` class with hvdlite's message.
+Raised inside a graph (``tf.numpy_function``), TensorFlow keeps only what its py_func kernel
+maps from Python's built-in classes (tensorflow/python/lib/core/py_func.cc): ValueError and
+TypeError become InvalidArgumentError (so hvdlite's InvalidArgument errors keep their class),
+MemoryError ResourceExhaustedError, NotImplementedError UnimplementedError; every other class
+(mismatches, shutdown, internal errors) reaches ``session.run`` or the ``tf.function``'s caller
+as UnknownError, with hvdlite's message in it (issue 20: a kernel of hvdlite's own would be
+needed to set the code).
 """
 
 import tensorflow as tf

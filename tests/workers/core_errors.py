@@ -3,6 +3,7 @@ raise on every rank with the tensor, the values and the ranks named; the job sta
 Needs at least 2 ranks.
 """
 import re
+import threading
 
 import numpy as np
 
@@ -48,6 +49,12 @@ expect(HvdliteInvalidArgumentError, "not divisible", hvd.alltoall, np.ones(N + 1
 expect(HvdliteInvalidArgumentError, "bool", hvd.allreduce, np.ones(2, bool))  # Average of bool
 expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2), op=hvd.Adasum)
 expect(HvdliteInvalidArgumentError, "at least one dimension", hvd.reducescatter, np.float32(1.0))
+# A name that is not valid UTF-8 (a lone surrogate), by every way names come in.
+for call in (lambda n: hvd.allreduce(np.ones(2), name=n), lambda n: hvd.allreduce_async(np.ones(2), name=n),
+             lambda n: hvd.grouped_allreduce([np.ones(2)], name=n), lambda n: hvd.allgather(np.ones(2), name=n),
+             lambda n: hvd.broadcast(np.ones(2), 0, name=n), lambda n: hvd.alltoall(np.ones(N), name=n),
+             lambda n: hvd.reducescatter(np.ones(N), name=n), lambda n: hvd.allgather_object(1, name=n)):
+    expect(HvdliteInvalidArgumentError, r"the name 'bad\\udcff(\.0)?' is not valid UTF-8", call, "bad\udcff")
 # 'dup' stays in flight on rank 0 until the others submit it, after the barrier (submitted by
 # every rank at once, it could finish before the second submission on a fast path).
 if R == 0:
@@ -90,6 +97,25 @@ expect(HvdliteMismatchError, r"shapes.*'cached'", hvd.allreduce, np.ones(4 + (R 
 got = hvd.allreduce(np.ones(4), op=hvd.Sum, name="cached")
 assert (got == N).all()
 still_works("cache")
+
+# An object collective whose pickling fails on some ranks fails on every rank, naming each of
+# them and its error (the failed rank's own error chained), and the next call works.
+lock = threading.Lock()  # cannot be pickled
+failed = " ".join(rf"rank {r} could not pickle its object \(TypeError: .*lock.*\)" for r in range(1, N))
+msg = expect(HvdliteInvalidArgumentError, r"allgather_object 'obj\.gather': " + failed.replace(" rank", ".* rank"),
+             hvd.allgather_object, lock if R > 0 else R, name="obj.gather")
+assert "rank 0 " not in msg, msg
+expect(HvdliteInvalidArgumentError, r"broadcast_object 'obj\.bcast': rank 1 could not pickle its object",
+       hvd.broadcast_object, lock if R == 1 else None, root_rank=1, name="obj.bcast")
+try:
+    hvd.broadcast_object(lock if R == 1 else None, root_rank=1)
+    raise AssertionError("broadcast_object of a lock did not raise")
+except HvdliteInvalidArgumentError as e:
+    assert "rank 1 could not pickle" in str(e), e
+    assert isinstance(e.__cause__, TypeError) == (R == 1), repr(e.__cause__)
+assert hvd.allgather_object(R, name="obj.ok") == list(range(N))
+assert hvd.broadcast_object("x" if R == 0 else None, name="obj.ok2") == "x"
+still_works("objects")
 
 # After join, only all-reduce continues: a broadcast against a joined rank fails clearly.
 if R == 0:

@@ -22,6 +22,7 @@ set(HVDLITE_CORE_SOURCES
   algorithms/ring_allreduce.cc
   algorithms/ring_pass.cc
   algorithms/shm_allreduce.cc
+  algorithms/shm_allreduce_nranks.cc
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc

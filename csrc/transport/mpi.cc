@@ -91,7 +91,7 @@ class MpiTransport : public Transport {
     check(MPI_Bcast(&topo_.host, 1, MPI_INT, 0, local), "MPI_Bcast");
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
-    if (topo_.size == 2 && topo_.local_size == 2) share_swap_memory();
+    if (topo_.size >= 2 && topo_.local_size == topo_.size) share_memory();
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
@@ -419,8 +419,8 @@ class MpiTransport : public Transport {
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
   SharedArea shared_area() override {
-    if (!swap_segment_) return {};
-    return {static_cast<char*>(swap_segment_->data()) + swap_bytes(), kSharedAreaBytes};
+    if (!segment_) return {};
+    return {static_cast<char*>(segment_->data()) + swap_part_bytes(), shared_area_bytes(topo_.size)};
   }
 
   void waiting_for_peer(uint64_t polls) override {
@@ -447,15 +447,17 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
-  // The segment's first part: the swap's mailboxes, rounded to a page.
-  static size_t swap_bytes() { return (ShmSwap::segment_bytes(kShmSwapWords) + 4095) / 4096 * 4096; }
+  // The segment's first part at 2 ranks: the swap's mailboxes, rounded to a page.
+  size_t swap_part_bytes() const {
+    return topo_.size == 2 ? (ShmSwap::segment_bytes(kShmSwapWords) + 4095) / 4096 * 4096 : 0;
+  }
 
-  // Two ranks on one host: a segment both map carries the control swaps (shm_swap.h) and,
-  // after them, the data path's area (shared_area()). Collective; where either rank cannot
-  // map it, swaps stay MPI messages and all-reduces take the other algorithms.
-  void share_swap_memory() {
+  // All ranks on one host: a segment all of them map carries, at 2 ranks, the control swaps
+  // (shm_swap.h) and, after them, the data path's area (shared_area()). Collective; where a
+  // rank cannot map it, swaps stay MPI messages and all-reduces take the other algorithms.
+  void share_memory() {
     static std::atomic<int> segments{0};
-    const size_t bytes = swap_bytes() + kSharedAreaBytes;
+    const size_t bytes = swap_part_bytes() + shared_area_bytes(topo_.size);
     char name[64] = {0};
     std::unique_ptr<SharedSegment> segment;
     if (topo_.rank == 0) {
@@ -466,36 +468,49 @@ class MpiTransport : public Transport {
       if (!segment) name[0] = 0;
     }
     check(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, data_), "MPI_Bcast");
-    if (topo_.rank == 1 && name[0]) segment = SharedSegment::open(name, bytes);
+    if (topo_.rank != 0 && name[0]) segment = SharedSegment::open(name, bytes);
     int mapped = segment != nullptr;
     const int rc = MPI_Allreduce(MPI_IN_PLACE, &mapped, 1, MPI_INT, MPI_LAND, data_);
     if (topo_.rank == 0 && name[0]) SharedSegment::unlink(name);
     check(rc, "MPI_Allreduce");
     if (!mapped) return;
-    swap_segment_ = std::move(segment);
-    shm_swap_ = std::make_unique<ShmSwap>(swap_segment_->data(), kShmSwapWords, topo_.rank);
+    segment_ = std::move(segment);
+    if (topo_.size == 2) shm_swap_ = std::make_unique<ShmSwap>(segment_->data(), kShmSwapWords, topo_.rank);
   }
 
-  // A swap through shared memory never hears of a lost peer by itself: while a round waits
-  // long, a receive from the peer (on a tag nobody sends on) stands in, which MPI fails when
-  // the peer is lost (with ULFM; without it, MPI ends the job).
+  // A wait through shared memory never hears of a lost peer by itself: while it lasts long,
+  // a receive from each peer (on a tag nobody sends on) stands in, which MPI fails when that
+  // peer is lost (with ULFM; without it, MPI ends the job). The error names the peer.
   void check_peer_alive(uint64_t polls) {
     const auto now = std::chrono::steady_clock::now();
     if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
     if (now - shm_waiting_since_ < kLivenessCheckAfter) return;
-    if (liveness_ == MPI_REQUEST_NULL) {
-      check(MPI_Irecv(&liveness_byte_, 1, MPI_BYTE, 1 - topo_.rank, kLivenessTag, control_, &liveness_),
-            "MPI_Irecv");
+    if (liveness_.empty()) {
+      liveness_.assign(static_cast<size_t>(topo_.size), MPI_REQUEST_NULL);
+      liveness_bytes_.assign(static_cast<size_t>(topo_.size), 0);
+      for (int p = 0; p < topo_.size; ++p) {
+        if (p == topo_.rank) continue;
+        check(MPI_Irecv(&liveness_bytes_[p], 1, MPI_BYTE, p, kLivenessTag, control_, &liveness_[p]),
+              "MPI_Irecv");
+      }
     }
-    int arrived = 0;
-    check(MPI_Test(&liveness_, &arrived, MPI_STATUS_IGNORE), "MPI_Test (peer liveness)");
+    for (int p = 0; p < topo_.size; ++p) {
+      if (liveness_[p] == MPI_REQUEST_NULL) continue;
+      int arrived = 0;
+      const int rc = MPI_Test(&liveness_[p], &arrived, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        check(rc, ("MPI_Test (liveness of rank " + std::to_string(p) + ", waited on through shared memory)").c_str());
+      }
+    }
   }
 
   void stop_liveness_check() {
-    if (liveness_ == MPI_REQUEST_NULL) return;
-    MPI_Cancel(&liveness_);
-    MPI_Wait(&liveness_, MPI_STATUS_IGNORE);
-    liveness_ = MPI_REQUEST_NULL;
+    for (MPI_Request& r : liveness_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    liveness_.clear();
   }
 
   // This transport's ranks that are not in `survivors`.
@@ -574,18 +589,16 @@ class MpiTransport : public Transport {
   // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
   // (16 KiB of data, controller.cc) and a generous set of control words.
   static constexpr size_t kShmSwapWords = 4096;
-  // The data path's area (shm_allreduce.cc cuts it into its queues of pieces).
-  static constexpr size_t kSharedAreaBytes = size_t(2) << 20;
   static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
   static constexpr int kLivenessTag = 19;
-  std::unique_ptr<SharedSegment> swap_segment_;
+  std::unique_ptr<SharedSegment> segment_;  // the swap's mailboxes (2 ranks), then shared_area()
   std::unique_ptr<ShmSwap> shm_swap_;
   bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
   uint64_t shm_polls_ = 0;     // of the round in flight
   std::chrono::steady_clock::time_point shm_waiting_since_;  // when the wait on the peer began yielding
-  MPI_Request liveness_ = MPI_REQUEST_NULL;
-  char liveness_byte_ = 0;
+  std::vector<MPI_Request> liveness_;  // per peer, while a wait through shared memory lasts
+  std::vector<char> liveness_bytes_;
   std::vector<MPI_Request> requests_;
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight

@@ -499,7 +499,7 @@ class MpiTransport : public Transport {
       int arrived = 0;
       const int rc = MPI_Test(&liveness_[p], &arrived, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) {
-        check(rc, ("MPI_Test (liveness of rank " + std::to_string(p) + ", waited on through shared memory)").c_str());
+        check(rc, ("MPI_Test (the receive watching rank " + std::to_string(p) + "'s liveness during a wait through shared memory)").c_str());
       }
     }
   }

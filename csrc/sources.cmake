@@ -26,4 +26,5 @@ set(HVDLITE_CORE_SOURCES
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc
+  transport/shm_board.cc
   transport/shm_swap.cc)

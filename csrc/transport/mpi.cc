@@ -18,6 +18,7 @@
 
 #include "hvdlite.h"
 #include "transport/fault_tolerance.h"
+#include "transport/shm_board.h"
 #include "transport/shm_swap.h"
 #include "transport/transport.h"
 
@@ -281,6 +282,14 @@ class MpiTransport : public Transport {
 
   void start_control_and(uint64_t* words, size_t count) override {
     stats().control_bytes_sent += count * sizeof(uint64_t);
+    // Every rank passes the same count, so every rank takes the same path.
+    if (shm_board_ && count <= shm_board_->capacity_words()) {
+      shm_board_->start_and(words, count);
+      stats().shared_memory_swaps += 1;
+      shm_swapping_ = true;
+      shm_polls_ = 0;
+      return;
+    }
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -317,7 +326,7 @@ class MpiTransport : public Transport {
   bool test_control() override {
     int done = 0;
     if (shm_swapping_) {
-      if (shm_swap_->test()) {
+      if (shm_swap_ ? shm_swap_->test() : shm_board_->test()) {
         shm_swapping_ = false;
         peer_waited();
         return true;
@@ -447,14 +456,18 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
-  // The segment's first part at 2 ranks: the swap's mailboxes, rounded to a page.
+  // The segment's first part, for negotiation, rounded to a page: the swap's mailboxes at 2
+  // ranks, the board's at more.
   size_t swap_part_bytes() const {
-    return topo_.size == 2 ? (ShmSwap::segment_bytes(kShmSwapWords) + 4095) / 4096 * 4096 : 0;
+    const size_t bytes = topo_.size == 2 ? ShmSwap::segment_bytes(kShmSwapWords)
+                                         : ShmBoard::segment_bytes(topo_.size, kShmBoardWords);
+    return (bytes + 4095) / 4096 * 4096;
   }
 
-  // All ranks on one host: a segment all of them map carries, at 2 ranks, the control swaps
-  // (shm_swap.h) and, after them, the data path's area (shared_area()). Collective; where a
-  // rank cannot map it, swaps stay MPI messages and all-reduces take the other algorithms.
+  // All ranks on one host: a segment all of them map carries negotiation (the swap at 2 ranks,
+  // shm_swap.h; the board's AND at more, shm_board.h) and, after that, the data path's area
+  // (shared_area()). Collective; where a rank cannot map it, negotiation stays MPI messages
+  // and all-reduces take the other algorithms.
   void share_memory() {
     static std::atomic<int> segments{0};
     const size_t bytes = swap_part_bytes() + shared_area_bytes(topo_.size);
@@ -475,7 +488,11 @@ class MpiTransport : public Transport {
     check(rc, "MPI_Allreduce");
     if (!mapped) return;
     segment_ = std::move(segment);
-    if (topo_.size == 2) shm_swap_ = std::make_unique<ShmSwap>(segment_->data(), kShmSwapWords, topo_.rank);
+    if (topo_.size == 2) {
+      shm_swap_ = std::make_unique<ShmSwap>(segment_->data(), kShmSwapWords, topo_.rank);
+    } else {
+      shm_board_ = std::make_unique<ShmBoard>(segment_->data(), topo_.size, kShmBoardWords, topo_.rank);
+    }
   }
 
   // A wait through shared memory never hears of a lost peer by itself: while it lasts long,
@@ -594,7 +611,10 @@ class MpiTransport : public Transport {
   static constexpr int kLivenessTag = 19;
   std::unique_ptr<SharedSegment> segment_;  // the swap's mailboxes (2 ranks), then shared_area()
   std::unique_ptr<ShmSwap> shm_swap_;
-  bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
+  // More ranks on one host: the negotiation's AND (bit vectors of a few hundred words).
+  static constexpr size_t kShmBoardWords = 1024;
+  std::unique_ptr<ShmBoard> shm_board_;
+  bool shm_swapping_ = false;  // the round in flight goes through shared memory (swap or board)
   uint64_t shm_polls_ = 0;     // of the round in flight
   std::chrono::steady_clock::time_point shm_waiting_since_;  // when the wait on the peer began yielding
   std::vector<MPI_Request> liveness_;  // per peer, while a wait through shared memory lasts

@@ -29,7 +29,7 @@ struct Topology {
 struct TransportStats {
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::atomic<uint64_t> control_bytes_sent{0};
-  std::atomic<uint64_t> shared_memory_swaps{0};  // negotiation rounds swapped through shm_swap.h
+  std::atomic<uint64_t> shared_memory_swaps{0};  // negotiation rounds through shm_swap.h / shm_board.h
   // All-reduces through the shared area (shm_allreduce.h), the bytes this rank copied to and
   // from the area for them (the algorithm's count: twice the buffer less its own segment),
   // and their rounds of pieces (each a few flag stores and waits).

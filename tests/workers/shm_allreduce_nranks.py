@@ -5,7 +5,7 @@ argv[1]: "on" (the default setting: every batch goes through shared memory) or "
 (inputs are small integers, so every order of the sum gives the same bits; Average within a
 rounding), and the transport's counters against the algorithm's count: one shared-memory
 all-reduce per call, copying 2 x buffer - own segment bytes, in ceil(largest segment / piece)
-rounds of 64 KiB pieces.
+rounds of 64 KiB pieces; the negotiation's rounds go through the shared board either way.
 """
 import sys
 
@@ -45,6 +45,8 @@ for dtype in (np.float32, np.float64, np.float16, np.int32, np.int64):
             got = hvd.allreduce(xs[R], op=op, name=f"{dtype.__name__}.{count}.{opname}")
             s = _core.transport_stats(reset=True)
             want = ref(np.stack(xs)).astype(dtype)
+            # The negotiation's AND went through the shared board (csrc/transport/shm_board.h).
+            assert s["shared_memory_swaps"] >= 1, s
             assert got.dtype == want.dtype and np.array_equal(got, want), (dtype, count, opname, got, want)
             es = np.dtype(dtype).itemsize
             own = segment_counts(count)[R] * es

@@ -104,8 +104,17 @@ bool shm_allreduce_nranks_available(Transport& t) {
   return area.data != nullptr && shm_allreduce_nranks_piece_bytes(area.bytes, t.size()) != 0;
 }
 
-void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                          double postscale) {
+namespace {
+
+// The halves an operation runs: the reduce-scatter (stage, then each owner folds its piece)
+// and the all-gather (each owner leaves its piece in its result slot, the others copy it
+// out). Either alone runs the rounds of the same board, so the counters stay in step.
+struct Halves {
+  bool scatter, gather;
+};
+
+void run_rounds(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                double postscale, Halves halves) {
   if (buf.count() == 0) return;
   const int n = t.size(), me = t.rank();
   const size_t es = buf.elem_size();
@@ -134,7 +143,7 @@ void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, R
     if (staged < rounds &&
         (q_stage < kSlots || board.others_reached(kDone, q_stage - kSlots + 1, me, lagging)) &&
         (staged - placed) < kSlots) {
-      for (int g = 0; g < n; ++g) {
+      for (int g = 0; g < n && halves.scatter; ++g) {
         if (g == me) continue;
         char* out = board.stage(me, q_stage, g);
         buf.for_each_run(piece_begin(g, staged), piece_count(g, staged), [&](char* p, size_t c) {
@@ -146,23 +155,28 @@ void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, R
       ++staged;
       progressed = true;
     }
-    // 2. Reduce this rank's piece from the others' staged copies, in the ring's order.
+    // 2. Reduce this rank's piece from the others' staged copies, in the ring's order; put
+    //    the result in the result slot.
     const uint64_t q_reduce = base + reduced;
-    if (reduced < staged && board.others_reached(kStaged, q_reduce + 1, me, lagging)) {
+    if (reduced < staged && (!halves.scatter || board.others_reached(kStaged, q_reduce + 1, me, lagging))) {
       const size_t count = piece_count(me, reduced);
-      if (count > 0) {
+      if (count > 0 && halves.scatter) {
         const char* acc = board.stage((me + 1) % n, q_reduce, me);
         for (int k = 2; k < n; ++k) {
           char* dst = board.stage((me + k) % n, q_reduce, me);
           reduce_into(dst, acc, count, dtype, op);
           acc = dst;
         }
-        char* out = board.result(me, q_reduce);
         buf.for_each_run(piece_begin(me, reduced), count, [&](char* p, size_t c) {
           reduce_into(p, acc, c, dtype, op);
           if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
-          std::memcpy(out, p, c * es);
           acc += c * es;
+        });
+      }
+      if (count > 0 && halves.gather) {
+        char* out = board.result(me, q_reduce);
+        buf.for_each_run(piece_begin(me, reduced), count, [&](char* p, size_t c) {
+          std::memcpy(out, p, c * es);
           out += c * es;
         });
       }
@@ -172,8 +186,8 @@ void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, R
     }
     // 3. Copy the others' reduced pieces into place.
     const uint64_t q_place = base + placed;
-    if (placed < reduced && board.others_reached(kReduced, q_place + 1, me, lagging)) {
-      for (int g = 0; g < n; ++g) {
+    if (placed < reduced && (!halves.gather || board.others_reached(kReduced, q_place + 1, me, lagging))) {
+      for (int g = 0; g < n && halves.gather; ++g) {
         if (g == me) continue;
         const char* in = board.result(g, q_place);
         buf.for_each_run(piece_begin(g, placed), piece_count(g, placed), [&](char* p, size_t c) {
@@ -192,16 +206,33 @@ void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, R
     }
   }
   t.peer_waited();
-  // As the ring counts its exchange with the others: this rank hands them its pieces of their
-  // segments and its reduced segment (to each of them), and takes theirs alike.
-  const size_t total = buf.count() * es, own = segs.count[me] * es;
-  const uint64_t exchanged = (total - own) + static_cast<uint64_t>(n - 1) * own;
-  t.stats().bytes_sent += exchanged;
-  t.stats().bytes_received += exchanged;
-  // Copies to and from the area: staged (total - own), result (own), copied out (total - own).
-  t.stats().shared_memory_copied_bytes += 2 * total - own;
+  // As the ring counts its exchange with the others: the reduce-scatter hands them this
+  // rank's pieces of their segments and takes their pieces of its own; the all-gather hands
+  // its segment to each of them and takes theirs.
+  const uint64_t total = buf.count() * es, own = segs.count[me] * es, others = total - own;
+  const uint64_t to_each = static_cast<uint64_t>(n - 1) * own;
+  t.stats().bytes_sent += (halves.scatter ? others : 0) + (halves.gather ? to_each : 0);
+  t.stats().bytes_received += (halves.scatter ? to_each : 0) + (halves.gather ? others : 0);
+  // Copies to and from the area: staged (others), result (own), copied out (others).
+  t.stats().shared_memory_copied_bytes += (halves.scatter ? others : 0) + (halves.gather ? total : 0);
   t.stats().shared_memory_rounds += rounds;
-  t.stats().shared_memory_allreduces += 1;
+  if (halves.scatter && halves.gather) t.stats().shared_memory_allreduces += 1;
+}
+
+}  // namespace
+
+void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                          double postscale) {
+  run_rounds(t, buf, dtype, op, postscale, Halves{true, true});
+}
+
+void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                               double postscale) {
+  run_rounds(t, buf, dtype, op, postscale, Halves{true, false});
+}
+
+void shm_allgather_nranks(Transport& t, const SpanBuffer& buf) {
+  run_rounds(t, buf, DataType::UInt8, ReduceOp::Sum, 1.0, Halves{false, true});
 }
 
 }  // namespace hvdlite

@@ -35,4 +35,13 @@ size_t shm_allreduce_nranks_piece_bytes(size_t area_bytes, int ranks);
 void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                           double postscale);
 
+// Its halves alone, over the same area (the stages of hierarchical all-reduce). Segments are
+// even_segments(buf.count(), t.size()), as the ring's. The reduce-scatter leaves segment r of
+// rank r's buffer reduced and scaled, bitwise as ring_reduce_scatter does (the others'
+// segments hold this rank's input still); the all-gather sends segment r of rank r to every
+// rank, as ring_allgather does.
+void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
+                               double postscale);
+void shm_allgather_nranks(Transport& t, const SpanBuffer& buf);
+
 }  // namespace hvdlite

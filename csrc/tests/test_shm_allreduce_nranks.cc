@@ -108,6 +108,40 @@ TEST(shm_allreduce_nranks_equals_the_ring_bit_for_bit) {
   check_against_ring(7, 100003, DataType::Float64, ReduceOp::Min, 1.0, seed++);
 }
 
+TEST(shm_reduce_scatter_and_allgather_nranks_equal_the_rings) {
+  // The halves alone (hierarchical all-reduce's stages within a host): the reduce-scatter's
+  // own segment equals ring_reduce_scatter's, and with the all-gather after it, the whole
+  // buffer equals the ring all-reduce's; on one area with all-reduces in between.
+  for (int ranks : {2, 3, 6}) {
+    const size_t count = 90001;
+    const DataType dtype = DataType::Float32;
+    std::vector<std::vector<uint8_t>> shm(ranks), ring(ranks);
+    std::vector<uint8_t> shm_seg[8], ring_seg[8];
+    Fabric fabric(ranks);
+    run_ranks(ranks, [&](int r) {
+      auto t = fabric.world(r);
+      const Segments segs = even_segments(count, ranks);
+      const size_t at = segs.offset[r] * 4, bytes = segs.count[r] * 4;
+      std::vector<uint8_t> a = input(r, count, dtype, 77), b = a, scratch;
+      shm_reduce_scatter_nranks(*t, spans_of(a, count, 4), dtype, ReduceOp::Sum, 0.5);
+      ring_reduce_scatter(*t, spans_of(b, count, 4), segs, dtype, ReduceOp::Sum, 0.5, scratch, 4096);
+      shm_seg[r].assign(a.begin() + at, a.begin() + at + bytes);
+      ring_seg[r].assign(b.begin() + at, b.begin() + at + bytes);
+      std::vector<uint8_t> c = input(r, count, dtype, 78);
+      shm_allreduce_nranks(*t, spans_of(c, count, 4), dtype, ReduceOp::Max, 1.0);
+      shm[r] = input(r, count, dtype, 79);
+      ring[r] = shm[r];
+      shm_reduce_scatter_nranks(*t, spans_of(shm[r], count, 4), dtype, ReduceOp::Min, 1.0);
+      shm_allgather_nranks(*t, spans_of(shm[r], count, 4));
+      ring_allreduce(*t, spans_of(ring[r], count, 4), dtype, ReduceOp::Min, 1.0, scratch, 4096);
+    });
+    for (int r = 0; r < ranks; ++r) {
+      if (shm_seg[r] != ring_seg[r]) throw testing::Failure("reduce-scatter, rank " + std::to_string(r) + " of " + std::to_string(ranks));
+      if (shm[r] != ring[r]) throw testing::Failure("reduce-scatter + all-gather, rank " + std::to_string(r) + " of " + std::to_string(ranks));
+    }
+  }
+}
+
 TEST(shm_allreduce_nranks_collectives_follow_one_another_while_ranks_run_ahead) {
   // Many collectives of varying sizes at 5 ranks; now one rank, now another sleeps, so the
   // others start the next collective while it still copies out the last.

@@ -73,7 +73,8 @@ class Transport {
     return false;
   }
   // All ranks of this transport on one host: memory all of them map, for the data path of
-  // shm_allreduce.h, of shared_area_bytes(size()); empty elsewhere, and on every rank alike.
+  // shm_allreduce.h (a hierarchy's transport within a host: for its stages there, the only
+  // user then), of shared_area_bytes(size()); empty elsewhere, and on every rank alike.
   // Zeroed before any rank first used it; its size never changes. The negotiation's own swap
   // (shm_swap.h) uses other memory.
   struct SharedArea {

@@ -807,6 +807,9 @@ NB_MODULE(_core, m) {
     d["bytes_received"] = read(s.bytes_received);
     d["control_bytes_sent"] = read(s.control_bytes_sent);
     d["shared_memory_swaps"] = read(s.shared_memory_swaps);
+    d["shared_memory_allreduces"] = read(s.shared_memory_allreduces);
+    d["shared_memory_copied_bytes"] = read(s.shared_memory_copied_bytes);
+    d["shared_memory_rounds"] = read(s.shared_memory_rounds);
     return d;
   }, nb::arg("reset") = false);
   m.def("round_through_wire",

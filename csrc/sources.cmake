@@ -23,7 +23,9 @@ set(HVDLITE_CORE_SOURCES
   algorithms/ring_allreduce.cc
   algorithms/ring_pass.cc
   algorithms/shm_allreduce.cc
+  algorithms/shm_allreduce_nranks.cc
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc
+  transport/shm_board.cc
   transport/shm_swap.cc)

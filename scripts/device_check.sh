@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The device check: everything about GPUs that CI (no GPU) cannot run, in one go, on a machine
-# with the CUDA image (see README, "GPUs"). Under 8 minutes there:
+# with the CUDA image (see docs/torch.md, "GPUs"). Under 8 minutes there:
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: all).
+# picks sections (default: "gpu nranks"; nranks needs the build gpu_setup makes).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -78,7 +78,22 @@ gpu_section() {
 }
 # ---------------------------------------------------------------------------------------
 
-for section in ${HVDLITE_DEVICE_CHECK:-gpu}; do
+# ---------------------------------------------------------------------------------------
+# N ranks on one host (issue 19): the figures the 2-core development machine cannot time,
+# on the device's 16 cores, after gpu_setup built hvdlite: hvdlite against MPI per size at 8
+# and 16 ranks, and the torch MLP step at 8 ranks against its no-communication step.
+# About 2-3 minutes.
+nranks_section() {
+  local t0=$SECONDS np
+  for np in 8 16; do
+    gpu_run "$np" 240 examples/allreduce_bench.py --sizes 4K 256K 4M 64M --target-time 0.2 --rounds 2
+  done
+  OMP_NUM_THREADS=1 gpu_run 8 240 examples/torch_bench.py --models mlp
+  say "N-rank section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
+for section in ${HVDLITE_DEVICE_CHECK:-gpu nranks}; do
   "${section}_section"
 done
 exit $failed

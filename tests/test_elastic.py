@@ -120,12 +120,16 @@ def test_core_rebuild_keeps_process_sets():
 
 
 @needs_ulfm
-def test_peer_lost_in_a_shared_memory_allreduce_fails_it():
-    proc = run_launcher("-np", 2, "--min-np", 1, "python",
+@pytest.mark.parametrize("np_", [2, 3])
+def test_peer_lost_in_a_shared_memory_allreduce_fails_it(np_):
+    proc = run_launcher("-np", np_, "--min-np", 1, "python",
                         os.path.join(HERE, "workers", "elastic_shm_peer_lost.py"), timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "hvdlite-run: rank 1 lost (killed by signal 9 (SIGKILL)); continuing with 1 rank" in proc.stderr
-    assert "[0]: rank 0 noticed the lost peer after" in proc.stdout, proc.stdout
+    left = f"{np_ - 1} rank" + ("s" if np_ > 2 else "")
+    assert (f"hvdlite-run: rank {np_ - 1} lost (killed by signal 9 (SIGKILL)); continuing with {left}"
+            in proc.stderr), proc.stderr
+    for r in range(np_ - 1):
+        assert f"[{r}]: rank {r} noticed the lost peer after" in proc.stdout, proc.stdout
     print("".join(line + "\n" for line in proc.stdout.splitlines() if "noticed" in line))
 
 

@@ -6,6 +6,7 @@
 
 #include "algorithms/exchange_allreduce.h"
 #include "algorithms/ring_pass.h"
+#include "algorithms/shm_allreduce_nranks.h"
 
 namespace hvdlite {
 namespace {
@@ -47,6 +48,7 @@ std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config) {
   h->cross = t.split(topo.local_rank, topo.cross_rank);
   h->chunk_bytes = config.hierarchical_chunk_bytes;
   h->exchange_max_bytes = config.exchange_max_bytes;
+  if (shm_allreduce_nranks_available(*h->intra)) h->shm_min_bytes = config.shm_allreduce_min_bytes;
   return h;
 }
 
@@ -60,6 +62,24 @@ void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype,
   const size_t chunk = std::max<size_t>(1, h.chunk_bytes / buf.elem_size());
   const size_t chunks = (buf.count() + chunk - 1) / chunk;
   auto chunk_buf = [&](size_t c) { return buf.slice(c * chunk, std::min(chunk, buf.count() - c * chunk)); };
+  if (h.shm_min_bytes != 0 && buf.count() * buf.elem_size() >= h.shm_min_bytes) {
+    for (size_t c = 0; c < chunks; ++c) {
+      SpanBuffer whole = chunk_buf(c);
+      shm_reduce_scatter_nranks(intra, whole, dtype, op, 1.0);
+      if (times && c + 1 == chunks) times->scattered = std::chrono::steady_clock::now();
+      const Segments segs = even_segments(whole.count(), intra.size());
+      SpanBuffer mine = whole.slice(segs.offset[intra.rank()], segs.count[intra.rank()]);
+      // Note [one slow step across two hosts], below.
+      if (cross.size() == 2 && mine.count() * mine.elem_size() <= h.exchange_max_bytes) {
+        exchange_allreduce(cross, mine, dtype, op, postscale, h.cross_scratch);
+      } else {
+        ring_allreduce(cross, mine, dtype, op, postscale, h.cross_scratch, piece_bytes);
+      }
+      if (times && c + 1 == chunks) times->crossed = std::chrono::steady_clock::now();
+      shm_allgather_nranks(intra, whole);
+    }
+    return;
+  }
   // Software pipeline. Slot s: within the host, reduce-scatter chunk s, then all-gather chunk
   // s-2; meanwhile chunk s-1 (this rank's share of it) goes around the ring across hosts.
   // Every rank runs the same slots and steps, so the steps of both lanes can be posted before

@@ -29,6 +29,10 @@ struct Hierarchy {
   // (Config::exchange_max_bytes).
   size_t exchange_max_bytes = 0;
   std::vector<uint8_t> cross_scratch;  // the cross-host ring's, in flight beside the intra one's
+  // Batches of at least this many bytes take the host's shared memory for the stages within
+  // it (shm_allreduce_nranks.h) instead of the ring; 0: never (no shared area, or
+  // Config::shm_allreduce_min_bytes is 0). The intra transport's area serves only this.
+  size_t shm_min_bytes = 0;
 };
 
 // Collective over `t`. The stages when config allows hierarchical all-reduce and the topology
@@ -44,7 +48,9 @@ struct HierarchyTimes {
 };
 
 // The chunks are cut alike on every rank, and each element is reduced by one owner, so the
-// result is bitwise identical on every rank. times, when given, receives when the first two
+// result is bitwise identical on every rank. Through shared memory the stages within the host
+// run one after the other per chunk (they are memory copies, the cross-host ring is the slow
+// part), with the ring's segments and operand order: the same bits as through the ring. times, when given, receives when the first two
 // stages ended (the third ends on return).
 void hierarchical_allreduce(Hierarchy& h, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                             double postscale, std::vector<uint8_t>& scratch, size_t piece_bytes,

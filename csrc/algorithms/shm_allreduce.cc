@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "algorithms/reduce.h"
+#include "algorithms/shm_allreduce_nranks.h"
 
 namespace hvdlite {
 namespace {
@@ -92,11 +93,13 @@ struct Pieces {
 }  // namespace
 
 bool shm_allreduce_available(Transport& t) {
-  return t.size() == 2 && t.shared_area().data != nullptr && slots_in(t.shared_area().bytes) >= 2;
+  if (t.size() != 2) return t.size() > 2 && shm_allreduce_nranks_available(t);
+  return t.shared_area().data != nullptr && slots_in(t.shared_area().bytes) >= 2;
 }
 
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                    double postscale) {
+  if (t.size() != 2) return shm_allreduce_nranks(t, buf, dtype, op, postscale);
   if (buf.count() == 0) return;
   const int me = t.rank(), peer = 1 - me;
   const size_t es = buf.elem_size();
@@ -170,6 +173,11 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
   // buffer each way at 2 ranks): the peer's half unreduced and its own half reduced.
   t.stats().bytes_sent += buf.count() * es;
   t.stats().bytes_received += buf.count() * es;
+  // Copies to and from the area: the peer's half raw, this side's half reduced, the peer's
+  // half copied out (shm_allreduce_nranks.cc counts alike).
+  t.stats().shared_memory_copied_bytes += (buf.count() + theirs.count) * es;
+  t.stats().shared_memory_rounds += std::max(mine.number(), theirs.number());
+  t.stats().shared_memory_allreduces += 1;
 }
 
 }  // namespace hvdlite

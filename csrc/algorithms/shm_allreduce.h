@@ -1,4 +1,8 @@
-// Shared-memory all-reduce for two ranks on one host (Transport::shared_area()): each rank
+// Shared-memory all-reduce for the ranks of one host (Transport::shared_area()). At more than
+// two ranks it is shm_allreduce_nranks.h (a reduce-scatter plus an all-gather through the
+// area); at two, the queues below, which overlap every stage of every piece.
+//
+// Two ranks: each rank
 // owns half of the buffer, as in the ring. Pieces of the half a rank does not own go to the
 // peer through a queue in the shared area; the owner reduces each one straight from there
 // into its own buffer (applying the postscale), and sends the result back through a second
@@ -19,11 +23,11 @@
 
 namespace hvdlite {
 
-// True when `t` can run shm_allreduce (2 ranks with a shared area large enough); the same
-// on both ranks.
+// True when `t` can run shm_allreduce (2 or more ranks with a shared area large enough);
+// the same on every rank.
 bool shm_allreduce_available(Transport& t);
 
-// The reduction of both ranks' `buf`, times postscale, on both ranks. Both must call it for
+// The reduction of every rank's `buf`, times postscale, on every rank. All must call it for
 // the same collectives in the same order, with the same element count and size.
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                    double postscale);

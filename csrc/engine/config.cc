@@ -82,9 +82,9 @@ const std::vector<Setting>& settings() {
         "buffers (one step) rather than by the ring (two); 0 always uses the ring"},
        [](Config& c, const std::string& t, const std::string& v) { c.exchange_max_bytes = parse_count(v, t); }},
       {{"HVDLITE_SHM_ALLREDUCE_MIN_BYTES", "", "1",
-        "at 2 ranks on one host, all-reduce batches of at least this many bytes are reduced through "
-        "shared memory both ranks map (each rank reduces its half straight from the peer's staged "
-        "copy) rather than by the exchange or the ring; 0 never"},
+        "when all ranks are on one host, all-reduce batches of at least this many bytes are reduced "
+        "through shared memory they all map (each rank reduces its share straight from its peers' "
+        "staged copies) rather than by the exchange or the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_allreduce_min_bytes = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "

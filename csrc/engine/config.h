@@ -17,7 +17,7 @@ struct Config {
   size_t cache_capacity = 1024;                 // responses cached (0 disables)
   size_t ring_piece_bytes = size_t(256) << 10;  // ring steps travel in pieces of this size
   size_t exchange_max_bytes = size_t(64) << 10; // batches up to this size: exchange all-reduce
-  // 2 ranks on one host: batches at least this large go through shared memory
+  // All ranks on one host: batches at least this large go through shared memory
   // (shm_allreduce.h) instead of the exchange or the ring (0: never).
   size_t shm_allreduce_min_bytes = 1;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)

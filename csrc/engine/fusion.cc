@@ -78,8 +78,8 @@ bool use_exchange(size_t bytes, int ranks, size_t limit) {
   return ranks == 2 && bytes <= limit;
 }
 
-// At 2 ranks on one host, from `min_bytes` up (alike on every rank: the shared area exists
-// on both ranks or neither, and the setting agrees).
+// All ranks on one host, from `min_bytes` up (alike on every rank: the shared area exists
+// on every rank or none, and the setting agrees).
 bool use_shared_memory(size_t bytes, Transport& t, size_t min_bytes) {
   return min_bytes != 0 && bytes >= min_bytes && shm_allreduce_available(t);
 }

@@ -208,8 +208,8 @@ class LoopbackTransport : public Transport {
   }
 
   SharedArea shared_area() override {
-    if (size() != 2 || topo_.local_size != 2) return {};
-    return fabric_.shared_area(comm_);
+    if (size() < 2 || topo_.local_size != size()) return {};
+    return fabric_.shared_area(comm_, size());
   }
 
   // Threads cannot die alone: a peer that never comes is a test's broken algorithm, reported
@@ -272,14 +272,15 @@ Fabric::Fabric(int size, int ranks_per_host, std::chrono::milliseconds timeout,
     : size_(size), ranks_per_host_(ranks_per_host > 0 ? ranks_per_host : size), timeout_(timeout),
       shared_area_bytes_(shared_area_bytes) {}
 
-Transport::SharedArea Fabric::shared_area(const std::string& comm) {
+Transport::SharedArea Fabric::shared_area(const std::string& comm, int ranks) {
   if (shared_area_bytes_ == 0) return {};
+  const size_t bytes = ranks == 2 ? shared_area_bytes_ : Transport::shared_area_bytes(ranks);
   std::lock_guard<std::mutex> lk(mu_);
   std::vector<uint64_t>& area = areas_[comm];
   // One cache line more than asked, so the area can start on a line as a mapping does.
-  if (area.empty()) area.assign(shared_area_bytes_ / sizeof(uint64_t) + 8, 0);
+  if (area.empty()) area.assign(bytes / sizeof(uint64_t) + 8, 0);
   const auto at = (reinterpret_cast<uintptr_t>(area.data()) + 63) / 64 * 64;
-  return {reinterpret_cast<void*>(at), shared_area_bytes_};
+  return {reinterpret_cast<void*>(at), bytes};
 }
 
 std::unique_ptr<Transport> Fabric::world(int rank) {

@@ -24,8 +24,9 @@ namespace testing {
 class Fabric {
  public:
   // `ranks_per_host` consecutive ranks share a host (local_rank / cross_rank follow from it).
-  // A communicator of two ranks on one host gets a shared area of `shared_area_bytes`
-  // (Transport::shared_area(); 0: none), as the MPI backend's does.
+  // A communicator whose ranks are all on one host gets a shared area (Transport::
+  // shared_area()) as the MPI backend's: of `shared_area_bytes` at two ranks, of
+  // Transport::shared_area_bytes(ranks) at more; 0: none.
   explicit Fabric(int size, int ranks_per_host = 0,
                   std::chrono::milliseconds timeout = std::chrono::seconds(20),
                   size_t shared_area_bytes = kSharedAreaBytes);
@@ -41,8 +42,9 @@ class Fabric {
 
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  // The shared area of communicator `comm` (zeroed, 64-byte aligned), made on first use.
-  Transport::SharedArea shared_area(const std::string& comm);
+  // The shared area of communicator `comm` of `ranks` (zeroed, 64-byte aligned), made on
+  // first use.
+  Transport::SharedArea shared_area(const std::string& comm, int ranks);
   int host_of(int world_rank) const { return world_rank / ranks_per_host_; }
   // Bytes sent on the data channels so far, between ranks of different hosts.
   size_t cross_host_bytes() const;

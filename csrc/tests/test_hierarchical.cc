@@ -84,6 +84,44 @@ TEST(hierarchical_allreduce_follows_the_flat_rings_rules) {
   }
 }
 
+// The stages within a host through shared memory (shm_allreduce_nranks.h) give the bits the
+// ring gives there: random floats, whose sums depend on the order.
+TEST(hierarchical_allreduce_through_shared_memory_gives_the_rings_bits) {
+  for (auto shape : {std::pair<int, int>{4, 2}, {6, 3}, {8, 4}}) {
+    // One chunk; pipelines of many (uneven tails).
+    for (auto [count, chunk_bytes] : {std::pair<size_t, size_t>{100003, Config().hierarchical_chunk_bytes},
+                                      {20001, 4096}, {2001, 64}}) {
+      std::vector<std::vector<float>> results[2];
+      for (int shm = 0; shm < 2; ++shm) {
+        const int size = shape.first;
+        Fabric fabric(size, shape.second);
+        results[shm].assign(size, std::vector<float>(count));
+        run_ranks(size, [&](int r) {
+          auto t = fabric.world(r);
+          Config config;
+          config.hierarchical_allreduce = 1;
+          config.hierarchical_chunk_bytes = chunk_bytes;
+          config.shm_allreduce_min_bytes = shm ? 1 : 0;
+          auto h = make_hierarchy(*t, config);
+          CHECK(h != nullptr);
+          CHECK_EQ(h->shm_min_bytes, size_t(shm));
+          std::mt19937 rng(r + 7);
+          std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+          std::vector<float>& d = results[shm][r];
+          for (float& x : d) x = u(rng);
+          std::vector<uint8_t> scratch;
+          SpanBuffer buf({{d.data(), 777}, {d.data() + 777, count - 777}}, 4);
+          hierarchical_allreduce(*h, buf, DataType::Float32, ReduceOp::Average, 1.0 / size, scratch, 4096);
+          if (shm) CHECK(h->intra->stats().shared_memory_rounds.load() > 0);
+        });
+      }
+      for (int r = 0; r < shape.first; ++r) {
+        CHECK(std::memcmp(results[1][r].data(), results[0][0].data(), count * 4) == 0);
+      }
+    }
+  }
+}
+
 TEST(hierarchical_allreduce_sends_two_thirds_of_the_flat_cross_host_bytes) {
   const size_t count = 1 << 16;  // 256 KiB of float32
   const size_t flat = run_allreduce(4, 2, false, count, ReduceOp::Sum, 1.0).second;

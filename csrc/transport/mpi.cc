@@ -18,6 +18,7 @@
 
 #include "hvdlite.h"
 #include "transport/fault_tolerance.h"
+#include "transport/shm_board.h"
 #include "transport/shm_swap.h"
 #include "transport/transport.h"
 
@@ -108,7 +109,7 @@ class MpiTransport : public Transport {
     check(MPI_Bcast(&topo_.host, 1, MPI_INT, 0, local), "MPI_Bcast");
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
-    if (topo_.size == 2 && topo_.local_size == 2) share_swap_memory();
+    if (topo_.size >= 2 && topo_.local_size == topo_.size) share_memory();
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
@@ -297,6 +298,14 @@ class MpiTransport : public Transport {
 
   void start_control_and(uint64_t* words, size_t count) override {
     stats().control_bytes_sent += count * sizeof(uint64_t);
+    // Every rank passes the same count, so every rank takes the same path.
+    if (shm_board_ && count <= shm_board_->capacity_words()) {
+      shm_board_->start_and(words, count);
+      stats().shared_memory_swaps += 1;
+      shm_swapping_ = true;
+      shm_polls_ = 0;
+      return;
+    }
     check(MPI_Iallreduce(MPI_IN_PLACE, words, static_cast<int>(count), MPI_UINT64_T, MPI_BAND,
                          control_, &control_request_),
           "MPI_Iallreduce");
@@ -333,7 +342,7 @@ class MpiTransport : public Transport {
   bool test_control() override {
     int done = 0;
     if (shm_swapping_) {
-      if (shm_swap_->test()) {
+      if (shm_swap_ ? shm_swap_->test() : shm_board_->test()) {
         shm_swapping_ = false;
         peer_waited();
         return true;
@@ -436,8 +445,8 @@ class MpiTransport : public Transport {
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
   SharedArea shared_area() override {
-    if (!swap_segment_) return {};
-    return {static_cast<char*>(swap_segment_->data()) + swap_bytes(), kSharedAreaBytes};
+    if (!segment_) return {};
+    return {static_cast<char*>(segment_->data()) + swap_part_bytes(), shared_area_bytes(topo_.size)};
   }
 
   void waiting_for_peer(uint64_t polls) override {
@@ -464,15 +473,21 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
-  // The segment's first part: the swap's mailboxes, rounded to a page.
-  static size_t swap_bytes() { return (ShmSwap::segment_bytes(kShmSwapWords) + 4095) / 4096 * 4096; }
+  // The segment's first part, for negotiation, rounded to a page: the swap's mailboxes at 2
+  // ranks, the board's at more.
+  size_t swap_part_bytes() const {
+    const size_t bytes = topo_.size == 2 ? ShmSwap::segment_bytes(kShmSwapWords)
+                                         : ShmBoard::segment_bytes(topo_.size, kShmBoardWords);
+    return (bytes + 4095) / 4096 * 4096;
+  }
 
-  // Two ranks on one host: a segment both map carries the control swaps (shm_swap.h) and,
-  // after them, the data path's area (shared_area()). Collective; where either rank cannot
-  // map it, swaps stay MPI messages and all-reduces take the other algorithms.
-  void share_swap_memory() {
+  // All ranks on one host: a segment all of them map carries negotiation (the swap at 2 ranks,
+  // shm_swap.h; the board's AND at more, shm_board.h) and, after that, the data path's area
+  // (shared_area()). Collective; where a rank cannot map it, negotiation stays MPI messages
+  // and all-reduces take the other algorithms.
+  void share_memory() {
     static std::atomic<int> segments{0};
-    const size_t bytes = swap_bytes() + kSharedAreaBytes;
+    const size_t bytes = swap_part_bytes() + shared_area_bytes(topo_.size);
     char name[64] = {0};
     std::unique_ptr<SharedSegment> segment;
     if (topo_.rank == 0) {
@@ -483,36 +498,53 @@ class MpiTransport : public Transport {
       if (!segment) name[0] = 0;
     }
     check(MPI_Bcast(name, sizeof(name), MPI_CHAR, 0, data_), "MPI_Bcast");
-    if (topo_.rank == 1 && name[0]) segment = SharedSegment::open(name, bytes);
+    if (topo_.rank != 0 && name[0]) segment = SharedSegment::open(name, bytes);
     int mapped = segment != nullptr;
     const int rc = MPI_Allreduce(MPI_IN_PLACE, &mapped, 1, MPI_INT, MPI_LAND, data_);
     if (topo_.rank == 0 && name[0]) SharedSegment::unlink(name);
     check(rc, "MPI_Allreduce");
     if (!mapped) return;
-    swap_segment_ = std::move(segment);
-    shm_swap_ = std::make_unique<ShmSwap>(swap_segment_->data(), kShmSwapWords, topo_.rank);
+    segment_ = std::move(segment);
+    if (topo_.size == 2) {
+      shm_swap_ = std::make_unique<ShmSwap>(segment_->data(), kShmSwapWords, topo_.rank);
+    } else {
+      shm_board_ = std::make_unique<ShmBoard>(segment_->data(), topo_.size, kShmBoardWords, topo_.rank);
+    }
   }
 
-  // A swap through shared memory never hears of a lost peer by itself: while a round waits
-  // long, a receive from the peer (on a tag nobody sends on) stands in, which MPI fails when
-  // the peer is lost (with ULFM; without it, MPI ends the job).
+  // A wait through shared memory never hears of a lost peer by itself: while it lasts long,
+  // a receive from each peer (on a tag nobody sends on) stands in, which MPI fails when that
+  // peer is lost (with ULFM; without it, MPI ends the job). The error names the peer.
   void check_peer_alive(uint64_t polls) {
     const auto now = std::chrono::steady_clock::now();
     if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
     if (now - shm_waiting_since_ < kLivenessCheckAfter) return;
-    if (liveness_ == MPI_REQUEST_NULL) {
-      check(MPI_Irecv(&liveness_byte_, 1, MPI_BYTE, 1 - topo_.rank, kLivenessTag, control_, &liveness_),
-            "MPI_Irecv");
+    if (liveness_.empty()) {
+      liveness_.assign(static_cast<size_t>(topo_.size), MPI_REQUEST_NULL);
+      liveness_bytes_.assign(static_cast<size_t>(topo_.size), 0);
+      for (int p = 0; p < topo_.size; ++p) {
+        if (p == topo_.rank) continue;
+        check(MPI_Irecv(&liveness_bytes_[p], 1, MPI_BYTE, p, kLivenessTag, control_, &liveness_[p]),
+              "MPI_Irecv");
+      }
     }
-    int arrived = 0;
-    check(MPI_Test(&liveness_, &arrived, MPI_STATUS_IGNORE), "MPI_Test (peer liveness)");
+    for (int p = 0; p < topo_.size; ++p) {
+      if (liveness_[p] == MPI_REQUEST_NULL) continue;
+      int arrived = 0;
+      const int rc = MPI_Test(&liveness_[p], &arrived, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        check(rc, ("MPI_Test (the receive watching rank " + std::to_string(p) + "'s liveness during a wait through shared memory)").c_str());
+      }
+    }
   }
 
   void stop_liveness_check() {
-    if (liveness_ == MPI_REQUEST_NULL) return;
-    MPI_Cancel(&liveness_);
-    MPI_Wait(&liveness_, MPI_STATUS_IGNORE);
-    liveness_ = MPI_REQUEST_NULL;
+    for (MPI_Request& r : liveness_) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    liveness_.clear();
   }
 
   // This transport's ranks that are not in `survivors`.
@@ -599,18 +631,19 @@ class MpiTransport : public Transport {
   // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
   // (16 KiB of data, controller.cc) and a generous set of control words.
   static constexpr size_t kShmSwapWords = 4096;
-  // The data path's area (shm_allreduce.cc cuts it into its queues of pieces).
-  static constexpr size_t kSharedAreaBytes = size_t(2) << 20;
   static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
   static constexpr int kLivenessTag = 19;
-  std::unique_ptr<SharedSegment> swap_segment_;
+  std::unique_ptr<SharedSegment> segment_;  // the swap's mailboxes (2 ranks), then shared_area()
   std::unique_ptr<ShmSwap> shm_swap_;
-  bool shm_swapping_ = false;  // the round in flight is a shared-memory swap
+  // More ranks on one host: the negotiation's AND (bit vectors of a few hundred words).
+  static constexpr size_t kShmBoardWords = 1024;
+  std::unique_ptr<ShmBoard> shm_board_;
+  bool shm_swapping_ = false;  // the round in flight goes through shared memory (swap or board)
   uint64_t shm_polls_ = 0;     // of the round in flight
   std::chrono::steady_clock::time_point shm_waiting_since_;  // when the wait on the peer began yielding
-  MPI_Request liveness_ = MPI_REQUEST_NULL;
-  char liveness_byte_ = 0;
+  std::vector<MPI_Request> liveness_;  // per peer, while a wait through shared memory lasts
+  std::vector<char> liveness_bytes_;
   std::vector<MPI_Request> requests_;
   std::vector<MPI_Status> statuses_;  // wait_all's, kept for their errors
   static constexpr int kSideTag = 17;

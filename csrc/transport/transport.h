@@ -3,6 +3,7 @@
 // negotiation. Buffers are void* + byte counts; element types never reach a transport.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -28,7 +29,13 @@ struct Topology {
 struct TransportStats {
   std::atomic<uint64_t> bytes_sent{0}, bytes_received{0};
   std::atomic<uint64_t> control_bytes_sent{0};
-  std::atomic<uint64_t> shared_memory_swaps{0};  // negotiation rounds swapped through shm_swap.h
+  std::atomic<uint64_t> shared_memory_swaps{0};  // negotiation rounds through shm_swap.h / shm_board.h
+  // All-reduces through the shared area (shm_allreduce.h), the bytes this rank copied to and
+  // from the area for them (the algorithm's count: twice the buffer less its own segment),
+  // and their rounds of pieces (each a few flag stores and waits).
+  std::atomic<uint64_t> shared_memory_allreduces{0};
+  std::atomic<uint64_t> shared_memory_copied_bytes{0};
+  std::atomic<uint64_t> shared_memory_rounds{0};
 };
 
 class Transport {
@@ -65,13 +72,22 @@ class Transport {
     (void)send, (void)recv, (void)count;
     return false;
   }
-  // Two ranks on one host: memory both map, for the data path of shm_allreduce.h; empty
-  // elsewhere, and on both ranks alike. Zeroed before either rank first used it; its size
-  // never changes. The negotiation's own swap (shm_swap.h) uses other memory.
+  // All ranks of this transport on one host: memory all of them map, for the data path of
+  // shm_allreduce.h (a hierarchy's transport within a host: for its stages there, the only
+  // user then), of shared_area_bytes(size()); empty elsewhere, and on every rank alike.
+  // Zeroed before any rank first used it; its size never changes. The negotiation's own swap
+  // (shm_swap.h) uses other memory.
   struct SharedArea {
     void* data = nullptr;
     size_t bytes = 0;
   };
+  // 2 MiB at 2 ranks (shm_allreduce.cc's queues); at more, room for two rounds of 64 KiB
+  // pieces per rank and segment (shm_allreduce_nranks.cc), at most 16 MiB (smaller pieces).
+  static size_t shared_area_bytes(int ranks) {
+    if (ranks <= 2) return size_t(2) << 20;
+    const size_t n = static_cast<size_t>(ranks);
+    return std::min(size_t(16) << 20, n * (n + 1) * 2 * (size_t(64) << 10) + 3 * n * 64);
+  }
   virtual SharedArea shared_area() { return {}; }
   // The wait policy of a rank waiting on its peer through shared memory, written once for
   // the negotiation's swap and the data path: called for each poll that found nothing new

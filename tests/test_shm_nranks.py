@@ -1,0 +1,19 @@
+"""Shared-memory all-reduce at 3 and 4 ranks on one host (oversubscribed on a 2-core machine,
+so its waits must yield): exact against numpy, and the transport's counters show the path was
+taken (copies and rounds as the algorithm counts them), or not when the setting turns it off.
+C++ unit tests at 2-8 ranks: csrc/tests/test_shm_allreduce_nranks.cc."""
+import pytest
+
+from mpi_launch import run_mpi
+
+
+@pytest.mark.parametrize("np_", [3, 4])
+def test_shm_allreduce_at_n_ranks(np_):
+    out = run_mpi(np_, "workers/shm_allreduce_nranks.py", "on", timeout=300).stdout
+    assert f"shm_allreduce_nranks on OK at {np_} ranks" in out, out
+
+
+def test_shm_allreduce_turned_off():
+    out = run_mpi(3, "workers/shm_allreduce_nranks.py", "off",
+                  env={"HVDLITE_SHM_ALLREDUCE_MIN_BYTES": "0"}, timeout=300).stdout
+    assert "shm_allreduce_nranks off OK at 3 ranks" in out, out

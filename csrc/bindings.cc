@@ -712,6 +712,7 @@ NB_MODULE(_core, m) {
     d["ring_piece_bytes"] = c.ring_piece_bytes;
     d["stall_check_s"] = c.stall_check_s;
     d["stall_shutdown_s"] = c.stall_shutdown_s;
+    d["deadlock_s"] = c.deadlock_s;
     d["timeline"] = c.timeline;
     d["timeline_mark_cycles"] = c.timeline_mark_cycles;
     d["timeline_all_ranks"] = c.timeline_all_ranks;

@@ -88,6 +88,12 @@ const std::vector<Setting>& settings() {
         "after a stall this long the job ends: every rank's pending and later collectives fail "
         "with the stall message; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.stall_shutdown_s = parse_number(v, t); }},
+      {{"HVDLITE_DEADLOCK_TIME_SECONDS", "", "30",
+        "when every member of a process set has been blocked waiting this long on requests that "
+        "no other member submitted (nothing can ever run), each waited-for request fails on every "
+        "rank with HvdliteDeadlockError, naming what each rank waits for; a rank that is "
+        "computing never trips it; 0 disables"},
+       [](Config& c, const std::string& t, const std::string& v) { c.deadlock_s = parse_number(v, t); }},
       {{"HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "",
         "write a Chrome trace (chrome://tracing, Perfetto) of every collective to this file"},
        [](Config& c, const std::string& t, const std::string&) { c.timeline = t; }},

@@ -10,10 +10,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,24 @@ class Engine {
   // Runs the owning set's rounds on this thread while no other thread does (Group::help),
   // then returns the outcome.
   Outcome wait(int64_t handle);
+  // wait() until `until` at most: nothing when the request has not finished by then (it stays
+  // in flight; wait again later). For callers that must look at something else now and then
+  // (Python's signal handlers): Note [interruptible waits] in bindings.cc.
+  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
+
+  // While alive, the deadlock detector counts this rank as blocked on `handle` in its set
+  // (deadlock.h). Engine::wait holds one; so do callers that wait in slices (wait_until).
+  class Blocked {
+   public:
+    Blocked(Engine& engine, int64_t handle);
+    ~Blocked();
+    Blocked(const Blocked&) = delete;
+    Blocked& operator=(const Blocked&) = delete;
+
+   private:
+    std::shared_ptr<Group> group_;
+    int64_t handle_;
+  };
 
   // Stops every group on every rank (the first rank to ask decides; others' pending requests
   // fail with ShutDown). Returns when this rank's loops have ended.
@@ -103,6 +123,7 @@ class Engine {
 
   int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
   std::string unknown_set(int id) const;  // needs sets_mu_ held
+  std::shared_ptr<Group> owner_of(int64_t handle);  // null for an unknown handle
 
   Config config_;
   HandleTable handles_;

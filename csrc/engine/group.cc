@@ -90,7 +90,18 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
   return handles;
 }
 
-void Group::help(int64_t handle) {
+void Group::begin_wait(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++waited_[handle];
+}
+
+void Group::end_wait(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = waited_.find(handle);
+  if (it != waited_.end() && --it->second == 0) waited_.erase(it);
+}
+
+void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at) {
   bool mine = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -114,7 +125,9 @@ void Group::help(int64_t handle) {
     }
   };
   bool alive = true;
-  while (alive && !done()) alive = run_round(/*caller=*/true);
+  while (alive && !done() && std::chrono::steady_clock::now() < leave_at) {
+    alive = run_round(/*caller=*/true, leave_at);
+  }
   release_driver();
 }
 
@@ -207,21 +220,35 @@ bool Group::check_stalls_idle() {
   return false;
 }
 
-bool Group::run_round(bool caller) {
+bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_at) {
+  RoundOptions options;
+  options.patient = caller;
+  options.leave_at = leave_at;
   bool stop_requested;
+  const bool open = controller_.round_open();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& e : queue_) {
-      trace_drained(*e);
-      pending_.push_back(std::move(e));
+    if (!open) {  // an open round's pending list must stay as it began (Controller::negotiate)
+      for (auto& e : queue_) {
+        trace_drained(*e);
+        pending_.push_back(std::move(e));
+      }
+      queue_.clear();
     }
-    queue_.clear();
-    work_queued_ = stop_requested_;
+    work_queued_ = stop_requested_ || !queue_.empty();
     stop_requested = stop_requested_;
+    for (const auto& e : pending_) {
+      if (waited_.count(e->handle)) {
+        options.blocked = true;
+        break;
+      }
+    }
   }
   try {
-    trace_round();
-    RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
+    if (!open) trace_round();
+    std::optional<RoundOutcome> outcome = controller_.negotiate(pending_, stop_requested, options);
+    if (!outcome) return true;  // left open: the next holder of the token finishes it
+    RoundOutcome& round = *outcome;
     if (round.prereduced.empty()) {
       execute(round.responses);
     } else {
@@ -229,6 +256,7 @@ bool Group::run_round(bool caller) {
       allreduce_.complete_prereduced(round.prereduced, round.reduced);
       pending_.clear();  // a merged round held every pending entry (controller.h)
     }
+    if (round.deadlock) fail_waited_for();
     if (round.shutdown) {
       std::string reason;
       {
@@ -322,6 +350,29 @@ void Group::execute(const std::vector<Response>& responses) {
     }
   }
   allreduce_.flush();
+  EntryList still;
+  for (auto& e : pending_) {
+    if (!e->done) still.push_back(std::move(e));
+  }
+  pending_.swap(still);
+}
+
+void Group::fail_waited_for() {
+  RankWaits mine;
+  std::vector<TensorEntry*> waited;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& e : pending_) {
+      if (e->done) continue;
+      mine.pending.push_back(e->request.name);
+      if (waited_.count(e->handle)) {
+        mine.waits.push_back(e->request.name);
+        waited.push_back(e.get());
+      }
+    }
+  }
+  const std::string message = controller_.agree_on_deadlock(mine);
+  for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, message});
   EntryList still;
   for (auto& e : pending_) {
     if (!e->done) still.push_back(std::move(e));

@@ -3,6 +3,7 @@
 // seeing a framework type. Every hvdlite::Error becomes the matching hvdlite.exceptions class.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -12,7 +13,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -323,18 +327,65 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                       wake);
 }
 
+// Note [interruptible waits]
+// A wait never blocks in C++ for more than kSignalCheck at a time: between slices it takes the
+// GIL and runs Python's pending signal handlers (Ctrl-C, signal.alarm, pytest-timeout), whose
+// exception then leaves the wait. The request stays in flight (a round its caller was running
+// goes on in the engine's thread), so the same handle can be waited on again; a wait with a
+// timeout raises HvdliteTimeoutError likewise. The rank counts as blocked (for the deadlock
+// detector) for the whole wait, not per slice.
+constexpr auto kSignalCheck = std::chrono::milliseconds(100);
+
+// Waits for `handle` with the GIL released but for the checks; timeout_s < 0: no limit.
+// Throws nb::python_error for a signal handler's exception, Error(Timeout) at the limit.
+Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto deadline =
+      timeout_s < 0 || !std::isfinite(timeout_s)
+          ? clock::time_point::max()
+          : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+  Engine::Blocked blocked(eng, handle);
+  while (true) {
+    std::optional<Outcome> o;
+    {
+      nb::gil_scoped_release release;
+      const auto now = clock::now();
+      o = eng.wait_until(handle, deadline - now > kSignalCheck ? now + kSignalCheck : deadline);
+    }
+    if (o) return std::move(*o);
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    if (clock::now() >= deadline) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%g", timeout_s);
+      throw Error(Status::Timeout,
+                  std::string("wait(timeout=") + text + ") ran out of time; the request is still "
+                  "in flight (wait for it again, or let it finish in the background)");
+    }
+  }
+}
+
 // Enqueues the entries, then waits for every one, in one call: the calling thread runs the
 // rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
-// entry's error once all have finished; the caller keeps the arrays alive meanwhile.
-void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries) {
+// entry's error once all have finished; `arrays` (the inputs and outputs) stay referenced
+// until then. A signal handler's exception leaves at once: the unfinished requests and
+// `arrays` go to hvdlite.work's dropped Works, finished in the background.
+void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, nb::object arrays) {
   std::vector<int64_t> handles = eng->enqueue(process_set, std::move(entries), false);
   Outcome first_error;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    Outcome o;
+    try {
+      o = wait_interruptibly(*eng, handles[i], -1);
+    } catch (nb::python_error&) {
+      std::vector<int64_t> left(handles.begin() + static_cast<std::ptrdiff_t>(i), handles.end());
+      nb::module_::import_("hvdlite.work").attr("adopt")(left, arrays);
+      throw;
+    }
+    if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
+  }
   {
     nb::gil_scoped_release release;
-    for (int64_t h : handles) {
-      Outcome o = eng->wait(h);
-      if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
-    }
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (first_error.status != Status::Success) throw Error(first_error.status, first_error.error);
@@ -346,7 +397,8 @@ void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::
                    double postscale, int compression, int process_set) {
   std::shared_ptr<Engine> eng = context_ref();
   run_entries(std::move(eng), process_set,
-              allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression));
+              allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
+              nb::make_tuple(inputs, outputs));
 }
 
 // run_allreduce of one tensor, without the lists: a lone small all-reduce takes a few
@@ -356,7 +408,7 @@ void run_allreduce_one(const std::string& name, nb::handle input, nb::handle out
   std::shared_ptr<Engine> eng = context_ref();
   EntryList entries;
   entries.push_back(allreduce_entry(name, input, output, op, prescale, postscale, compression));
-  run_entries(std::move(eng), process_set, std::move(entries));
+  run_entries(std::move(eng), process_set, std::move(entries), nb::make_tuple(input, output));
 }
 
 int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e) {
@@ -482,12 +534,12 @@ int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
-nb::tuple wait(int64_t handle) {
+// timeout: seconds, or None (no limit); Note [interruptible waits].
+nb::tuple wait(int64_t handle, std::optional<double> timeout) {
   std::shared_ptr<Engine> ctx = context_ref();
-  Outcome o;
+  Outcome o = wait_interruptibly(*ctx, handle, timeout ? *timeout : -1);
   {
     nb::gil_scoped_release release;
-    o = ctx->wait(handle);
     ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
   if (o.status != Status::Success) throw Error(o.status, o.error);
@@ -724,7 +776,7 @@ NB_MODULE(_core, m) {
     d["hierarchical_allreduce"] = c.hierarchical_allreduce;
     return d;
   });
-  m.def("wait", &wait);
+  m.def("wait", &wait, nb::arg("handle"), nb::arg("timeout") = nb::none());
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.

@@ -113,9 +113,9 @@ elif mode == "alarm":
         time.sleep(2)
         hvd.allreduce(x, name="timed", op=hvd.Sum)
     hvd.barrier()  # rank 0's 'never' is still in flight here; the barrier is not held up
-    start = time.monotonic()
+    rank, start = hvd.rank(), time.monotonic()
     hvd.shutdown()
-    print(f"rank {hvd.rank()} shutdown {time.monotonic() - start:.2f}", flush=True)
+    print(f"rank {rank} shutdown {time.monotonic() - start:.2f}", flush=True)
     sys.exit(0)
 else:
     raise SystemExit(f"unknown mode {mode}")

@@ -55,8 +55,8 @@ struct RankWaits {
 
 // The error every waited-for request gets: per rank (by global rank, ranks that wait for the
 // same names together) what it waits for and which ranks submitted each:
-//   "rank 1 waits for 'x' (submitted by rank 1), ranks 0 and 2 wait for 'y' (submitted by
-//    ranks 0, 2)"
+//   "ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for 'x' (submitted by
+//    rank 1)"
 // by_member[i] is member i's report.
 std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Membership& members,
                               double grace_s);

@@ -81,8 +81,9 @@ const std::vector<Setting>& settings() {
         "copy) rather than by the exchange or the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_allreduce_min_bytes = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
-        "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
-        "after this many seconds; 0 disables"},
+        "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
+        "that do not answer, such as a stopped one), after this many seconds; the lowest rank "
+        "that submitted it warns; 0 disables"},
        [](Config& c, const std::string& t, const std::string& v) { c.stall_check_s = parse_number(v, t); }},
       {{"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
         "after a stall this long the job ends: every rank's pending and later collectives fail "

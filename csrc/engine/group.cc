@@ -237,8 +237,8 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
     }
     work_queued_ = stop_requested_ || !queue_.empty();
     stop_requested = stop_requested_;
-    for (const auto& e : pending_) {
-      if (waited_.count(e->handle)) {
+    for (size_t i = 0; !waited_.empty() && config_.deadlock_s > 0 && i < pending_.size(); ++i) {
+      if (waited_.count(pending_[i]->handle)) {
         options.blocked = true;
         break;
       }

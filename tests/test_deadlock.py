@@ -66,11 +66,12 @@ def test_a_rank_computing_longer_than_the_grace_period_trips_nothing():
 def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight():
     proc = run_mpi(2, "workers/core_deadlock.py", "alarm", timeout=120)
     got = {what: _lines(proc, what).get(0) for what in
-           ("alarm", "rewait-ok", "timeout", "timeout-rewait-ok", "sync-alarm")}
+           ("alarm", "rewait-ok", "timeout", "timeout-rewait-ok", "sync-alarm", "torch-alarm")}
     assert all(got.values()), proc.stdout
     assert 1.9 <= got["alarm"][0] <= 3, got          # signal.alarm(2) raised within 3 s
     assert got["rewait-ok"][0] >= 5.5, got           # the same Work completed later
     assert 0.45 <= got["timeout"][0] <= 1.5, got     # wait(timeout=0.5)
     assert 1.9 <= got["sync-alarm"][0] <= 3, got     # a synchronous all-reduce too
+    assert 1.9 <= got["torch-alarm"][0] <= 3, got    # and the torch adapter's
     shutdown = _lines(proc, "shutdown")
     assert sorted(shutdown) == [0, 1] and all(s <= 5 for s, _ in shutdown.values()), proc.stdout

@@ -11,8 +11,8 @@ error.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
 handler raises out of the wait; the request stays in flight and the Work completes when
 waited for again. Then wait(timeout=...) raises HvdliteTimeoutError and a later wait
-completes. Then rank 0 is interrupted in a synchronous all-reduce nobody else ever submits,
-and every rank shuts down cleanly.
+completes. Then rank 0 is interrupted in a synchronous all-reduce nobody else ever submits
+(numpy, then torch), and every rank shuts down cleanly.
 """
 import signal
 import sys
@@ -107,6 +107,18 @@ elif mode == "alarm":
             print(f"rank 0 sync-alarm {time.monotonic() - start:.2f}", flush=True)
         else:
             raise AssertionError("the never-matched all-reduce completed")
+        # The torch adapter's synchronous all-reduce, likewise.
+        import torch
+        import hvdlite.torch as hvd_torch
+        torch.set_num_threads(1)
+        start = time.monotonic()
+        signal.alarm(2)
+        try:
+            hvd_torch.allreduce(torch.ones(3), name="never.torch")
+        except Alarm:
+            print(f"rank 0 torch-alarm {time.monotonic() - start:.2f}", flush=True)
+        else:
+            raise AssertionError("the never-matched torch all-reduce completed")
     else:
         time.sleep(6)
         hvd.allreduce(x, name="late", op=hvd.Sum)

@@ -780,15 +780,14 @@ NB_MODULE(_core, m) {
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.
+  // Interruptible (Note [interruptible waits]); the GIL is held but while waiting.
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     std::shared_ptr<Engine> eng = context_ref();
-    nb::gil_scoped_release release;
-    return eng->add_process_set(ranks);
+    return eng->add_process_set(ranks, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
   }, nb::arg("ranks"));
   m.def("remove_process_set", [](int id) {
     std::shared_ptr<Engine> eng = context_ref();
-    nb::gil_scoped_release release;
-    return eng->remove_process_set(id);
+    return eng->remove_process_set(id, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
   }, nb::arg("id"));
   m.def("process_set_ids", [] { return context_ref()->process_set_ids(); });
   m.def("process_set_ranks", [](int id) { return context_ref()->process_set(id).ranks; }, nb::arg("id"));

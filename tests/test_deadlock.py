@@ -54,6 +54,18 @@ def test_deadlock_in_a_process_set_names_the_set_and_global_ranks():
     assert proc.stdout.count("done") == 3, proc.stdout
 
 
+def test_a_process_set_change_against_a_collective_is_a_deadlock_too():
+    proc = run_mpi(2, "workers/core_deadlock.py", "add-set",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1], proc.stdout
+    for seconds, message in got.values():
+        assert seconds <= GRACE + 5
+        assert re.search(r"rank 0 waits for 'hvdlite\.add_process_set\.\d+' \(submitted by rank 0\), "
+                         r"rank 1 waits for 'y' \(submitted by rank 1\)", message), message
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
 def test_a_rank_computing_longer_than_the_grace_period_trips_nothing():
     proc = run_mpi(2, "workers/core_deadlock.py", "slow", 2 * GRACE,
                    env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)

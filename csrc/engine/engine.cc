@@ -209,7 +209,7 @@ int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t roo
   return enqueue(0, std::move(list))[0];
 }
 
-int Engine::add_process_set(const std::vector<int>& ranks) {
+int Engine::add_process_set(const std::vector<int>& ranks, const Waiter& wait) {
   if (ranks.empty()) {
     throw Error(Status::InvalidArgument, "a process set needs at least one rank");
   }
@@ -226,15 +226,16 @@ int Engine::add_process_set(const std::vector<int>& ranks) {
                   " name rank " + std::to_string(sorted[i]) + " more than once");
     }
   }
-  Outcome o = handles_.wait(submit_change(OpType::AddProcessSet,
-                                          std::vector<int64_t>(sorted.begin(), sorted.end()), 0));
+  const int64_t h = submit_change(OpType::AddProcessSet, std::vector<int64_t>(sorted.begin(), sorted.end()), 0);
+  Outcome o = wait ? wait(h) : this->wait(h);
   if (o.status != Status::Success) throw Error(o.status, o.error);
   return o.process_set_id;
 }
 
-bool Engine::remove_process_set(int id) {
+bool Engine::remove_process_set(int id, const Waiter& wait) {
   if (id == 0) return false;  // the global set stays
-  Outcome o = handles_.wait(submit_change(OpType::RemoveProcessSet, {}, id));
+  const int64_t h = submit_change(OpType::RemoveProcessSet, {}, id);
+  Outcome o = wait ? wait(h) : this->wait(h);
   if (o.status != Status::Success) throw Error(o.status, o.error);
   return o.process_set_id == id;
 }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,12 +91,15 @@ class Engine {
                                   const std::vector<std::string>& command,
                                   const std::vector<Transport::NewProcess>& add);
 
+  // How add/remove_process_set wait for their request: Engine::wait unless the caller must
+  // look at something else meanwhile (bindings.cc: Python's signal handlers).
+  using Waiter = std::function<Outcome(int64_t handle)>;
   // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
   // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
   // the ranks passed differ across ranks.
-  int add_process_set(const std::vector<int>& ranks);
+  int add_process_set(const std::vector<int>& ranks, const Waiter& wait = nullptr);
   // Collective over the global set. False when no set has this id (or it is the global set).
-  bool remove_process_set(int id);
+  bool remove_process_set(int id, const Waiter& wait = nullptr);
 
   struct ProcessSetInfo {
     std::vector<int> ranks;  // global ranks of the members

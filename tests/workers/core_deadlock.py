@@ -6,6 +6,7 @@ HVDLITE_DEADLOCK_TIME_SECONDS set short, every rank gets HvdliteDeadlockError na
 rank waits for; the next matched collective works.
 'set': the same inside process set [0, 1] of 3 ranks (rank 2 waits in a global collective
 that the others join once their deadlock error came).
+'add-set': rank 0 adds a process set while rank 1 all-reduces: a deadlock too.
 'slow': rank 1 computes (sleeps) for longer than the grace period before submitting; no
 error.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
@@ -59,6 +60,19 @@ elif mode == "set":
     if ps.included():
         expect_deadlock(f"diverge.{hvd.rank()}", ps)
         check_next_collective_works(ps, "after.set")
+    check_next_collective_works()
+elif mode == "add-set":
+    # Rank 0 adds a process set (a collective over all ranks), rank 1 all-reduces: the
+    # process-set change counts as a blocked wait like any other.
+    hvd.init(process_sets="dynamic")
+    start = time.monotonic()
+    try:
+        if hvd.rank() == 0:
+            hvd.add_process_set([0, 1])
+        else:
+            hvd.allreduce(np.ones(2, np.float32), name="y")
+    except hvd.HvdliteDeadlockError as e:
+        print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
     check_next_collective_works()
 elif mode == "slow":
     hvd.init()

@@ -9,6 +9,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <algorithm>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +38,20 @@ bool nccl_built();
 }
 
 namespace {
+
+// Where this module's libstdc++ comes from, for --check-build: "shared" and the library's path,
+// or "static" when the compiler linked it into the module (kept local by csrc/exports.map,
+// Note [one exported symbol] in CMakeLists.txt). std::terminate's address is that of the copy
+// the module actually calls.
+std::pair<std::string, std::string> libstdcxx_linkage() {
+  Dl_info self{}, lib{};
+  if (!dladdr(reinterpret_cast<void*>(&libstdcxx_linkage), &self) ||
+      !dladdr(reinterpret_cast<void*>(&std::terminate), &lib) || !lib.dli_fname) {
+    return {"unknown", ""};
+  }
+  if (self.dli_fbase == lib.dli_fbase) return {"static", self.dli_fname ? self.dli_fname : ""};
+  return {"shared", lib.dli_fname};
+}
 
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
@@ -703,6 +719,9 @@ NB_MODULE(_core, m) {
     d["mpi_library_version"] = std::string(mpi_library_version());
     d["nccl"] = nccl_built();
     d["fault_tolerant"] = mpi_fault_tolerant();
+    auto [linkage, path] = libstdcxx_linkage();
+    d["libstdcxx"] = linkage;
+    d["libstdcxx_path"] = path;
     return d;
   });
 

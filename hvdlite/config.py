@@ -5,9 +5,9 @@ The table lives in the C++ core (csrc/engine/config.cc), which parses the values
 ``HVDLITE_*`` name wins when both are set), its default and its meaning. A value that cannot
 be parsed makes ``init()`` raise ``HvdliteInvalidArgumentError`` naming the variable.
 
-``python -m hvdlite.config`` prints the table as Markdown; the README's settings table is
-that output (tests/test_config.py fails when they differ). ``hvdlite-run`` forwards every
-``HVDLITE_*`` variable to all ranks.
+``python -m hvdlite.config`` prints the table as Markdown; docs/settings.md's table is that
+output, written at build time (docs/hooks/settings_table.py; tests/test_docs.py builds it).
+``hvdlite-run`` forwards every ``HVDLITE_*`` variable to all ranks.
 """
 from typing import NamedTuple
 
@@ -22,7 +22,7 @@ class Setting(NamedTuple):
 
 
 def settings():
-    """Every setting, in the order the README documents them."""
+    """Every setting, in the order docs/settings.md documents them."""
     return [Setting(*row) for row in _core.settings_table()]
 
 

@@ -19,6 +19,8 @@ pip_install "scikit-build-core>=0.10" "nanobind>=2.4" "numpy>=1.22" "scikit-lear
 have torch || pip_install "torch==2.13.0"
 if [ "$what" = "all" ]; then
   pip_install "pytest>=7" "pytest-timeout>=2" "pytest-rerunfailures>=14"
+  # The docs site (scripts/build_docs.sh, tests/test_docs.py); pinned: mkdocstrings moves fast.
+  pip_install "mkdocs==1.6.1" "mkdocstrings==1.0.8" "mkdocstrings-python==2.0.11" "griffelib==2.4.1"
   have tensorflow || pip_install "tensorflow-cpu>=2.16"
   # JAX (CPU build from PyPI) for the Keras tests and example on KERAS_BACKEND=jax only.
   have jax || pip_install "jax[cpu]>=0.4.30"

@@ -1,6 +1,7 @@
 """Settings: one table in the core (csrc/engine/config.cc), HOROVOD_* aliases, the HVDLITE_* name
-winning, unparsable values failing init() with the variable's name, and the README's table
-agreeing with the code."""
+winning, unparsable values failing init() with the variable's name, and the docs' settings page
+generated from the code (tests/test_docs.py builds it)."""
+import importlib.util
 import os
 import re
 
@@ -9,7 +10,7 @@ import pytest
 import hvdlite as hvd
 from hvdlite import config
 
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HOROVOD_ALIASES = [
     "HOROVOD_FUSION_THRESHOLD", "HOROVOD_CYCLE_TIME", "HOROVOD_CACHE_CAPACITY",
@@ -27,12 +28,17 @@ def clean_env(monkeypatch):
             monkeypatch.delenv(s.alias, raising=False)
 
 
-def test_readme_table_is_the_code_table():
-    text = open(README).read()
-    m = re.search(r"<!-- settings table:[^\n]*-->\n(.*?)<!-- end of settings table -->", text, re.S)
-    assert m, "README.md has lost its settings table markers"
-    assert m.group(1) == config.markdown_table(), (
-        "README.md's settings table differs from the code; paste `python -m hvdlite.config`")
+def test_docs_settings_page_is_generated_from_the_code_table():
+    # The MkDocs hook that writes the table into docs/settings.md at build time.
+    spec = importlib.util.spec_from_file_location(
+        "settings_table", os.path.join(ROOT, "docs", "hooks", "settings_table.py"))
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = open(os.path.join(ROOT, "docs", "settings.md")).read()
+    assert page.count(hook.MARKER) == 1, "docs/settings.md has lost its settings table marker"
+    built = hook.with_settings_table(page)
+    assert config.markdown_table() in built and hook.MARKER not in built
+    assert "| `HVDLITE_" not in page, "docs/settings.md holds a pasted table; the hook writes it"
 
 
 def test_every_setting_is_documented_once():

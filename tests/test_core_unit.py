@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD = os.path.join(ROOT, "build", "core-unit-tests")
 
 
-def _cmake():
+def find_cmake():
+    """cmake from PATH, else the PyPI package scikit-build-core uses; None if neither."""
     found = shutil.which("cmake")
     if found:
         return found
@@ -28,7 +29,7 @@ def _cmake():
 
 @pytest.fixture(scope="module")
 def unit_tests():
-    cmake = _cmake()
+    cmake = find_cmake()
     if cmake is None or shutil.which(os.environ.get("CXX", "c++")) is None:
         pytest.skip("needs cmake and a C++ compiler (the same the extension build uses)")
     configure = [cmake, "-S", os.path.join(ROOT, "csrc", "tests"), "-B", BUILD]

@@ -47,7 +47,7 @@ namespace {
 // else in here can fail (no allocation, no message).
 constexpr size_t kLine = 64;
 // Pieces of 16, 32, 64 and 128 KiB ran alike at 256 KiB-4 MiB on the 2-core development
-// machine (README); the area (2 MiB) then holds 7 slots per queue.
+// machine (docs/benchmarks.md); the area (2 MiB) then holds 7 slots per queue.
 constexpr size_t kPieceBytes = size_t(64) << 10;
 constexpr int kRaw = 0, kReduced = 1;
 constexpr size_t kHeaderBytes = 8 * kLine;  // 2 sides x 2 queues x 2 counters

@@ -1,7 +1,7 @@
 // Every setting hvdlite reads from the environment, in one table (settings_table()): its
 // HVDLITE_* name, the HOROVOD_* alias an existing job script may use, its default and what it
-// means. Config::from_env() reads them once at init(); hvdlite/config.py and the README's
-// settings table are generated from the same table.
+// means. Config::from_env() reads them once at init(); hvdlite/config.py and the settings
+// table of docs/settings.md are generated from the same table.
 #pragma once
 
 #include <cstddef>
@@ -38,7 +38,7 @@ struct Config {
   // Its pipeline's chunk: each chunk costs a few steps of waiting on peers, each chunk more
   // lets more of the stages overlap. At 2 hosts x 2 ranks (64 MiB, 1 and 10 Gbit links) 8 MiB
   // did best; 1 MiB was 2-3x slower, one unpipelined chunk gained nothing from the smaller
-  // cross-host traffic (README, examples/hierarchical_bench.py).
+  // cross-host traffic (docs/benchmarks.md, examples/hierarchical_bench.py).
   size_t hierarchical_chunk_bytes = size_t(8) << 20;
   // Largest byte count handed to one MPI collective call; bigger allgathers, alltoalls and
   // broadcasts go in pieces. MPI's int count limit by default; lowering it is for tests only.
@@ -55,7 +55,7 @@ struct SettingInfo {
   const char* meaning;
 };
 
-// Every setting, in the order the README documents them.
+// Every setting, in the order docs/settings.md documents them.
 const std::vector<SettingInfo>& settings_table();
 
 }  // namespace hvdlite

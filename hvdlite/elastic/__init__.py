@@ -14,7 +14,7 @@ When a rank dies, every survivor's pending collective raises :class:`HvdliteRank
 ``run`` rolls the state back to the last ``commit()``, rebuilds hvdlite over the survivors
 (MPI's ULFM: revoke, shrink, agree), broadcasts the state from the lowest surviving rank,
 runs the reset callbacks and calls the function again. Needs an MPI with ULFM (Open MPI 5)
-and a job launched elastic (``hvdlite-run --min-np N``); see the README.
+and a job launched elastic (``hvdlite-run --min-np N``); see docs/elastic.md.
 """
 
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,

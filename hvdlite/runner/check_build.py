@@ -52,8 +52,20 @@ def _mpi() -> Tuple[List[str], bool, str]:
     lines = [f"    MPI library:   {library[:160]}",
              f"    flavour:       {flavour}",
              f"    mpicxx:        {info.get('mpicxx') or '(unknown)'}",
-             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}"]
+             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}",
+             f"    libstdc++:     {_libstdcxx(info)}"]
     return lines, bool(info.get("nccl")), ""
+
+
+def _libstdcxx(info) -> str:
+    """How the core links libstdc++ (a statically linked one is safe only while the module
+    exports nothing else: CMakeLists.txt, Note [one exported symbol])."""
+    linkage, path = info.get("libstdcxx", "unknown"), info.get("libstdcxx_path", "")
+    if linkage == "shared":
+        return f"shared ({path})"
+    if linkage == "static":
+        return "static, inside the module (kept local: the module exports only PyInit__core)"
+    return "unknown"
 
 
 def check_build() -> str:

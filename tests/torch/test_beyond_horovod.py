@@ -43,7 +43,7 @@ def test_transport_counters_measure_the_ring():
 
 def test_beyond_bench_bytes_match_promises():
     """The bench's byte figures come from the counters and match each method's promise
-    (accuracy needs the full 20 epochs: run the bench by hand, see the README)."""
+    (accuracy needs the full 20 epochs: run the bench by hand, see docs/beyond_horovod.md)."""
     pytest.importorskip("sklearn")
     import json
     out = run_mpi(2, os.path.join(os.path.dirname(TESTS), "examples", "beyond_bench.py"),

@@ -6,7 +6,7 @@ rank, sync ones in a shared order. Every result is compared with numpy's. Reside
 sampled after a warm-up and must not grow.
 
     mpirun -np 3 python tests/workers/core_soak.py --seconds 15      # CI (tests/test_soak.py)
-    mpirun -np 3 python tests/workers/core_soak.py --minutes 10      # by hand
+    hvdlite-run -np 3 python tests/workers/core_soak.py --minutes 10  # by hand (also as root)
 """
 import argparse
 import os

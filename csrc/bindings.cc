@@ -14,7 +14,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <climits>
+#include <cmath>
+#include <cstdio>
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -483,18 +486,71 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
                 stream, wake);
 }
 
+// Note [interruptible waits]
+// A wait never blocks in C++ for more than kSignalCheck at a time: between slices it takes the
+// GIL and runs Python's pending signal handlers (Ctrl-C, signal.alarm, pytest-timeout), whose
+// exception then leaves the wait. The request stays in flight (a round its caller was running
+// goes on in the engine's thread), so the same handle can be waited on again; a wait with a
+// timeout raises HvdliteTimeoutError likewise. The rank counts as blocked (for the deadlock
+// detector) for the whole wait, not per slice.
+constexpr auto kSignalCheck = std::chrono::milliseconds(100);
+
+// Waits for `handle` with the GIL released but for the checks; timeout_s < 0: no limit.
+// Throws nb::python_error for a signal handler's exception, Error(Timeout) at the limit.
+Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
+  using clock = std::chrono::steady_clock;
+  const auto start = clock::now();
+  const auto deadline =
+      timeout_s < 0 || !std::isfinite(timeout_s)
+          ? clock::time_point::max()
+          : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+  Engine::Blocked blocked(eng, handle);
+  while (true) {
+    std::optional<Outcome> o;
+    {
+      nb::gil_scoped_release release;
+      const auto now = clock::now();
+      o = eng.wait_until(handle, deadline - now > kSignalCheck ? now + kSignalCheck : deadline);
+    }
+    if (o) return std::move(*o);
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    if (clock::now() >= deadline) {
+      char text[64];
+      std::snprintf(text, sizeof text, "%g", timeout_s);
+      throw Error(Status::Timeout,
+                  std::string("wait(timeout=") + text + ") ran out of time; the request is still "
+                  "in flight (wait for it again, or let it finish in the background)");
+    }
+  }
+}
+
 // Enqueues the entries, then waits for every one, in one call: the calling thread runs the
 // rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
-// entry's error once all have finished; the caller keeps the arrays alive meanwhile.
-void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, Stream stream) {
+// entry's error once all have finished; `arrays` (the inputs and outputs) stay referenced
+// until then. A signal handler's exception leaves at once: the unfinished requests and
+// `arrays` go to hvdlite.work's dropped Works, finished in the background. CUDA results are
+// handed to `stream` (Note [device staging]).
+void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, Stream stream,
+                 nb::object arrays) {
   std::vector<int64_t> handles = submit(*eng, process_set, std::move(entries), stream, false);
   Outcome first_error;
+  for (size_t i = 0; i < handles.size(); ++i) {
+    Outcome o;
+    try {
+      o = wait_interruptibly(*eng, handles[i], -1);
+    } catch (nb::python_error&) {
+      {
+        nb::gil_scoped_release release;
+        for (size_t j = 0; j < i; ++j) hand_results_to(take_staging(handles[j]), stream);
+      }
+      std::vector<int64_t> left(handles.begin() + static_cast<std::ptrdiff_t>(i), handles.end());
+      nb::module_::import_("hvdlite.work").attr("adopt")(left, arrays);
+      throw;
+    }
+    if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
+  }
   {
     nb::gil_scoped_release release;
-    for (int64_t h : handles) {
-      Outcome o = eng->wait(h);
-      if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
-    }
     for (int64_t h : handles) hand_results_to(take_staging(h), stream);
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
@@ -508,7 +564,7 @@ void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::
   std::shared_ptr<Engine> eng = context_ref();
   run_entries(std::move(eng), process_set,
               allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
-              stream);
+              stream, nb::make_tuple(inputs, outputs));
 }
 
 // run_allreduce of one tensor, without the lists: a lone small all-reduce takes a few
@@ -519,7 +575,8 @@ void run_allreduce_one(const std::string& name, nb::handle input, nb::handle out
   std::shared_ptr<Engine> eng = context_ref();
   EntryList entries;
   entries.push_back(allreduce_entry(name, input, output, op, prescale, postscale, compression));
-  run_entries(std::move(eng), process_set, std::move(entries), stream);
+  run_entries(std::move(eng), process_set, std::move(entries), stream,
+              nb::make_tuple(input, output));
 }
 
 int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e, Stream stream) {
@@ -646,12 +703,13 @@ int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
-nb::tuple wait(int64_t handle, Stream stream) {
+// stream: the CUDA stream that consumes a CUDA submission's results; timeout: seconds, or
+// None (no limit); Note [interruptible waits].
+nb::tuple wait(int64_t handle, Stream stream, std::optional<double> timeout) {
   std::shared_ptr<Engine> ctx = context_ref();
-  Outcome o;
+  Outcome o = wait_interruptibly(*ctx, handle, timeout ? *timeout : -1);
   {
     nb::gil_scoped_release release;
-    o = ctx->wait(handle);
     ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
     hand_results_to(take_staging(handle), stream);
   }
@@ -904,6 +962,7 @@ NB_MODULE(_core, m) {
     d["ring_piece_bytes"] = c.ring_piece_bytes;
     d["stall_check_s"] = c.stall_check_s;
     d["stall_shutdown_s"] = c.stall_shutdown_s;
+    d["deadlock_s"] = c.deadlock_s;
     d["timeline"] = c.timeline;
     d["timeline_mark_cycles"] = c.timeline_mark_cycles;
     d["timeline_all_ranks"] = c.timeline_all_ranks;
@@ -916,20 +975,20 @@ NB_MODULE(_core, m) {
     return d;
   });
   // stream: the CUDA stream that consumes a CUDA submission's results (it waits for them on
-  // the device); None: the host waits. Ignored for host tensors.
-  m.def("wait", &wait, nb::arg("handle"), nb::arg("stream") = nb::none());
+  // the device); None: the host waits. Ignored for host tensors. timeout: seconds or None.
+  m.def("wait", &wait, nb::arg("handle"), nb::arg("stream") = nb::none(),
+        nb::arg("timeout") = nb::none());
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.
+  // Interruptible (Note [interruptible waits]); the GIL is held but while waiting.
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     std::shared_ptr<Engine> eng = context_ref();
-    nb::gil_scoped_release release;
-    return eng->add_process_set(ranks);
+    return eng->add_process_set(ranks, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
   }, nb::arg("ranks"));
   m.def("remove_process_set", [](int id) {
     std::shared_ptr<Engine> eng = context_ref();
-    nb::gil_scoped_release release;
-    return eng->remove_process_set(id);
+    return eng->remove_process_set(id, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
   }, nb::arg("id"));
   m.def("process_set_ids", [] { return context_ref()->process_set_ids(); });
   m.def("process_set_ranks", [](int id) { return context_ref()->process_set(id).ranks; }, nb::arg("id"));

@@ -5,9 +5,10 @@
 tensors. Names and signatures follow Horovod.
 """
 
-from .exceptions import (HvdliteError, HvdliteInternalError, HvdliteInvalidArgumentError,
-                         HvdliteMismatchError, HvdliteNotInitializedError, HvdliteOutOfMemoryError,
-                         HvdliteRanksLostError, HvdliteShutdownError, HvdliteUnsupportedError)
+from .exceptions import (HvdliteDeadlockError, HvdliteError, HvdliteInternalError,
+                         HvdliteInvalidArgumentError, HvdliteMismatchError,
+                         HvdliteNotInitializedError, HvdliteOutOfMemoryError, HvdliteRanksLostError,
+                         HvdliteShutdownError, HvdliteTimeoutError, HvdliteUnsupportedError)
 from ._policy import Adasum, Average, Max, Min, Product, Sum
 from .work import Work
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set

@@ -50,6 +50,18 @@ class HvdliteOutOfMemoryError(HvdliteError, MemoryError):
     later collectives work as before."""
 
 
+class HvdliteDeadlockError(HvdliteError):
+    """Every member of a process set was blocked waiting, for longer than
+    ``HVDLITE_DEADLOCK_TIME_SECONDS``, on requests no other member had submitted: nothing could
+    ever complete. Raised on every rank for every request a thread was waiting on; the message
+    says per rank what it waited for and who had submitted it. Later collectives work."""
+
+
+class HvdliteTimeoutError(HvdliteError, TimeoutError):
+    """``wait(timeout=...)`` ran out of time. The request is still in flight: wait again, or
+    let it finish in the background."""
+
+
 class HvdliteRanksLostError(HvdliteInternalError):
     """A rank of the job died while this operation was pending.
 
@@ -98,4 +110,6 @@ STATUS_TO_ERROR = {
     5: HvdliteInternalError,
     6: HvdliteRanksLostError,
     7: HvdliteOutOfMemoryError,
+    8: HvdliteDeadlockError,
+    9: HvdliteTimeoutError,
 }

@@ -10,16 +10,22 @@ Horovod's API hands out int handles: ``int(work)`` registers the Work under a nu
 ``Work.lookup`` (and so ``synchronize(handle)`` / ``poll(handle)``) accepts. A Work that
 is dropped without being waited for is finished in the background: its arrays stay
 referenced until the core is done with them, then everything is freed.
+
+A wait can be interrupted (Note [interruptible waits] in csrc/bindings.cc): an exception
+from a Python signal handler (KeyboardInterrupt, a test's timeout), or ``wait(timeout=...)``'s
+:class:`~hvdlite.exceptions.HvdliteTimeoutError`, leaves ``wait()`` while the requests stay
+in flight; the members already finished are kept, and ``wait()`` may be called again.
 """
 
 import copy
 import itertools
 import threading
+import time
 import traceback
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
 from . import _core
-from .exceptions import HvdliteInvalidArgumentError
+from .exceptions import HvdliteError, HvdliteInvalidArgumentError, HvdliteTimeoutError
 
 
 class Result(NamedTuple):
@@ -50,7 +56,7 @@ class Work:
     """An in-flight collective or group of collectives (see the module docstring)."""
 
     __slots__ = ("_handles", "_refs", "_finish", "_id", "_lock", "_done", "_value",
-                 "_error", "_taken", "_stream", "__weakref__")
+                 "_error", "_taken", "_stream", "_results", "__weakref__")
 
     def __init__(self, handles: Sequence[int], refs: Any = None,
                  finish: Optional[Callable[[List[Result]], Any]] = None, stream=None):
@@ -66,6 +72,7 @@ class Work:
         self._value = None
         self._error = None
         self._taken = False
+        self._results = []  # members finished so far, in order (an interrupted wait keeps them)
         reap_orphans()
 
     # -- Horovod's int handles ----------------------------------------------------------
@@ -100,12 +107,21 @@ class Work:
         with self._lock:
             return self._done or all(_core.poll(h) for h in self._handles)
 
-    def wait(self):
+    def wait(self, timeout: Optional[float] = None):
         """Block until every member finishes; return the finished value or raise the first
-        error. Everything the Work held is released either way."""
+        error. Everything the Work held is released either way.
+
+        ``timeout`` (seconds, as c10d's ``Work.wait``): past it, raise
+        :class:`~hvdlite.exceptions.HvdliteTimeoutError` with the requests still in flight
+        (wait again later). A Python signal handler's exception leaves the same way."""
+        if timeout is not None:
+            timeout = float(timeout)
+            if not timeout >= 0:
+                raise HvdliteInvalidArgumentError(
+                    f"wait: timeout must be a non-negative number of seconds, not {timeout!r}")
         with self._lock:
             if not self._done:
-                self._complete()
+                self._complete(timeout)
         if self._error is not None:
             raise _fresh(self._error)  # Note [no cycles through a failed Work]
         return self._value
@@ -135,10 +151,17 @@ class Work:
     # outputs would stay alive until Python's cycle collector ran: tens of MiB per failure.
     # So the Work keeps its error without a traceback, and wait() raises a fresh copy.
 
-    def _complete(self):
+    def _complete(self, timeout=None):
         stream = self._stream() if callable(self._stream) else self._stream
-        results, error = _wait_members(self._handles, stream)
-        self._handles, self._refs, self._done = [], None, True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._handles:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            # A timeout or a signal handler's exception leaves here, the member in flight.
+            self._results.append(_wait_member(self._handles[0], left, stream))
+            self._handles.pop(0)
+        results = [r for r, _ in self._results]
+        error = next((e for _, e in self._results if e is not None), None)
+        self._results, self._refs, self._done = [], None, True
         with _lock:
             _by_id.pop(self._id, None)
         if error is None and self._finish is not None:
@@ -189,20 +212,26 @@ def _reap_orphans():
             _orphans.extend(keep)
 
 
-def _wait_members(handles, stream=None):
-    """(results, first error): every member is waited for before an error is reported.
-    CUDA results: ``stream`` waits for them on the device; with None the host waits."""
-    results, error = [], None
-    for h in handles:
-        try:
-            output, is_bf16, splits, last = (_core.wait(h) if stream is None
-                                             else _core.wait(h, int(stream)))
-            results.append(Result(output, bool(is_bf16), splits, last))
-        except Exception as e:  # noqa: BLE001 - reported once the rest are waited for
-            results.append(None)
-            # the core's own frames say nothing; see Note [no cycles through a failed Work]
-            error = error or e.with_traceback(None)
-    return results, error
+def adopt(handles, refs) -> None:
+    """Requests whose synchronous call was interrupted (csrc/bindings.cc run_entries): kept
+    with their arrays, as a dropped Work's are, until the core is done with them."""
+    with _lock:
+        _orphans.append((list(handles), refs))
+
+
+def _wait_member(handle, timeout, stream=None):
+    """(Result, None) or (None, the request's error). Raises HvdliteTimeoutError, or a signal
+    handler's exception, with the request still in flight. CUDA results: ``stream`` waits
+    for them on the device; with None the host waits."""
+    try:
+        output, is_bf16, splits, last = _core.wait(
+            handle, None if stream is None else int(stream), timeout)
+        return Result(output, bool(is_bf16), splits, last), None
+    except HvdliteTimeoutError:
+        raise
+    except HvdliteError as e:  # reported once the rest are waited for
+        # the core's own frames say nothing; see Note [no cycles through a failed Work]
+        return None, e.with_traceback(None)
 
 
 def _finish_results(finish, results):

@@ -549,6 +549,19 @@ def test_exit_lines_are_consumed_and_order_the_blame():
     assert rank == 0 and how.startswith("called hvdlite.shutdown() or exited while other ranks"), how
 
 
+def test_a_rank_the_stall_inspector_found_frozen_is_blamed():
+    """Issue 20: a SIGSTOPped rank was described as 'left without an error'."""
+    router = OutputRouter(size=3)
+    line = (b"hvdlite.exceptions.HvdliteShutdownError: hvdlite stopped: stalled for more than "
+            b"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS (20 s): 'x' waited 20 s: ranks 0, 1 submitted "
+            b"it; rank 2 has not (rank 2 does not answer: stopped, or stuck outside hvdlite)")
+    _pump(router, b"".join(b"[1,%d]<stderr>: Traceback (most recent call last):\n"
+                           b"[1,%d]<stderr>:   File \"x.py\", line 3, in <module>\n"
+                           b"[1,%d]<stderr>: " % (r, r, r) + line + b"\n" for r in (0, 1)))
+    rank, how = router.root_cause()
+    assert rank == 2 and how.startswith("stopped answering"), (rank, how)
+
+
 def test_mpi_boxes_are_dropped_unless_verbose():
     box = (b"-" * 74 + b"\nprterun has exited due to process rank 1 with PID 0 on node vm calling\n"
            b'"abort". This may have caused other processes in the application to be\n' + b"-" * 74

@@ -87,13 +87,20 @@ const std::vector<Setting>& settings() {
         "staged copies) rather than by the exchange or the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_allreduce_min_bytes = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
-        "rank 0 warns about a tensor some ranks submitted and others have not, naming both, "
-        "after this many seconds; 0 disables"},
+        "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
+        "that do not answer, such as a stopped one), after this many seconds; the lowest rank "
+        "that submitted it warns; 0 disables"},
        [](Config& c, const std::string& t, const std::string& v) { c.stall_check_s = parse_number(v, t, kMaxSeconds); }},
       {{"HVDLITE_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "0",
         "after a stall this long the job ends: every rank's pending and later collectives fail "
         "with the stall message; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.stall_shutdown_s = parse_number(v, t, kMaxSeconds); }},
+      {{"HVDLITE_DEADLOCK_TIME_SECONDS", "", "30",
+        "when every member of a process set has been blocked waiting this long on requests that "
+        "no other member submitted (nothing can ever run), each waited-for request fails on every "
+        "rank with HvdliteDeadlockError, naming what each rank waits for; a rank that is "
+        "computing never trips it; 0 disables"},
+       [](Config& c, const std::string& t, const std::string& v) { c.deadlock_s = parse_number(v, t, kMaxSeconds); }},
       {{"HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "",
         "write a Chrome trace (chrome://tracing, Perfetto) of every collective to this file"},
        [](Config& c, const std::string& t, const std::string&) { c.timeline = t; }},

@@ -22,6 +22,7 @@ struct Config {
   size_t shm_allreduce_min_bytes = 1;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
+  double deadlock_s = 30.0;                     // fail a deadlock after this long (0: never)
   std::string timeline;                         // Chrome trace file ("" disables)
   bool timeline_mark_cycles = false;
   bool timeline_all_ranks = false;              // one file per rank instead of rank 0 only

@@ -45,8 +45,12 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
   const uint64_t* lc = lower + kHeaderWords;
   uint64_t* hc = inout + kHeaderWords;
   const uint64_t what = inout[1];
+  // The deadlock detector's bits may differ (one rank waits, the other not yet): the data
+  // is still the same all-reduce.
   const bool reduce = what != 0 && lower[1] == what && ncontrol + kHeaderWords <= count &&
-                      std::equal(lc, lc + ncontrol, hc);
+                      ncontrol > 0 &&
+                      (lc[0] & ~DeadlockDetector::kBits) == (hc[0] & ~DeadlockDetector::kBits) &&
+                      std::equal(lc + 1, lc + ncontrol, hc + 1);
   for (size_t i = 0; i < ncontrol; ++i) hc[i] &= lc[i];
   inout[2] = std::max(inout[2], lower[2]);
   if (!reduce) {
@@ -73,7 +77,8 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
 
 Controller::Controller(Transport& transport, Config& config, const Membership& members)
     : transport_(transport), config_(config), members_(members), cache_(config.cache_capacity),
-      stall_(transport, config, members), autotune_(config, transport.rank()) {}
+      stall_(transport, config, members), autotune_(config, transport.rank()),
+      deadlock_(config.deadlock_s) {}
 
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {
@@ -104,11 +109,33 @@ void Controller::check_settings_agree() {
   }
 }
 
-RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, bool patient) {
-  const size_t span = cache_.span();
-  const size_t nwords = (span + 63) / 64;
-  const size_t rank_words = (static_cast<size_t>(transport_.size()) + 63) / 64;
-  const size_t tuning_words = autotune_.enabled() ? Autotune::kWords : 0;
+std::optional<RoundOutcome> Controller::negotiate(EntryList& pending, bool shutdown_requested,
+                                                  const RoundOptions& options) {
+  if (!open_) begin_round(pending, shutdown_requested, options.blocked);
+  if (!wait_for_round(pending, options.patient, options.leave_at)) return std::nullopt;
+  open_ = false;
+  return end_round(pending);
+}
+
+std::string Controller::agree_on_deadlock(const RankWaits& mine) {
+  std::vector<std::vector<uint8_t>> all = transport_.gather_control(encode_waits(mine));
+  std::vector<uint8_t> text;
+  if (transport_.rank() == 0) {
+    std::vector<RankWaits> by_member;
+    for (const auto& b : all) by_member.push_back(decode_waits(b));
+    const std::string message = describe_deadlock(by_member, members_, config_.deadlock_s);
+    text.assign(message.begin(), message.end());
+  }
+  transport_.broadcast_control(text);
+  return std::string(text.begin(), text.end());
+}
+
+void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool blocked) {
+  open_ = true;
+  const size_t span = span_ = cache_.span();
+  const size_t nwords = nwords_ = (span + 63) / 64;
+  const size_t rank_words = rank_words_ = (static_cast<size_t>(transport_.size()) + 63) / 64;
+  const size_t tuning_words = tuning_words_ = autotune_.enabled() ? Autotune::kWords : 0;
   const size_t late_words = late_.active() ? late_.words(nwords, rank_words) : 0;
   std::vector<uint64_t>& words = words_;  // reused: no allocation per round
   words.assign(1 + 2 * nwords + rank_words + tuning_words + late_words, 0);
@@ -150,11 +177,22 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, 
   if (!shutdown_requested) words[0] |= kNoShutdown;
   Timeline& timeline = Timeline::get();
   if (!timeline.active()) words[0] |= kNoTracing;
+  words[0] |= deadlock_.flags(blocked, std::chrono::steady_clock::now());
 
   if (autotune_.enabled()) autotune_.contribute(tuning);
   if (late_.active()) late_.contribute(late, ready, nwords, transport_.rank(), rank_words);
   start_round(words, pending, !need_coordinator && !joined && !shutdown_requested);
-  wait_for_round(pending, patient);
+}
+
+RoundOutcome Controller::end_round(EntryList& pending) {
+  const size_t span = span_, nwords = nwords_, rank_words = rank_words_;
+  std::vector<uint64_t>& words = words_;
+  uint64_t* ready = words.data() + 1;
+  uint64_t* valid = ready + nwords;
+  uint64_t* staying = valid + nwords;
+  uint64_t* tuning = staying + rank_words;
+  uint64_t* late = tuning + tuning_words_;
+  Timeline& timeline = Timeline::get();
   const bool prereduced = finish_round(words);
   if (autotune_.enabled()) autotune_.apply(tuning);
   if (late_.active() || !(words[0] & kNoTracing)) {
@@ -202,6 +240,8 @@ RoundOutcome Controller::negotiate(EntryList& pending, bool shutdown_requested, 
     out.reduced = packet_.data() + kHeaderWords + words.size();
   }
   autotune_.observe(out.responses);
+  out.deadlock = deadlock_.observe(words[0], !out.responses.empty() || prereduced,
+                                   std::chrono::steady_clock::now());
   ++round_;
   return out;
 }
@@ -295,7 +335,8 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   return decode_responses(decided.data(), decided.size());
 }
 
-void Controller::wait_for_round(const EntryList& pending, bool patient) {
+bool Controller::wait_for_round(const EntryList& pending, bool patient,
+                                std::chrono::steady_clock::time_point leave_at) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
   // Peers usually arrive within microseconds: spin first. A patient waiter (a caller that
@@ -314,9 +355,11 @@ void Controller::wait_for_round(const EntryList& pending, bool patient) {
       continue;
     }
     stall_.check(pending);
+    if (clock::now() >= leave_at) return false;
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;
   }
+  return true;
 }
 
 }  // namespace hvdlite

@@ -1,6 +1,7 @@
 // The negotiation protocol: one round decides, identically on every rank, which pending
 // requests run now. Each round is one bitwise-AND all-reduce of a small bit vector:
-//   word 0     flags (inverted where "any rank" is wanted: AND of "no" = nobody said yes)
+//   word 0     flags (inverted where "any rank" is wanted: AND of "no" = nobody said yes),
+//              the deadlock detector's among them (deadlock.h)
 //   ready[]    one bit per cached response: this rank has that tensor pending (fast path)
 //   valid[]    one bit per cached response: cleared by a rank whose request no longer matches
 //   staying[]  one bit per rank: cleared by a rank that is shutting down (or exiting)
@@ -20,11 +21,14 @@
 // most either rank wanted to send, which sizes the next round.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "observability/autotune.h"
 #include "engine/config.h"
+#include "engine/deadlock.h"
 #include "engine/late_ranks.h"
 #include "engine/message.h"
 #include "engine/response_cache.h"
@@ -43,6 +47,17 @@ struct RoundOutcome {
   const void* reduced = nullptr;
   bool shutdown = false;            // some rank asked to shut down
   std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
+  bool deadlock = false;            // the members agree: deadlocked (deadlock.h)
+};
+
+struct RoundOptions {
+  // The thread running the round has nothing else to do meanwhile (a caller waiting for its
+  // own request), so it may poll for the peers longer before sleeping (wait_for_round).
+  bool patient = false;
+  // A thread of this rank is blocked waiting on a pending request (deadlock.h).
+  bool blocked = false;
+  // Past this, a round whose peers have not all answered is left open (negotiate).
+  std::chrono::steady_clock::time_point leave_at = std::chrono::steady_clock::time_point::max();
 };
 
 class Controller {
@@ -59,16 +74,32 @@ class Controller {
   void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
-  // patient: the thread running it has nothing else to do meanwhile (a caller waiting for its
-  // own request), so it may poll for the peers longer before sleeping (wait_for_round).
-  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested, bool patient = false);
+  // Returns nothing when options.leave_at passed before every peer answered: the round stays
+  // open, and the next call (by whichever thread holds the group's token) finishes it
+  // instead of starting one; `pending` must not change meanwhile.
+  std::optional<RoundOutcome> negotiate(EntryList& pending, bool shutdown_requested,
+                                        const RoundOptions& options);
+  RoundOutcome negotiate(EntryList& pending, bool shutdown_requested, bool patient = false) {
+    RoundOptions options;
+    options.patient = patient;
+    return *negotiate(pending, shutdown_requested, options);
+  }
+  bool round_open() const { return open_; }
+
+  // After a round that declared a deadlock: every member sends what it waits for and has
+  // pending, and gets the error message describing all of them. Collective.
+  std::string agree_on_deadlock(const RankWaits& mine);
 
   // The stall inspector's turn while the engine is idle (it also runs inside every round).
   void check_stalls(const EntryList& pending) { stall_.check(pending); }
   std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
 
  private:
-  void wait_for_round(const EntryList& pending, bool patient);
+  void begin_round(EntryList& pending, bool shutdown_requested, bool blocked);
+  // False when leave_at passed first.
+  bool wait_for_round(const EntryList& pending, bool patient,
+                      std::chrono::steady_clock::time_point leave_at);
+  RoundOutcome end_round(EntryList& pending);
   // Starts the round's reduction of `words`: swapped for a merge (with this rank's small
   // all-reduces packed behind it, when they fit) where the transport allows it, else an AND.
   void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
@@ -82,6 +113,9 @@ class Controller {
   ResponseCache cache_;
   int64_t round_ = 0;
   std::vector<uint64_t> words_;         // this round's control words (negotiate)
+  // The open round's layout (begin_round), kept for the thread that finishes it.
+  bool open_ = false;
+  size_t span_ = 0, nwords_ = 0, rank_words_ = 0, tuning_words_ = 0;
   bool merged_ = false;                 // this round used start_control_merge
   size_t room_words_ = 0;               // agreed room for data in this round's packet
   std::vector<uint64_t> packet_;        // header, control words, data
@@ -90,6 +124,7 @@ class Controller {
   StallInspector stall_;
   Autotune autotune_;
   LateRanks late_;
+  DeadlockDetector deadlock_;
 };
 
 }  // namespace hvdlite

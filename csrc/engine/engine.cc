@@ -149,16 +149,33 @@ std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries, bool wa
   return group->enqueue(std::move(entries), wake);
 }
 
-Outcome Engine::wait(int64_t handle) {
-  std::shared_ptr<Group> group;
+std::shared_ptr<Group> Engine::owner_of(int64_t handle) {
   const int owner = handles_.owner(handle);
-  if (owner >= 0) {
-    std::lock_guard<std::mutex> lk(sets_mu_);
-    auto it = groups_.find(owner);
-    if (it != groups_.end()) group = it->second;
-  }
+  if (owner < 0) return nullptr;
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  auto it = groups_.find(owner);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+Outcome Engine::wait(int64_t handle) {
+  Blocked blocked(*this, handle);
+  std::shared_ptr<Group> group = owner_of(handle);
   if (group) group->help(handle);
   return handles_.wait(handle);
+}
+
+std::optional<Outcome> Engine::wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
+  std::shared_ptr<Group> group = owner_of(handle);
+  if (group) group->help(handle, until);
+  return handles_.wait_until(handle, until);
+}
+
+Engine::Blocked::Blocked(Engine& engine, int64_t handle) : group_(engine.owner_of(handle)), handle_(handle) {
+  if (group_) group_->begin_wait(handle_);
+}
+
+Engine::Blocked::~Blocked() {
+  if (group_) group_->end_wait(handle_);
 }
 
 Engine::ProcessSetInfo Engine::process_set(int id) const {
@@ -192,7 +209,7 @@ int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t roo
   return enqueue(0, std::move(list))[0];
 }
 
-int Engine::add_process_set(const std::vector<int>& ranks) {
+int Engine::add_process_set(const std::vector<int>& ranks, const Waiter& wait) {
   if (ranks.empty()) {
     throw Error(Status::InvalidArgument, "a process set needs at least one rank");
   }
@@ -209,15 +226,16 @@ int Engine::add_process_set(const std::vector<int>& ranks) {
                   " name rank " + std::to_string(sorted[i]) + " more than once");
     }
   }
-  Outcome o = handles_.wait(submit_change(OpType::AddProcessSet,
-                                          std::vector<int64_t>(sorted.begin(), sorted.end()), 0));
+  const int64_t h = submit_change(OpType::AddProcessSet, std::vector<int64_t>(sorted.begin(), sorted.end()), 0);
+  Outcome o = wait ? wait(h) : this->wait(h);
   if (o.status != Status::Success) throw Error(o.status, o.error);
   return o.process_set_id;
 }
 
-bool Engine::remove_process_set(int id) {
+bool Engine::remove_process_set(int id, const Waiter& wait) {
   if (id == 0) return false;  // the global set stays
-  Outcome o = handles_.wait(submit_change(OpType::RemoveProcessSet, {}, id));
+  const int64_t h = submit_change(OpType::RemoveProcessSet, {}, id);
+  Outcome o = wait ? wait(h) : this->wait(h);
   if (o.status != Status::Success) throw Error(o.status, o.error);
   return o.process_set_id == id;
 }

@@ -10,10 +10,13 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +47,24 @@ class Engine {
   // Runs the owning set's rounds on this thread while no other thread does (Group::help),
   // then returns the outcome.
   Outcome wait(int64_t handle);
+  // wait() until `until` at most: nothing when the request has not finished by then (it stays
+  // in flight; wait again later). For callers that must look at something else now and then
+  // (Python's signal handlers): Note [interruptible waits] in bindings.cc.
+  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
+
+  // While alive, the deadlock detector counts this rank as blocked on `handle` in its set
+  // (deadlock.h). Engine::wait holds one; so do callers that wait in slices (wait_until).
+  class Blocked {
+   public:
+    Blocked(Engine& engine, int64_t handle);
+    ~Blocked();
+    Blocked(const Blocked&) = delete;
+    Blocked& operator=(const Blocked&) = delete;
+
+   private:
+    std::shared_ptr<Group> group_;
+    int64_t handle_;
+  };
 
   // Stops every group on every rank (the first rank to ask decides; others' pending requests
   // fail with ShutDown). Returns when this rank's loops have ended.
@@ -70,12 +91,15 @@ class Engine {
                                   const std::vector<std::string>& command,
                                   const std::vector<Transport::NewProcess>& add);
 
+  // How add/remove_process_set wait for their request: Engine::wait unless the caller must
+  // look at something else meanwhile (bindings.cc: Python's signal handlers).
+  using Waiter = std::function<Outcome(int64_t handle)>;
   // Collective over the global set. `ranks` are global ranks, sorted and distinct. Throws
   // InvalidArgument (on every rank) when a set with the same ranks exists, and Mismatch when
   // the ranks passed differ across ranks.
-  int add_process_set(const std::vector<int>& ranks);
+  int add_process_set(const std::vector<int>& ranks, const Waiter& wait = nullptr);
   // Collective over the global set. False when no set has this id (or it is the global set).
-  bool remove_process_set(int id);
+  bool remove_process_set(int id, const Waiter& wait = nullptr);
 
   struct ProcessSetInfo {
     std::vector<int> ranks;  // global ranks of the members
@@ -103,6 +127,7 @@ class Engine {
 
   int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
   std::string unknown_set(int id) const;  // needs sets_mu_ held
+  std::shared_ptr<Group> owner_of(int64_t handle);  // null for an unknown handle
 
   Config config_;
   HandleTable handles_;

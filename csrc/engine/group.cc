@@ -93,7 +93,18 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
   return handles;
 }
 
-void Group::help(int64_t handle) {
+void Group::begin_wait(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++waited_[handle];
+}
+
+void Group::end_wait(int64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  auto it = waited_.find(handle);
+  if (it != waited_.end() && --it->second == 0) waited_.erase(it);
+}
+
+void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at) {
   bool mine = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -117,7 +128,9 @@ void Group::help(int64_t handle) {
     }
   };
   bool alive = true;
-  while (alive && !done()) alive = run_round(/*caller=*/true);
+  while (alive && !done() && std::chrono::steady_clock::now() < leave_at) {
+    alive = run_round(/*caller=*/true, leave_at);
+  }
   release_driver();
 }
 
@@ -217,27 +230,41 @@ bool Group::check_stalls_idle() {
   return false;
 }
 
-bool Group::run_round(bool caller) {
+bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_at) {
+  RoundOptions options;
+  options.patient = caller;
+  options.leave_at = leave_at;
   bool stop_requested;
-  size_t drained = 0;
+  size_t drained = 0;  // entries moved from the queue to pending_ in this call
+  const bool open = controller_.round_open();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (auto& e : queue_) {
-      trace_drained(*e);
-      pending_.push_back(std::move(e));
+    if (!open) {  // an open round's pending list must stay as it began (Controller::negotiate)
+      for (auto& e : queue_) {
+        trace_drained(*e);
+        pending_.push_back(std::move(e));
+      }
+      drained = queue_.size();
+      queue_.clear();
     }
-    drained = queue_.size();
-    queue_.clear();
-    work_queued_ = stop_requested_;
+    work_queued_ = stop_requested_ || !queue_.empty();
     stop_requested = stop_requested_;
+    for (size_t i = 0; !waited_.empty() && config_.deadlock_s > 0 && i < pending_.size(); ++i) {
+      if (waited_.count(pending_[i]->handle)) {
+        options.blocked = true;
+        break;
+      }
+    }
   }
   try {
     // GPU tensors: their staging copies must have landed before negotiation may pack them.
     for (size_t i = pending_.size() - drained; i < pending_.size(); ++i) {
       if (pending_[i]->device) pending_[i]->device->before_read();
     }
-    trace_round();
-    RoundOutcome round = controller_.negotiate(pending_, stop_requested, caller);
+    if (!open) trace_round();
+    std::optional<RoundOutcome> outcome = controller_.negotiate(pending_, stop_requested, options);
+    if (!outcome) return true;  // left open: the next holder of the token finishes it
+    RoundOutcome& round = *outcome;
     if (round.prereduced.empty()) {
       execute(round.responses);
     } else {
@@ -245,6 +272,7 @@ bool Group::run_round(bool caller) {
       allreduce_.complete_prereduced(round.prereduced, round.reduced);
       pending_.clear();  // a merged round held every pending entry (controller.h)
     }
+    if (round.deadlock) fail_waited_for();
     if (round.shutdown) {
       std::string reason;
       {
@@ -362,6 +390,29 @@ DeviceCollectives* Group::device_collectives() {
         [this](const std::string& reason) { request_stop(reason); });
   }
   return device_.get();
+}
+
+void Group::fail_waited_for() {
+  RankWaits mine;
+  std::vector<TensorEntry*> waited;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (const auto& e : pending_) {
+      if (e->done) continue;
+      mine.pending.push_back(e->request.name);
+      if (waited_.count(e->handle)) {
+        mine.waits.push_back(e->request.name);
+        waited.push_back(e.get());
+      }
+    }
+  }
+  const std::string message = controller_.agree_on_deadlock(mine);
+  for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, message});
+  EntryList still;
+  for (auto& e : pending_) {
+    if (!e->done) still.push_back(std::move(e));
+  }
+  pending_.swap(still);
 }
 
 void Group::fail_pending(Status status, const std::string& reason) {

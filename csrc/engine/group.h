@@ -14,12 +14,14 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -62,9 +64,17 @@ class Group {
   // still takes such entries on its next round, or its next periodic wake-up).
   std::vector<int64_t> enqueue(EntryList entries, bool wake = true);
 
-  // Runs rounds on the calling thread until `handle` (one of this group's) completes,
-  // provided no other thread is running them; otherwise makes sure the loop thread will.
-  void help(int64_t handle);
+  // Runs rounds on the calling thread until `handle` (one of this group's) completes or
+  // `leave_at` passes, provided no other thread is running them; otherwise makes sure the
+  // loop thread will. A round whose peers have not answered by `leave_at` is left to the loop
+  // thread (Controller::negotiate), so that the caller can look at its signals.
+  void help(int64_t handle, std::chrono::steady_clock::time_point leave_at =
+                                std::chrono::steady_clock::time_point::max());
+
+  // A thread blocks waiting on `handle` (one of this group's) from begin_wait until end_wait:
+  // the deadlock detector counts the rank as blocked meanwhile (deadlock.h).
+  void begin_wait(int64_t handle);
+  void end_wait(int64_t handle);
 
   // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
   // and on the others with a message naming the ranks that asked (also here when `reason` is
@@ -83,7 +93,11 @@ class Group {
   // One round (drain the queue, negotiate, execute), by the holder of the driver token.
   // False once the group has ended (shut down, or an error stopped it).
   // caller: run by a waiting caller (help()), which may poll longer for its peers.
-  bool run_round(bool caller = false);
+  bool run_round(bool caller = false, std::chrono::steady_clock::time_point leave_at =
+                                           std::chrono::steady_clock::time_point::max());
+  // After a round that declared a deadlock: fails every request a thread waits on here, with
+  // the members' agreed description. Collective (Controller::agree_on_deadlock).
+  void fail_waited_for();
   // The stall inspector's turn while idle, by the token's holder. False once it ended the
   // group (a stall past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).
   bool check_stalls_idle();
@@ -115,6 +129,7 @@ class Group {
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
   std::atomic<bool> work_queued_{false};       // set with queue_/stop, read without the lock
   bool driving_ = false;                       // guarded by mu_: some thread is running rounds
+  std::unordered_map<int64_t, int> waited_;    // guarded by mu_: handle -> threads waiting on it
   bool stopped_ = false;                       // guarded by mu_
   Status stop_status_ = Status::ShutDown;      // guarded by mu_
 

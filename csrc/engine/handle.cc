@@ -1,5 +1,6 @@
 #include "engine/handle.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -57,19 +58,28 @@ bool HandleTable::poll(int64_t handle) {
 }
 
 Outcome HandleTable::wait(int64_t handle) {
+  return *wait_until(handle, std::chrono::steady_clock::time_point::max());
+}
+
+std::optional<Outcome> HandleTable::wait_until(int64_t handle,
+                                               std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lk(mu_);
   auto it = slots_.find(handle);
   if (it == slots_.end()) throw Error(Status::InvalidArgument, "unknown or already synchronized handle " + std::to_string(handle));
   Slot& slot = it->second;  // references survive rehashing; iterators do not
   // Small collectives finish within microseconds: look again briefly before sleeping, which
   // saves a futex sleep and wake-up on both threads.
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
-  while (!slot.done && std::chrono::steady_clock::now() < until) {
+  const auto spin_until = std::min(until, std::chrono::steady_clock::now() + std::chrono::microseconds(50));
+  while (!slot.done && std::chrono::steady_clock::now() < spin_until) {
     lk.unlock();
     std::this_thread::yield();
     lk.lock();
   }
-  cv_.wait(lk, [&] { return slot.done; });
+  if (until == std::chrono::steady_clock::time_point::max()) {
+    cv_.wait(lk, [&] { return slot.done; });
+  } else if (!cv_.wait_until(lk, until, [&] { return slot.done; })) {
+    return std::nullopt;
+  }
   Outcome out = std::move(slot.outcome);
   slots_.erase(handle);
   return out;

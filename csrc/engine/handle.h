@@ -2,7 +2,9 @@
 // background thread that completes: is_completed (poll), wait, and the error if any.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
+#include <optional>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -47,6 +49,8 @@ class HandleTable {
   bool poll(int64_t handle);
   // Blocks until done, then removes the handle and returns its outcome.
   Outcome wait(int64_t handle);
+  // wait() until `until`; nothing (and the handle stays) when it is not done by then.
+  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
 
  private:
   struct Slot { bool done = false; int owner = 0; Outcome outcome; };

@@ -13,10 +13,9 @@ namespace hvdlite {
 namespace {
 
 enum class Kind : uint8_t {
-  Stalled = 1,  // rank -> 0: my requests have waited past the threshold
-  Query = 2,    // 0 -> rank: send me your pending names (seq)
-  Pending = 3,  // rank -> 0: (seq, [(name, age)])
-  Stop = 4,     // 0 -> rank: end with this message
+  Query = 2,    // a stalled rank -> every rank: send me your pending names (seq)
+  Pending = 3,  // the answer: (seq, [(name, age)])
+  Stop = 4,     // the rank that judged the stall -> every rank: end with this message
 };
 
 // Side-channel messages: a kind byte, then fixed-size fields and length-prefixed strings.
@@ -67,14 +66,20 @@ StallInspector::StallInspector(Transport& transport, const Config& config,
     : transport_(transport), config_(config), members_(members) {
   const double check = config.stall_check_s, shutdown = config.stall_shutdown_s;
   threshold_s_ = check > 0 && shutdown > 0 ? std::min(check, shutdown) : std::max(check, shutdown);
-  last_report_ = last_evaluation_ = Clock::now() - std::chrono::hours(1);
+  last_evaluation_ = Clock::now() - std::chrono::hours(1);
 }
 
 std::chrono::milliseconds StallInspector::poll_interval() const {
   if (!enabled()) return std::chrono::hours(1);  // nothing to do: the idle engine sleeps on
-  // A tenth of the threshold: the warning comes at most 10% late; never busier than 10 ms.
-  const auto ms = static_cast<int64_t>(threshold_s_ * 100);
-  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 10, 1000));
+  // A fiftieth of the threshold, at most 200 ms: with the answers' wait the warning comes at
+  // most about a second late; never busier than 10 ms.
+  const auto ms = static_cast<int64_t>(threshold_s_ * 20);
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 10, 200));
+}
+
+double StallInspector::reply_wait_s() const {
+  // Live ranks answer within a poll interval; a frozen one never does.
+  return std::clamp(threshold_s_ / 10, 0.05, 1.0);
 }
 
 std::vector<StallInspector::Waiting> StallInspector::waiting(const EntryList& pending,
@@ -97,32 +102,29 @@ void StallInspector::check(const EntryList& pending) {
   int from = 0;
   while (transport_.poll_side(bytes, from)) on_message(bytes, from, pending, now);
 
+  std::vector<Waiting> mine = waiting(pending, now);
   double oldest = 0;
-  for (const Waiting& w : waiting(pending, now)) oldest = std::max(oldest, w.age_s);
-  if (oldest >= threshold_s_ &&
-      std::chrono::duration<double>(now - last_report_).count() >= threshold_s_) {
-    last_report_ = now;
-    if (transport_.rank() == 0) stall_reported_ = true;
-    else transport_.send_side(Writer(Kind::Stalled).out, 0);
-  }
-  if (transport_.rank() != 0) return;
-
-  if (stall_reported_ && !query_open_ &&
-      std::chrono::duration<double>(now - last_evaluation_).count() >= threshold_s_) {
-    stall_reported_ = false;
+  for (const Waiting& w : mine) oldest = std::max(oldest, w.age_s);
+  // Ask again a threshold after the last judgement, or at once when the shutdown time came.
+  const double since = std::chrono::duration<double>(now - last_evaluation_).count();
+  const bool due = since >= threshold_s_ ||
+                   (config_.stall_shutdown_s > 0 && oldest >= config_.stall_shutdown_s &&
+                    since >= reply_wait_s());
+  if (!query_open_ && oldest >= threshold_s_ && due) {
     query_open_ = true;
     query_sent_ = now;
     ++query_seq_;
     replies_.clear();
-    replies_[0] = waiting(pending, now);
+    replies_[transport_.rank()] = std::move(mine);
     Writer q(Kind::Query);
     q.put(query_seq_);
-    for (int r = 1; r < transport_.size(); ++r) transport_.send_side(q.out, r);
+    for (int r = 0; r < transport_.size(); ++r) {
+      if (r != transport_.rank()) transport_.send_side(q.out, r);
+    }
   }
-  // Evaluate with every answer in, or after one more threshold (a rank busy elsewhere
-  // cannot answer; it has not submitted what the others wait for).
+  // Judge with every answer in, or without those that did not come in time (frozen ranks).
   if (query_open_ && (static_cast<int>(replies_.size()) == transport_.size() ||
-                      std::chrono::duration<double>(now - query_sent_).count() >= threshold_s_)) {
+                      std::chrono::duration<double>(now - query_sent_).count() >= reply_wait_s())) {
     evaluate(now);
   }
 }
@@ -132,9 +134,6 @@ void StallInspector::on_message(const std::vector<uint8_t>& bytes, int from,
   if (bytes.empty()) return;
   Reader in{bytes};
   switch (static_cast<Kind>(bytes[0])) {
-    case Kind::Stalled:
-      stall_reported_ = true;
-      break;
     case Kind::Query: {
       Writer reply(Kind::Pending);
       reply.put(in.get<uint32_t>());
@@ -144,7 +143,7 @@ void StallInspector::on_message(const std::vector<uint8_t>& bytes, int from,
         reply.put(w.name);
         reply.put(w.age_s);
       }
-      transport_.send_side(reply.out, 0);
+      transport_.send_side(reply.out, from);
       break;
     }
     case Kind::Pending: {
@@ -184,6 +183,10 @@ void StallInspector::evaluate(Clock::time_point now) {
     }
   }
   if (stalled.empty()) return;  // everyone has everything: slow, not stalled
+  // The lowest rank that answered and submitted a stalled tensor speaks for all.
+  int speaker = transport_.rank();
+  for (const auto& st : stalled) speaker = std::min(speaker, *st.second.ranks.begin());
+  if (speaker != transport_.rank()) return;
   std::sort(stalled.begin(), stalled.end(),
             [](const auto& a, const auto& b) { return a.second.age_s > b.second.age_s; });
   std::ostringstream msg;
@@ -200,6 +203,14 @@ void StallInspector::evaluate(Clock::time_point now) {
         << (have_not.size() == 1 ? " has not" : " have not");
   }
   if (stalled.size() > 10) msg << "; and " << stalled.size() - 10 << " more";
+  std::vector<int> silent;
+  for (int r = 0; r < transport_.size(); ++r) {
+    if (!replies_.count(r)) silent.push_back(r);
+  }
+  if (!silent.empty()) {
+    msg << " (" << ranks_text(silent, members_) << (silent.size() == 1 ? " does" : " do")
+        << " not answer: stopped, or stuck outside hvdlite with the engine blocked)";
+  }
   msg << ". A rank that has not submitted a tensor is stuck elsewhere, or its collectives "
          "differ (names, or the order of conditional collectives).";
   if (config_.stall_shutdown_s > 0 && oldest >= config_.stall_shutdown_s) {
@@ -208,12 +219,14 @@ void StallInspector::evaluate(Clock::time_point now) {
                              std::to_string(std::lround(config_.stall_shutdown_s)) + " s): " + msg.str();
     Writer stop(Kind::Stop);
     stop.put(text);
-    for (int r = 1; r < transport_.size(); ++r) transport_.send_side(stop.out, r);
+    for (int r = 0; r < transport_.size(); ++r) {
+      if (r != transport_.rank()) transport_.send_side(stop.out, r);
+    }
     throw Error(Status::ShutDown, text);
   }
   if (config_.stall_check_s > 0 && oldest >= config_.stall_check_s) {
-    std::fprintf(stderr, "[hvdlite rank %d] warning: stall%s: %s\n", members_.global(0),
-                 members_.where().c_str(), msg.str().c_str());
+    std::fprintf(stderr, "[hvdlite rank %d] warning: stall%s: %s\n",
+                 members_.global(transport_.rank()), members_.where().c_str(), msg.str().c_str());
   }
 }
 

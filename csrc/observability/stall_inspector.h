@@ -1,10 +1,13 @@
 // The stall inspector: finds tensors that some ranks submitted and others have not, and says
-// which, by global rank (and which process set, outside the global one). A rank whose requests have waited longer than the check time tells the coordinator
-// (rank 0) over the transport's side channel; rank 0 then asks every rank for its pending
-// names and ages and, with every answer in, warns:
+// which, by global rank (and which process set, outside the global one). It needs no
+// coordinator: a rank whose own requests have waited past the threshold asks every other rank
+// over the transport's side channel for its pending names and ages, waits briefly for the
+// answers (a frozen or stuck rank gives none, and is said not to answer), and judges:
 //   'fc.weight' waited 60 s: ranks 0, 2 submitted it; ranks 1, 3 have not
-// Past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS it sends that message to every rank, whose engine
-// then stops with it as the error of every pending and later collective.
+// The lowest rank that answered and submitted a stalled tensor warns (the others stay quiet),
+// so the warning comes at the configured time whichever rank is frozen, rank 0 included.
+// Past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS that rank sends the message to every rank, whose
+// engine then stops with it as the error of every pending and later collective.
 //
 // Every rank's engine calls check() while it waits: inside a negotiation round, and every
 // poll_interval() while idle, so that a rank with nothing pending still answers.
@@ -42,18 +45,18 @@ class StallInspector {
   void on_message(const std::vector<uint8_t>& bytes, int from, const EntryList& pending,
                   Clock::time_point now);
   void evaluate(Clock::time_point now);
+  double reply_wait_s() const;  // how long a query waits for answers
 
   Transport& transport_;
   const Config& config_;
   const Membership& members_;
   double threshold_s_;              // the earlier of the check and shutdown times (0: off)
-  Clock::time_point last_poll_, last_report_;
-  // Coordinator only.
-  bool stall_reported_ = false;
+  Clock::time_point last_poll_;
+  // This rank's own query, while its requests are stalled.
   bool query_open_ = false;
   uint32_t query_seq_ = 0;
   Clock::time_point query_sent_, last_evaluation_;
-  std::map<int, std::vector<Waiting>> replies_;
+  std::map<int, std::vector<Waiting>> replies_;  // by member, this rank's own included
 };
 
 }  // namespace hvdlite

@@ -42,6 +42,8 @@ _EXPLAINED_BOXES = (b"MPI_ABORT was invoked", b"has exited due to process rank",
                     b"exited with non-zero status", b"BAD TERMINATION OF ONE OF YOUR",
                     b"noticed that process rank", b"YOU CAN IGNORE THE BELOW CLEANUP")
 _LEFT = re.compile(rb"shut down: ranks? ([\d, ]+?) called")
+# The stall inspector names ranks that did not answer it (stopped, e.g. by SIGSTOP, or stuck).
+_SILENT = re.compile(rb"\(ranks? ([\d, ]+?) (?:does|do) not answer")
 _HYDRA_ABORT = re.compile(rb"^Abort\(-?\d+\) on node \d+ \(rank (\d+) in comm \d+\): "
                           rb"application called MPI_Abort")
 _HYDRA_TRAILER = (b"YOUR APPLICATION TERMINATED WITH THE EXIT STRING",
@@ -323,6 +325,11 @@ class OutputRouter:
                 rank = int(re.split(rb"[, ]+", named.group(1).strip())[0])
                 return rank, ("called hvdlite.shutdown() or exited while other ranks still "
                               "waited for it" + then)
+            silent = _SILENT.search(errors[first].line)
+            if silent:
+                rank = int(re.split(rb"[, ]+", silent.group(1).strip())[0])
+                return rank, ("stopped answering (a stopped process, or one stuck outside "
+                              "hvdlite) while other ranks waited for it" + then)
             clean = sorted((x.time, r) for r, x in exits.items() if not x.code and not x.signal)
             silent = sorted(set(range(self.size)) - set(errors)) if self.size else []
             if clean or len(silent) == 1:

@@ -38,7 +38,8 @@ from .compression import (BF16Compressor, Compression, Compressor,  # noqa: F401
                           FP16Compressor, NoneCompressor)
 from .distributed import (DistributedGradientTape,  # noqa: F401
                           PartialDistributedGradientTape)
-from .errors import (HvdliteInternalError, HvdliteInvalidArgumentError,  # noqa: F401
+from .errors import (HvdliteDeadlockError, HvdliteInternalError,  # noqa: F401
+                     HvdliteInvalidArgumentError, HvdliteTimeoutError,
                      HvdliteMismatchError, HvdliteNotInitializedError, HvdliteOutOfMemoryError,
                      HvdliteShutdownError, HvdliteUnsupportedError)
 from .functions import (allgather_object, broadcast_global_variables,  # noqa: F401

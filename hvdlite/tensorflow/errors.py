@@ -44,6 +44,8 @@ HvdliteNotInitializedError = _both(_exc.HvdliteNotInitializedError,
 HvdliteShutdownError = _both(_exc.HvdliteShutdownError, tf.errors.AbortedError)
 HvdliteInternalError = _both(_exc.HvdliteInternalError, tf.errors.InternalError)
 HvdliteOutOfMemoryError = _both(_exc.HvdliteOutOfMemoryError, tf.errors.ResourceExhaustedError)
+HvdliteDeadlockError = _both(_exc.HvdliteDeadlockError, tf.errors.AbortedError)
+HvdliteTimeoutError = _both(_exc.HvdliteTimeoutError, tf.errors.DeadlineExceededError)
 
 
 class HvdliteUnsupportedError(_exc.HvdliteUnsupportedError, HvdliteInvalidArgumentError):
@@ -62,6 +64,8 @@ _NATIVE = {
     _exc.HvdliteShutdownError: HvdliteShutdownError,
     _exc.HvdliteInternalError: HvdliteInternalError,
     _exc.HvdliteOutOfMemoryError: HvdliteOutOfMemoryError,
+    _exc.HvdliteDeadlockError: HvdliteDeadlockError,
+    _exc.HvdliteTimeoutError: HvdliteTimeoutError,
 }
 
 

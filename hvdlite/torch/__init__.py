@@ -25,7 +25,8 @@ from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # no
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)
-from hvdlite.exceptions import (HvdliteError, HvdliteInternalError,  # noqa: F401
+from hvdlite.exceptions import (HvdliteDeadlockError, HvdliteError,  # noqa: F401
+                                HvdliteInternalError, HvdliteTimeoutError,
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
                                 HvdliteNotInitializedError, HvdliteOutOfMemoryError,
                                 HvdliteShutdownError)
@@ -57,7 +58,7 @@ __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
     "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteOutOfMemoryError",
-    "HvdliteShutdownError",
+    "HvdliteShutdownError", "HvdliteDeadlockError", "HvdliteTimeoutError",
     "HorovodInternalError", "GradientAccumulationError",
     "Compression", "Compressor",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

@@ -1,0 +1,68 @@
+// The deadlock detector. Note [deadlock]:
+// A group is deadlocked when every member has a thread blocked waiting on one of its requests
+// and no request has been submitted by every member that must submit it: then nothing can
+// ever run (unless another thread submits). The ranks cannot see each other's threads, but
+// they meet every negotiation round, so each rank adds two bits to word 0 of the round (ANDed
+// over the members):
+//   kBlocked    a thread of this rank waits on one of its pending requests
+//   kGraceOver  kBlocked, and every round since this rank saw the streak begin was like it
+//               for HVDLITE_DEADLOCK_TIME_SECONDS
+// A streak begins with the first round whose AND says every member was blocked and which ran
+// nothing, and ends with any round that ran something or in which some member was not
+// blocked. The round whose AND carries kGraceOver is the same on every rank, so every rank
+// declares the deadlock in the same round; the members then exchange what each waits for
+// (describe_deadlock) and fail exactly those requests with Status::Deadlock. A rank that is
+// computing is not blocked, and a frozen rank holds every round up: neither trips it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/validate.h"
+
+namespace hvdlite {
+
+class DeadlockDetector {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static constexpr uint64_t kBlocked = 16;
+  static constexpr uint64_t kGraceOver = 32;
+  static constexpr uint64_t kBits = kBlocked | kGraceOver;
+
+  // grace_s: HVDLITE_DEADLOCK_TIME_SECONDS (0: never declares one).
+  explicit DeadlockDetector(double grace_s) : grace_s_(grace_s) {}
+  bool enabled() const { return grace_s_ > 0; }
+
+  // The bits this rank sets in word 0 of a round it starts at `now`.
+  uint64_t flags(bool blocked, Clock::time_point now) const;
+  // After the round: `word0` is the members' AND, `ran` whether the round ran anything.
+  // True when the members agree the group is deadlocked (then the streak starts over).
+  bool observe(uint64_t word0, bool ran, Clock::time_point now);
+
+ private:
+  double grace_s_;
+  bool streak_ = false;
+  Clock::time_point since_;
+};
+
+// What one member waits for and what it has pending (waited-for names included).
+struct RankWaits {
+  std::vector<std::string> waits;
+  std::vector<std::string> pending;
+};
+
+// The error every waited-for request gets: per rank (by global rank, ranks that wait for the
+// same names together) what it waits for and which ranks submitted each:
+//   "ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for 'x' (submitted by
+//    rank 1)"
+// by_member[i] is member i's report.
+std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Membership& members,
+                              double grace_s);
+
+// The wire form of a RankWaits (gathered to the coordinator).
+std::vector<uint8_t> encode_waits(const RankWaits& waits);
+RankWaits decode_waits(const std::vector<uint8_t>& bytes);
+
+}  // namespace hvdlite

@@ -1,0 +1,159 @@
+// The deadlock detector (engine/deadlock.h): the per-round decision as a pure function of the
+// members' bits and the clock, the message, and the engine over the loopback transport (ranks
+// as threads): ranks waiting on different names fail with Status::Deadlock on every rank and
+// the next collective works; a rank that computes past the grace period trips nothing; a wait
+// that gives up at its time limit leaves the request in flight.
+#include <thread>
+
+#include "engine/deadlock.h"
+#include "engine/engine.h"
+#include "harness.h"
+#include "loopback.h"
+
+namespace hvdlite {
+namespace {
+
+using Clock = DeadlockDetector::Clock;
+using testing::Fabric;
+using testing::run_ranks;
+
+// One round for every detector: each contributes its bits, all observe the AND.
+std::vector<bool> round(std::vector<DeadlockDetector>& ranks, const std::vector<bool>& blocked,
+                        bool ran, Clock::time_point now) {
+  uint64_t word = ~uint64_t(0);
+  for (size_t r = 0; r < ranks.size(); ++r) word &= ranks[r].flags(blocked[r], now) | ~DeadlockDetector::kBits;
+  std::vector<bool> out;
+  for (auto& d : ranks) out.push_back(d.observe(word, ran, now));
+  return out;
+}
+
+TEST(deadlock_is_declared_by_every_rank_in_the_same_round_after_the_grace_period) {
+  std::vector<DeadlockDetector> ranks(3, DeadlockDetector(30));
+  const Clock::time_point t0 = Clock::now();
+  const std::vector<bool> all(3, true), none(3, false);
+  auto at = [&](double s) { return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  CHECK(round(ranks, all, false, at(0)) == none);   // the streak begins
+  CHECK(round(ranks, all, false, at(29.9)) == none);
+  CHECK(round(ranks, all, false, at(30.1)) == all);   // every rank's bit says so
+  CHECK(round(ranks, all, false, at(30.2)) == none);  // then a fresh streak
+  CHECK(round(ranks, all, false, at(30.3)) == none);
+}
+
+TEST(deadlock_needs_every_rank_blocked_and_nothing_running) {
+  const Clock::time_point t0 = Clock::now();
+  const std::vector<bool> all(3, true), none(3, false);
+  auto at = [&](double s) { return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); };
+  // Rank 1 computes (not blocked) for a long time: never.
+  std::vector<DeadlockDetector> ranks(3, DeadlockDetector(1));
+  for (int i = 0; i < 100; ++i) CHECK(round(ranks, {true, false, true}, false, at(i)) == none);
+  // Rounds that ran something restart the streak.
+  for (int i = 0; i < 100; ++i) CHECK(round(ranks, all, true, at(100 + i)) == none);
+  // A computing rank in between restarts it too.
+  CHECK(round(ranks, all, false, at(300)) == none);
+  CHECK(round(ranks, {true, true, false}, false, at(300.9)) == none);
+  CHECK(round(ranks, all, false, at(301.5)) == none);
+  CHECK(round(ranks, all, false, at(302.0)) == none);
+  CHECK(round(ranks, all, false, at(302.6)) == all);  // 1.1 s into the new streak
+  // Off: never.
+  std::vector<DeadlockDetector> off(2, DeadlockDetector(0));
+  for (int i = 0; i < 10; ++i) CHECK(round(off, {true, true}, false, at(i * 1000)) == std::vector<bool>(2, false));
+}
+
+TEST(deadlock_message_says_per_rank_what_it_waits_for_and_who_submitted_it) {
+  std::vector<RankWaits> by_member(3);
+  by_member[0] = {{"y"}, {"y"}};
+  by_member[1] = {{"x"}, {"x", "z"}};
+  by_member[2] = {{"y"}, {"y", "z"}};
+  const std::string msg = describe_deadlock(by_member, Membership{}, 30);
+  CHECK(msg.find("ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for 'x' "
+                 "(submitted by rank 1)") != std::string::npos);
+  CHECK(msg.find("30 s (HVDLITE_DEADLOCK_TIME_SECONDS)") != std::string::npos);
+  // Inside a process set: global ranks and the set's name.
+  const std::string in_set = describe_deadlock({{{"a", "b"}, {"a", "b"}}, {{"b"}, {"b"}}},
+                                               Membership{2, {1, 3}}, 5);
+  CHECK(in_set.find("deadlock in process set 2 (ranks 1, 3)") != std::string::npos);
+  CHECK(in_set.find("rank 1 waits for 'a' (submitted by rank 1) and 'b' (submitted by ranks 1, 3), "
+                    "rank 3 waits for 'b' (submitted by ranks 1, 3)") != std::string::npos);
+  const RankWaits back = decode_waits(encode_waits(by_member[2]));
+  CHECK(back.waits == by_member[2].waits && back.pending == by_member[2].pending);
+}
+
+int64_t allreduce(Engine& eng, const std::string& name, std::vector<float>& data) {
+  auto e = std::make_unique<TensorEntry>();
+  e->request.name = name;
+  e->request.op = OpType::Allreduce;
+  e->request.reduce_op = ReduceOp::Sum;
+  e->request.shape = {int64_t(data.size())};
+  e->input = e->output = data.data();
+  EntryList list;
+  list.push_back(std::move(e));
+  return eng.enqueue(0, std::move(list))[0];
+}
+
+TEST(engine_fails_divergent_waits_with_deadlock_on_every_rank_and_goes_on) {
+  Fabric fabric(3);
+  run_ranks(3, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.3;
+    Engine eng(fabric.world(r), config);
+    std::vector<float> x(4, 1.0f);
+    const auto start = Clock::now();
+    Outcome o = eng.wait(allreduce(eng, r == 1 ? "x" : "y", x));
+    CHECK(o.status == Status::Deadlock);
+    CHECK(o.error.find("ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for "
+                       "'x' (submitted by rank 1)") != std::string::npos);
+    CHECK(Clock::now() - start < std::chrono::seconds(5));
+    std::vector<float> z(2, float(r));
+    CHECK(eng.wait(allreduce(eng, "after", z)).status == Status::Success);
+    CHECK_EQ(z[1], 3.0f);
+  });
+}
+
+TEST(engine_rank_computing_past_the_grace_period_trips_nothing) {
+  Fabric fabric(2);
+  run_ranks(2, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.2;
+    Engine eng(fabric.world(r), config);
+    std::vector<float> x(4, 1.0f);
+    // Rank 1 also has a request pending meanwhile that nobody waits on.
+    int64_t early = r == 1 ? allreduce(eng, "early", x) : 0;
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    std::vector<float> y(4, 1.0f);
+    Outcome o = eng.wait(allreduce(eng, "slow", y));
+    CHECK(o.status == Status::Success);
+    CHECK_EQ(y[0], 2.0f);
+    if (r == 0) {
+      // A wait with a time limit gives up, the request still in flight, then completes.
+      std::vector<float> e(4, 1.0f);
+      const int64_t h = allreduce(eng, "early", e);
+      CHECK(eng.wait(h).status == Status::Success);
+    } else {
+      CHECK(eng.wait(early).status == Status::Success);
+    }
+  });
+}
+
+TEST(engine_wait_until_leaves_the_request_in_flight) {
+  Fabric fabric(2);
+  run_ranks(2, [&](int r) {
+    Config config;
+    Engine eng(fabric.world(r), config);
+    std::vector<float> x(4, 1.0f);
+    if (r == 0) {
+      const int64_t h = allreduce(eng, "late", x);
+      CHECK(!eng.wait_until(h, Clock::now() + std::chrono::milliseconds(200)));
+      CHECK(!eng.poll(h));
+      std::optional<Outcome> o;
+      while (!(o = eng.wait_until(h, Clock::now() + std::chrono::milliseconds(100)))) {}
+      CHECK(o->status == Status::Success);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      CHECK(eng.wait(allreduce(eng, "late", x)).status == Status::Success);
+    }
+    CHECK_EQ(x[0], 2.0f);
+  });
+}
+
+}  // namespace
+}  // namespace hvdlite

@@ -1,0 +1,89 @@
+"""Nothing hangs: the deadlock detector (csrc/engine/deadlock.h) and interruptible waits
+(Note [interruptible waits] in csrc/bindings.cc), end to end over MPI.
+
+- Ranks that wait on collectives no other rank submitted get HvdliteDeadlockError on every
+  rank within HVDLITE_DEADLOCK_TIME_SECONDS (+5 s), naming what each waits for and who
+  submitted it, at 2 and 3 ranks and inside a process set; the next collective works.
+- A rank that computes for longer than that before submitting trips nothing.
+- signal.alarm's handler raises out of a wait that cannot finish yet, within 3 s; the Work can
+  be waited on again; wait(timeout=) raises HvdliteTimeoutError; shutdown is then clean.
+"""
+import re
+
+import pytest
+
+from mpi_launch import run_mpi
+
+GRACE = 3
+
+
+def _lines(proc, what):
+    """{rank: (seconds, rest of line)} for lines "rank R <what> <seconds> ..."."""
+    found = {}
+    for line in proc.stdout.splitlines():
+        m = re.match(rf"rank (\d+) {what} ([\d.]+) ?(.*)", line)
+        if m:
+            found[int(m.group(1))] = (float(m.group(2)), m.group(3))
+    return found
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_divergent_allreduces_end_in_a_deadlock_error_on_every_rank(np_):
+    proc = run_mpi(np_, "workers/core_deadlock.py", "diverge",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == list(range(np_)), proc.stdout
+    waits = ", ".join(f"rank {r} waits for 'diverge.{r}' (submitted by rank {r})" for r in range(np_))
+    for rank, (seconds, message) in got.items():
+        assert GRACE - 0.5 <= seconds <= GRACE + 5, (rank, seconds)
+        assert message.startswith(f"deadlock: every rank has been blocked waiting for {GRACE} s"), message
+        assert waits in message, message
+    assert proc.stdout.count("done") == np_, proc.stdout  # the next collective worked
+
+
+def test_deadlock_in_a_process_set_names_the_set_and_global_ranks():
+    proc = run_mpi(3, "workers/core_deadlock.py", "set",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1], proc.stdout
+    for seconds, message in got.values():
+        assert seconds <= GRACE + 5
+        assert message.startswith("deadlock in process set 1 (ranks 0, 1):"), message
+        assert ("rank 0 waits for 'diverge.0' (submitted by rank 0), "
+                "rank 1 waits for 'diverge.1' (submitted by rank 1)") in message, message
+    assert proc.stdout.count("done") == 3, proc.stdout
+
+
+def test_a_process_set_change_against_a_collective_is_a_deadlock_too():
+    proc = run_mpi(2, "workers/core_deadlock.py", "add-set",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1], proc.stdout
+    for seconds, message in got.values():
+        assert seconds <= GRACE + 5
+        assert re.search(r"rank 0 waits for 'hvdlite\.add_process_set\.\d+' \(submitted by rank 0\), "
+                         r"rank 1 waits for 'y' \(submitted by rank 1\)", message), message
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
+def test_a_rank_computing_longer_than_the_grace_period_trips_nothing():
+    proc = run_mpi(2, "workers/core_deadlock.py", "slow", 2 * GRACE,
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "slow-ok")
+    assert sorted(got) == [0, 1], proc.stdout
+    assert got[0][0] >= 2 * GRACE - 0.5, got  # rank 0 waited for rank 1 all along
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
+def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight():
+    proc = run_mpi(2, "workers/core_deadlock.py", "alarm", timeout=120)
+    got = {what: _lines(proc, what).get(0) for what in
+           ("alarm", "rewait-ok", "timeout", "timeout-rewait-ok", "sync-alarm", "torch-alarm")}
+    assert all(got.values()), proc.stdout
+    assert 1.9 <= got["alarm"][0] <= 3, got          # signal.alarm(2) raised within 3 s
+    assert got["rewait-ok"][0] >= 5.5, got           # the same Work completed later
+    assert 0.45 <= got["timeout"][0] <= 1.5, got     # wait(timeout=0.5)
+    assert 1.9 <= got["sync-alarm"][0] <= 3, got     # a synchronous all-reduce too
+    assert 1.9 <= got["torch-alarm"][0] <= 3, got    # and the torch adapter's
+    shutdown = _lines(proc, "shutdown")
+    assert sorted(shutdown) == [0, 1] and all(s <= 5 for s, _ in shutdown.values()), proc.stdout

@@ -1,0 +1,150 @@
+"""Deadlocks and interrupted waits (tests/test_deadlock.py). Every rank prints what it saw as
+one line "rank R <what> <seconds>" for the test to check.
+
+'diverge': rank r all-reduces 'diverge.r' (nothing is ever submitted by every rank); with
+HVDLITE_DEADLOCK_TIME_SECONDS set short, every rank gets HvdliteDeadlockError naming what each
+rank waits for; the next matched collective works.
+'set': the same inside process set [0, 1] of 3 ranks (rank 2 waits in a global collective
+that the others join once their deadlock error came).
+'add-set': rank 0 adds a process set while rank 1 all-reduces: a deadlock too.
+'slow': rank 1 computes (sleeps) for longer than the grace period before submitting; no
+error.
+'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
+handler raises out of the wait; the request stays in flight and the Work completes when
+waited for again. Then wait(timeout=...) raises HvdliteTimeoutError and a later wait
+completes. Then rank 0 is interrupted in a synchronous all-reduce nobody else ever submits
+(numpy, then torch), and every rank shuts down cleanly.
+"""
+import signal
+import sys
+import time
+
+import numpy as np
+
+import hvdlite as hvd
+
+mode = sys.argv[1]
+
+
+class Alarm(Exception):
+    pass
+
+
+def on_alarm(signum, frame):
+    raise Alarm()
+
+
+def check_next_collective_works(process_set=None, name="after"):
+    n = hvd.size() if process_set is None else process_set.size()
+    got = hvd.allreduce(np.ones(3, np.float32), op=hvd.Sum, name=name, process_set=process_set)
+    assert (got == n).all(), got
+
+
+def expect_deadlock(name, process_set=None):
+    start = time.monotonic()
+    try:
+        hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name=name, process_set=process_set)
+    except hvd.HvdliteDeadlockError as e:
+        print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+    else:
+        raise AssertionError("the divergent collective completed")
+
+
+if mode == "diverge":
+    hvd.init()
+    expect_deadlock(f"diverge.{hvd.rank()}")
+    check_next_collective_works()
+elif mode == "set":
+    ps = hvd.ProcessSet([0, 1])
+    hvd.init(process_sets=[ps])
+    if ps.included():
+        expect_deadlock(f"diverge.{hvd.rank()}", ps)
+        check_next_collective_works(ps, "after.set")
+    check_next_collective_works()
+elif mode == "add-set":
+    # Rank 0 adds a process set (a collective over all ranks), rank 1 all-reduces: the
+    # process-set change counts as a blocked wait like any other.
+    hvd.init(process_sets="dynamic")
+    start = time.monotonic()
+    try:
+        if hvd.rank() == 0:
+            hvd.add_process_set([0, 1])
+        else:
+            hvd.allreduce(np.ones(2, np.float32), name="y")
+    except hvd.HvdliteDeadlockError as e:
+        print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+    check_next_collective_works()
+elif mode == "slow":
+    hvd.init()
+    if hvd.rank() == 1:
+        time.sleep(float(sys.argv[2]))
+    start = time.monotonic()
+    check_next_collective_works(name="slow")
+    print(f"rank {hvd.rank()} slow-ok {time.monotonic() - start:.2f}", flush=True)
+    check_next_collective_works()
+elif mode == "alarm":
+    hvd.init()
+    signal.signal(signal.SIGALRM, on_alarm)
+    x = np.ones(4, np.float32)
+    if hvd.rank() == 0:
+        work = hvd.allreduce_async(x, name="late", op=hvd.Sum)
+        start = time.monotonic()
+        signal.alarm(2)
+        try:
+            work.wait()
+        except Alarm:
+            print(f"rank 0 alarm {time.monotonic() - start:.2f}", flush=True)
+        else:
+            raise AssertionError("the wait ended without the alarm")
+        got = work.wait()  # rank 1 submits at 6 s: the same Work completes
+        assert (got == hvd.size()).all(), got
+        print(f"rank 0 rewait-ok {time.monotonic() - start:.2f}", flush=True)
+
+        work = hvd.allreduce_async(x, name="timed", op=hvd.Sum)
+        start = time.monotonic()
+        try:
+            work.wait(timeout=0.5)
+        except hvd.HvdliteTimeoutError:
+            print(f"rank 0 timeout {time.monotonic() - start:.2f}", flush=True)
+        else:
+            raise AssertionError("wait(timeout=0.5) returned")
+        got = work.wait()
+        assert (got == hvd.size()).all(), got
+        print(f"rank 0 timeout-rewait-ok {time.monotonic() - start:.2f}", flush=True)
+
+        # A synchronous all-reduce that can never finish: the handler's exception leaves it.
+        start = time.monotonic()
+        signal.alarm(2)
+        try:
+            hvd.allreduce(x, name="never", op=hvd.Sum)
+        except Alarm:
+            print(f"rank 0 sync-alarm {time.monotonic() - start:.2f}", flush=True)
+        else:
+            raise AssertionError("the never-matched all-reduce completed")
+        # The torch adapter's synchronous all-reduce, likewise.
+        import torch
+        import hvdlite.torch as hvd_torch
+        torch.set_num_threads(1)
+        start = time.monotonic()
+        signal.alarm(2)
+        try:
+            hvd_torch.allreduce(torch.ones(3), name="never.torch")
+        except Alarm:
+            print(f"rank 0 torch-alarm {time.monotonic() - start:.2f}", flush=True)
+        else:
+            raise AssertionError("the never-matched torch all-reduce completed")
+    else:
+        time.sleep(6)
+        hvd.allreduce(x, name="late", op=hvd.Sum)
+        time.sleep(2)
+        hvd.allreduce(x, name="timed", op=hvd.Sum)
+    hvd.barrier()  # rank 0's 'never' is still in flight here; the barrier is not held up
+    rank, start = hvd.rank(), time.monotonic()
+    hvd.shutdown()
+    print(f"rank {rank} shutdown {time.monotonic() - start:.2f}", flush=True)
+    sys.exit(0)
+else:
+    raise SystemExit(f"unknown mode {mode}")
+rank = hvd.rank()
+hvd.shutdown()
+print(f"rank {rank} done", flush=True)

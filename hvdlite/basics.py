@@ -9,7 +9,7 @@ import traceback
 import threading
 
 from . import _core, _policy, config, work, process_sets as _process_sets
-from .elastic import settings as _elastic_settings
+from .contract import elastic_env as _elastic_settings
 
 _atexit_registered = False
 _hook_lock = threading.Lock()

@@ -3,28 +3,10 @@
 import copy
 import pickle
 
-import numpy as np
-
-from hvdlite import _core, _policy, ops
+from hvdlite import _core
 from hvdlite.exceptions import HvdliteHostsUpdatedInterrupt
 
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free)."""
-    prefix = name or _policy.auto_name("elastic.broadcast_object", None)
-    if _core.rank() == root_rank:
-        payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
-        length = np.array([payload.size], dtype=np.int64)
-    else:
-        payload = None
-        length = np.zeros(1, dtype=np.int64)
-    ops.wait(ops.broadcast_async(length, root_rank, name=f"{prefix}.len"))
-    if payload is None:
-        payload = np.empty(int(length[0]), dtype=np.uint8)
-    ops.wait(ops.broadcast_async(payload, root_rank, name=f"{prefix}.data"))
-    if _core.rank() == root_rank:
-        return obj
-    return pickle.loads(payload.tobytes())
+from .job import broadcast_object, expect_host_update, poll_host_update
 
 
 class State:
@@ -68,7 +50,6 @@ class State:
         does. ``hvdlite.elastic.run`` then applies the change: ranks on removed hosts leave,
         new ranks start on added slots and receive the state by ``sync()``.
         """
-        from .run import expect_host_update, poll_host_update   # (run imports this module)
         if _core.rank() == 0:
             recorded = self._host_updates[-1] if self._host_updates else None
             mine = (poll_host_update(), recorded)

@@ -29,13 +29,9 @@ import sys
 import threading
 import time
 
-EXIT_MARKER = "hvdlite-run-rank-exit:"
-START_MARKER = "hvdlite-run-rank-start:"   # an elastic job added this rank
-LEAVE_MARKER = "hvdlite-run-rank-leave:"   # written by hvdlite.elastic: its host was removed
-# Written by an elastic job's new rank 0 after a loss: "<marker> ranks=1,4" (launcher's
-# numbers), for ranks whose guard could not report (a vanished host) or whose report was lost.
-LOST_MARKER = "hvdlite-run-ranks-lost:"
-ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"  # see hvdlite.elastic.settings
+from hvdlite.contract.elastic_env import WORKER_ID_ENV as ADDED_ID_ENV
+from hvdlite.contract.markers import EXIT_MARKER, START_MARKER
+
 GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0

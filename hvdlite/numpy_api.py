@@ -13,7 +13,7 @@ import pickle
 import numpy as np
 
 from . import ops
-from ._policy import Average, auto_name, group_names, resolve_op
+from .policy import Average, auto_name, group_names, resolve_op
 from .ops import poll, synchronize  # noqa: F401
 
 try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod

@@ -6,13 +6,13 @@ import pickle
 
 import numpy as np
 
-from hvdlite import _core, _policy, ops
+from hvdlite import _core, policy, ops
 from hvdlite.contract import elastic_env as settings, membership
 
 
 def broadcast_object(obj, root_rank=0, name=None):
     """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free)."""
-    prefix = name or _policy.auto_name("elastic.broadcast_object", None)
+    prefix = name or policy.auto_name("elastic.broadcast_object", None)
     if _core.rank() == root_rank:
         payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8).copy()
         length = np.array([payload.size], dtype=np.int64)

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from hvdlite import _core, _policy, process_sets
+from hvdlite import _core, policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
 from hvdlite.contract import elastic_env as settings, membership
@@ -42,7 +42,7 @@ def _rebuild():
     started = time.perf_counter()
     lost = _core.rebuild()
     process_sets.refresh_after_rebuild()
-    _policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
+    policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
     job.members = membership.without(members, lost)
     after = _core.size()
@@ -99,7 +99,7 @@ def _regroup(change):
         sys.stderr.flush()
         os._exit(0)
     process_sets.refresh_after_rebuild()
-    _policy.reset_name_counters()
+    policy.reset_name_counters()
     job.members = membership.apply(members, change)
     job.next_worker += len(change.added)
     if change.added:

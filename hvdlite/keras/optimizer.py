@@ -24,10 +24,11 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from hvdlite.compression import is_stateful
+from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
+from hvdlite import policy
 
-from . import options, policy
+from . import labels, options
 from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
@@ -91,7 +92,7 @@ class _HvdSettings:
         shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
         reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
                                   when=when)
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         for i, v in enumerate(variables):
             if id(v) in self.local_variables and grads[i] is not None \
                     and self.scale_local_gradients:
@@ -255,7 +256,7 @@ class _DistributedOptimizer:
             if g is None:
                 accs.append(None)
                 continue
-            g = bridge().dense_gradient(g, policy.variable_label(v, i),
+            g = bridge().dense_gradient(g, labels.variable_label(v, i),
                                         settings.sparse_as_dense, settings.what)
             acc = self._hvd_accumulators[self._hvd_index[self._var_key(v)]]
             acc.assign(acc + ops.cast(g, acc.dtype))

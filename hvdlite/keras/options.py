@@ -1,7 +1,7 @@
 """Which of the Keras ``DistributedOptimizer``'s options beyond Horovod combine: written once
 here, so that every unsupported combination fails at construction with one clear error."""
 
-from hvdlite.compression import NoneCompressor, is_stateful
+from hvdlite.algorithms.compression import NoneCompressor, is_stateful
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import Average, Sum
 

@@ -2,8 +2,8 @@
 backend: ``Compression.powersgd(...)``, ``Compression.topk(...)``,
 ``Compression.fp16/bf16(error_feedback=True)``.
 
-The algorithms are the framework-free reducers of :mod:`hvdlite.powersgd` and
-:mod:`hvdlite.error_feedback`. Their state lives in optimizer variables, so it is part of
+The algorithms are the framework-free reducers of :mod:`hvdlite.algorithms.powersgd` and
+:mod:`hvdlite.algorithms.error_feedback`. Their state lives in optimizer variables, so it is part of
 JAX's stateless train state and of every checkpoint that saves the optimizer
 (``model.save``, ``hvd.load_model``):
 
@@ -20,9 +20,9 @@ import numpy as np
 
 import hvdlite as _hvd
 from hvdlite.ops import Average, Sum
-from hvdlite.powersgd import PowerSGDReducer
+from hvdlite.algorithms.powersgd import PowerSGDReducer
 
-from . import policy
+from . import labels
 from .backend import bridge
 
 _FLOATS = ("float32", "float64")
@@ -42,7 +42,7 @@ class CompressionState:
                 f"{what}: compression={compression!r}: top-k's momentum correction is not "
                 f"in hvdlite.keras yet; use momentum=0 (torch: hvdlite.torch has it)")
         self.reducer.process_set = process_set
-        self.reduction = policy.reduction(op, predivide, process_set)
+        self.reduction = labels.reduction(op, predivide, process_set)
         self.built = False
 
     def build(self, optimizer, variables):
@@ -88,12 +88,12 @@ class CompressionState:
         if not present:
             return grads
         for i in present:
-            grads[i] = bridge().dense_gradient(grads[i], policy.variable_label(variables[i], i),
+            grads[i] = bridge().dense_gradient(grads[i], labels.variable_label(variables[i], i),
                                                True, self.what)
             dtype = str(variables[i].dtype)
             if dtype not in _FLOATS:
                 raise ValueError(f"{self.what}: the gradient of "
-                                 f"{policy.variable_label(variables[i], i)} has dtype {dtype}; "
+                                 f"{labels.variable_label(variables[i], i)} has dtype {dtype}; "
                                  f"compression={self.compression!r} handles float32 and float64")
         with_error = [i for i in present if i in self.errors]
         with_q = [i for i in present if i in self.qs]

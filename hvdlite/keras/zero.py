@@ -37,7 +37,7 @@ from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import Average, Sum
 
-from . import policy
+from . import labels
 from .backend import bridge
 
 _FLOATS = ("float32", "float64")
@@ -104,7 +104,7 @@ class ShardedState:
 
     def __init__(self, name, op, predivide, process_set, what):
         self.name, self.what, self.process_set = name, what, process_set
-        self.reduction = policy.reduction(op, predivide, process_set)
+        self.reduction = labels.reduction(op, predivide, process_set)
         self.built = False
 
     def _set_kw(self):
@@ -112,7 +112,7 @@ class ShardedState:
 
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
         self.rank_size = (rank, size)
         by_dtype = {}
@@ -121,7 +121,7 @@ class ShardedState:
             if dtype not in _FLOATS:
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
-                    f"variables; {policy.variable_label(v, i)} is {dtype}")
+                    f"variables; {labels.variable_label(v, i)} is {dtype}")
             by_dtype.setdefault(dtype, []).append(i)
         self.buckets = [_Bucket(d, idx, variables, size, rank)
                         for d, idx in sorted(by_dtype.items())]
@@ -160,7 +160,7 @@ class ShardedState:
     def needs_reshard(self):
         """Whether the shards were cut for another rank or size (elastic training resized
         the job)."""
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
         return self.built and (rank, size) != self.rank_size
 
@@ -262,7 +262,7 @@ class ShardedState:
             if tuple(value.shape) != tuple(variable.shape):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: load_consolidated_variables: the {suffix} of "
-                    f"{policy.variable_label(variable, i)} has shape {tuple(value.shape)}; "
+                    f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
                     f"the variable has {tuple(variable.shape)}")
             k, at = where[i]
             flats[(k, suffix)][at:at + value.size] = value.reshape(-1)
@@ -291,7 +291,7 @@ class ShardedState:
             if g is None:
                 grads[i] = ops.zeros_like(variables[i])
             else:
-                grads[i] = bridge().dense_gradient(g, policy.variable_label(variables[i], i),
+                grads[i] = bridge().dense_gradient(g, labels.variable_label(variables[i], i),
                                                    True, self.what)
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
         op, pre, post = self.reduction
@@ -304,7 +304,7 @@ class ShardedState:
         def reduce_scatter(run, *arrays):
             if not run:
                 return [np.zeros(b.shard_numel, b.dtype) for b in buckets]
-            size = policy.set_size(kw.get("process_set"))
+            size = labels.set_size(kw.get("process_set"))
             if size != built_for:
                 raise HvdliteInvalidArgumentError(
                     f"{what}: the shards were cut for {built_for} ranks but the job now has "

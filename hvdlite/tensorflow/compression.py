@@ -1,13 +1,13 @@
 """Gradient compression for ``hvdlite.tensorflow``, with Horovod's interface.
 
-See :mod:`hvdlite.compression` for how to write a custom compressor and how the built-in
+See :mod:`hvdlite.algorithms.compression` for how to write a custom compressor and how the built-in
 ``Compression.fp16`` / ``Compression.bf16`` hand float32 and float64 tensors to the C++
 core, which compresses them on the wire only.
 """
 
 import tensorflow as tf
 
-from hvdlite.compression import Compressor, NoneCompressor, cast_compressors
+from hvdlite.algorithms.compression import Compressor, NoneCompressor, cast_compressors
 
 Compression, FP16Compressor, BF16Compressor = cast_compressors(
     cast=tf.cast,

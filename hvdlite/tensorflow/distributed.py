@@ -7,8 +7,8 @@ import warnings
 
 import tensorflow as tf
 
-from hvdlite import _policy
-from hvdlite._policy import Average
+from hvdlite import policy
+from hvdlite.policy import Average
 
 from .compression import Compression
 from .mpi_ops import (_allreduce_dense, _resolve_op, _set, _sparse_allreduce, check_dtype,
@@ -43,12 +43,12 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
     """
     what = what or name
     op = _resolve_op(op, None, what)
-    _policy.check_predivide(op, gradient_predivide_factor, what)
+    policy.check_predivide(op, gradient_predivide_factor, what)
 
     def allreduce_grads(grads, variables=None):
         grads = list(grads)
         variables = None if variables is None else list(variables)
-        true_op, prescale, postscale = _policy.predivide(op, gradient_predivide_factor,
+        true_op, prescale, postscale = policy.predivide(op, gradient_predivide_factor,
                                                          _set(process_set).size())
         out = [None] * len(grads)
         dense_idx, dense = [], []

@@ -28,7 +28,7 @@ TensorFlow's op names, also where only some of them build a set's collectives.
 Errors and gradients
 --------------------
 Errors are :mod:`hvdlite.tensorflow.errors` classes (hvdlite's and ``tf.errors``' at once).
-Gradients follow :data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with torch).
+Gradients follow :data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with torch).
 """
 
 import functools
@@ -38,8 +38,8 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from hvdlite import _core, _policy, ops as _ops
-from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+from hvdlite import _core, policy, ops as _ops
+from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                              resolve_op, wire_format)
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
@@ -83,7 +83,7 @@ def check_dtype(tensor, what, name=None):
     """Raise a clear error naming ``tensor`` unless the core supports its dtype."""
     dtype = getattr(tensor.dtype, "base_dtype", tensor.dtype)
     try:
-        _policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
+        policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
     except HvdliteError as e:
         raise_replaced(e, _errors.native(e), chain=False)
 
@@ -127,7 +127,7 @@ def op_name(kind, name=None, process_set=None):
         return None
     graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
     counters = _graph_counters.setdefault(graph, {})
-    return _policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
+    return policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
                              counters)
 
 
@@ -349,7 +349,7 @@ def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
     for t in tensors:
         n0 = t.shape[0] if t.shape.rank else None
         rows = (None if n0 is None or not member
-                else _policy.reducescatter_rows(n0, ps.size(), ps.rank()))
+                else policy.reducescatter_rows(n0, ps.size(), ps.rank()))
         shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
 
     def fn(*arrays):
@@ -403,7 +403,7 @@ def _sparse_allreduce(slices, op, name, what, process_set=None):
         raise _errors.HvdliteUnsupportedError(
             f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
             f"(sparse gradient); its rows can only be all-gathered for op=Average or Sum, not "
-            f"{_policy.REDUCE_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or "
+            f"{policy.REDUCE_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or "
             f"tf.convert_to_tensor it) to reduce it densely")
     check_dtype(slices.values, what, name)
     values, indices = grouped_allgather([slices.values, slices.indices],
@@ -449,7 +449,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
     op = _resolve_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    names = _policy.group_names(name, len(tensors)) if name is not None else None
+    names = policy.group_names(name, len(tensors)) if name is not None else None
     out, dense_idx = [None] * len(tensors), []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
@@ -624,7 +624,7 @@ def _reducescatter_group(tensors, compression, op, name, prescale_factor, postsc
                                     process_set)
 
     def grad(xs, ys, dys):
-        scale = _policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
+        scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
                                        _set(process_set).size())
         gnames = _grad_names(names)
         return [_allgather_group([g], None if gnames is None else gnames[i], what,

@@ -9,7 +9,7 @@
 call to :func:`make`; the plain all-reduce path never sees these options.
 """
 
-from hvdlite.compression import NoneCompressor, is_stateful
+from hvdlite.algorithms.compression import NoneCompressor, is_stateful
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from ._wrap import SynchronizeProtocol, parameter_names

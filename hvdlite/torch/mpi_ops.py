@@ -11,7 +11,7 @@ the tensor is a contiguous CPU tensor. Other tensors are staged:
   the CPU, reduced there and copied back into (or returned on) its device.
 
 The synchronous ops are autograd functions whose gradients follow
-:data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).
+:data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).
 
 ``*_async`` functions return a :class:`~hvdlite.work.Work`; ``int(work)`` is Horovod's
 int handle, and :func:`poll` / :func:`synchronize` accept either.
@@ -21,10 +21,10 @@ int handle, and :func:`poll` / :func:`synchronize` accept either.
 import torch
 
 import hvdlite as _hvd
-from hvdlite import _policy, ops as _ops
-from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+from hvdlite import ops as _ops, policy
+from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                              group_names, resolve_op, wire_format)
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
@@ -59,7 +59,7 @@ def _check_tensor(tensor, name, opname, inplace=False):
         raise HvdliteInvalidArgumentError(
             f"hvdlite.torch.{opname}: {_describe(tensor, name)} has layout {tensor.layout}; "
             f"only dense tensors are supported (use .to_dense())")
-    _policy.check_dtype(_dtype_name(tensor.dtype), f"hvdlite.torch.{opname}",
+    policy.check_dtype(_dtype_name(tensor.dtype), f"hvdlite.torch.{opname}",
                         _describe(tensor, name))
     if inplace and not tensor.is_contiguous():
         raise HvdliteInvalidArgumentError(
@@ -148,7 +148,7 @@ def _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, 
                      finish=None, wake=True):
     """wake=False when the caller waits at once (its wait runs the engine's round)."""
     staged = _Staged(list(tensors), names, opname, inplace)
-    core_names = [_policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
+    core_names = [policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names, op, pre, post, wire, process_set,
         staged.finish if finish is None else (lambda r: finish(staged.finish(r))), wake=wake)
@@ -292,7 +292,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     Horovod); ``synchronize`` returns the coalesced sparse result."""
     op = resolve_op(op, None, "sparse_allreduce_async")
     if op not in (Average, Sum):
-        raise _policy.HvdliteUnsupportedError(
+        raise HvdliteUnsupportedError(
             f"hvdlite.torch.sparse_allreduce_async: tensor '{name}' is sparse; only Average "
             f"and Sum can be computed by all-gathering its rows")
     t = tensor.coalesce()
@@ -334,7 +334,7 @@ def _start_allgather(tensors, names, process_set, opname, single):
     def finish(results):
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
-    core_names = [_policy.auto_name("allgather", n, _ops.process_set_id(process_set)) for n in names]
+    core_names = [policy.auto_name("allgather", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_allgather_async(hosts, core_names, process_set, finish)
 
 
@@ -348,7 +348,7 @@ def _backward_allgather(grads, dims, process_set):
     rank = (process_set or global_process_set).rank()
     out = []
     for i, g in enumerate(reduced):
-        offset, rows = _policy.own_rows(sizes[:, i].tolist(), rank)
+        offset, rows = policy.own_rows(sizes[:, i].tolist(), rank)
         out.append(g.narrow(0, offset, rows))
     return out
 
@@ -524,7 +524,7 @@ def _start_reducescatter(tensors, names, op, pre, post, process_set, opname, sin
     def finish(results):
         outs = [_from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
-    core_names = [_policy.auto_name("reducescatter", n, _ops.process_set_id(process_set)) for n in names]
+    core_names = [policy.auto_name("reducescatter", n, _ops.process_set_id(process_set)) for n in names]
     return _ops.grouped_reducescatter_async([_host(t)[0] for t in tensors], core_names, op,
                                             pre, post, process_set, finish)
 
@@ -538,7 +538,7 @@ class _GroupedReducescatterFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        scale = _policy.gradient_scale("reducescatter", ctx.op, ctx.pre, ctx.post,
+        scale = policy.gradient_scale("reducescatter", ctx.op, ctx.pre, ctx.post,
                                        _set_size(ctx.process_set))
         grads = [(g * scale if scale != 1.0 else g).contiguous() for g in grads]
         return (None,) * 5 + tuple(allgather(g, process_set=ctx.process_set) for g in grads)

@@ -12,7 +12,7 @@ import weakref
 import torch
 
 import hvdlite as _hvd
-from hvdlite import _policy, ops as _ops
+from hvdlite import ops as _ops, policy
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.work import wait_all
 
@@ -87,7 +87,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         # As in Horovod, a rank outside the set reduces nothing: it steps on its own gradients.
         self._hvd_reduces = self._hvd_size > 1 and process_set.included()
         # float32 stands for the gradients here: the built-in compressors go to the core
-        self._hvd_python_compression = _policy.wire_format(compression, "float32")[1]
+        self._hvd_python_compression = policy.wire_format(compression, "float32")[1]
 
         if named_parameters is not None:
             named_parameters = list(named_parameters)
@@ -227,14 +227,14 @@ class _DistributedOptimizer(SynchronizeProtocol):
             if self._hvd_python_compression:
                 sent, ctx = self._compression.compress(grad)
             else:
-                wire = wire or _policy.wire_format(self._compression, _dtype_name(grad.dtype))[0]
+                wire = wire or policy.wire_format(self._compression, _dtype_name(grad.dtype))[0]
             _check_tensor(sent, name, "DistributedOptimizer")
             buf, copied = _host(sent)
             bufs.append(buf)
             names.append(name)
             red.items.append((grad, sent, buf, copied, ctx, sparse_param))
         if bufs:
-            op, pre, post = _policy.predivide(self.op, self.gradient_predivide_factor,
+            op, pre, post = policy.predivide(self.op, self.gradient_predivide_factor,
                                               self._hvd_size)
             red.works.insert(0, _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
                                                              wire, self._hvd_process_set))
@@ -384,8 +384,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
-    op = _policy.resolve_op(op, None, "DistributedOptimizer")
-    _policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
+    op = policy.resolve_op(op, None, "DistributedOptimizer")
+    policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     if num_groups:

@@ -23,10 +23,10 @@ from jax.experimental import io_callback
 
 from hvdlite import _core
 from hvdlite import ops as _ops
-from hvdlite.compression import cast_compressors
+from hvdlite.algorithms.compression import cast_compressors
 from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError, raise_replaced
 
-from ..policy import (process_set_kwargs, reduction, set_size,
+from ..labels import (process_set_kwargs, reduction, set_size,
                       variable_label, wire_format, with_labels)
 
 Compression, FP16Compressor, BF16Compressor = cast_compressors(

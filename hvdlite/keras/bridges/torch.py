@@ -9,7 +9,7 @@ from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.torch import Compression  # noqa: F401 - part of the bridge interface
 
-from ..policy import process_set_kwargs, reduction, variable_label, with_labels
+from ..labels import process_set_kwargs, reduction, variable_label, with_labels
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):

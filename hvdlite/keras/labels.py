@@ -1,16 +1,11 @@
-"""Reduction rules the bridges share: gradient_predivide_factor, wire compression routing,
-and error messages that say which variable a request name stands for."""
+"""What Keras requests share: the set size, the (op, prescale, postscale) of
+``gradient_predivide_factor`` over it, and error messages that say which variable a request
+name stands for."""
 
 import inspect
 
 import hvdlite as _hvd
-from hvdlite import _policy
-
-# Op resolution, the predivide check and wire routing are hvdlite._policy's, shared by every
-# adapter; what is here is only what Keras' bridges need on top of it.
-resolve_op = _policy.resolve_op
-check_predivide = _policy.check_predivide
-wire_format = _policy.wire_format
+from hvdlite import policy
 
 
 def set_size(process_set=None):
@@ -21,7 +16,7 @@ def set_size(process_set=None):
 def reduction(op, predivide, process_set=None):
     """(op, prescale, postscale) for the core under ``gradient_predivide_factor``, over the
     set's ranks."""
-    return _policy.predivide(op, predivide, set_size(process_set))
+    return policy.predivide(op, predivide, set_size(process_set))
 
 
 def with_labels(error, labels):

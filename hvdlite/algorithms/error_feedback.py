@@ -9,7 +9,7 @@ so over steps every rank's whole gradient gets through.
 - :class:`CastReducer`: send as float16/bfloat16 (packed by the core) with error feedback.
 - :class:`TopKReducer`: send only the ``ratio`` largest-magnitude entries of each gradient,
   as (index, value) pairs in one all-gather; every rank sums the pairs it receives.
-- :class:`hvdlite.powersgd.PowerSGDReducer`: low-rank (see that module).
+- :class:`hvdlite.algorithms.powersgd.PowerSGDReducer`: low-rank (see that module).
 
 Adapters (torch, Keras) hand gradients over as numpy views and store :meth:`state_dict`
 with their optimizer. Error buffers belong to one rank; :meth:`load_state_dict` restores
@@ -19,9 +19,10 @@ costs nothing but the not-yet-sent remainder).
 
 import numpy as np
 
-from . import ops as _ops
+from hvdlite import _core, ops as _ops
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.policy import Average, Sum, require_average_or_sum
 
-Average, Sum = _ops.Average, _ops.Sum
 
 
 def ring_allreduce_bytes(elements, itemsize, size):
@@ -45,7 +46,7 @@ class GradientReducer:
 
     def set_size(self):
         """The number of ranks the gradients are reduced over."""
-        return _ops._core.size() if self.process_set is None else self.process_set.size()
+        return _core.size() if self.process_set is None else self.process_set.size()
 
     def reduce(self, grads, names, op=Average, prescale=1.0, postscale=1.0):
         """Reduce ``grads`` (contiguous float numpy arrays) in place across ranks."""
@@ -54,11 +55,10 @@ class GradientReducer:
         for g, n in zip(grads, names):
             if not (isinstance(g, np.ndarray) and g.flags.c_contiguous
                     and g.dtype in (np.float32, np.float64)):
-                raise _ops._core_error(
-                    1, f"{type(self).__name__}: gradient '{n}' must be a contiguous float32 "
+                raise HvdliteInvalidArgumentError(
+                    f"{type(self).__name__}: gradient '{n}' must be a contiguous float32 "
                        f"or float64 array, got {getattr(g, 'dtype', type(g).__name__)}")
-        if op not in (Average, Sum):
-            raise _ops._core_error(1, f"{type(self).__name__}: op must be Average or Sum")
+        require_average_or_sum(op, type(self).__name__)
         self._reduce(grads, [str(n) for n in names], op, float(prescale), float(postscale))
         self.step += 1
 

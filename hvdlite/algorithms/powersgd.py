@@ -19,8 +19,10 @@ import zlib
 
 import numpy as np
 
-from . import ops as _ops
-from .error_feedback import Average, GradientReducer, ring_allreduce_bytes
+from hvdlite import ops as _ops
+from hvdlite.policy import Average
+
+from .error_feedback import GradientReducer, ring_allreduce_bytes
 
 
 class PowerSGDReducer(GradientReducer):

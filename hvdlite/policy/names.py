@@ -1,0 +1,38 @@
+"""Request names: generated names in call order (equal on ranks that call ops in the same
+order), and the members of a grouped call."""
+
+import itertools
+import threading
+from typing import List, Optional
+
+_name_counters = {}
+_counter_lock = threading.Lock()
+
+
+def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
+              counters: Optional[dict] = None) -> str:
+    """``name``, or a generated one: ranks that call ops in the same order get equal names.
+
+    Counted per process set: the members of a set agree on its order only. ``counters``:
+    where to count instead of the job-wide counters (TensorFlow counts per graph).
+    """
+    if name is not None:
+        return str(name)
+    with _counter_lock:
+        counters = _name_counters if counters is None else counters
+        counter = counters.setdefault((kind, process_set), itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def reset_name_counters() -> None:
+    """init() calls this so that a re-initialised job starts its generated names afresh."""
+    with _counter_lock:
+        _name_counters.clear()
+
+
+def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
+    """Names of the members of a grouped call: ``base.i``; None (the collective generates
+    names, counted in its process set) when there is no base name."""
+    if base is None:
+        return None
+    return [f"{base}.{i}" for i in range(n)]

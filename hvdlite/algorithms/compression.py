@@ -70,6 +70,9 @@ class NoneCompressor(Compressor):
 class StatefulCompression:
     """A compression setting whose reducer keeps state; each optimizer makes its own."""
 
+    #: Read by hvdlite.policy (which sits below this module) to tell these settings apart.
+    keeps_state = True
+
     def make_reducer(self):
         raise NotImplementedError
 
@@ -122,7 +125,7 @@ class ErrorFeedbackCast(StatefulCompression):
 
 
 def is_stateful(compression):
-    return isinstance(compression, StatefulCompression)
+    return getattr(compression, "keeps_state", False)
 
 
 def cast_compressors(cast, is_floating, float16, bfloat16):

@@ -21,7 +21,7 @@ import numpy as np
 
 from hvdlite import _core, ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.policy import Average, Sum, require_average_or_sum
+from hvdlite.policy import Average, require_average_or_sum
 
 
 

@@ -1,7 +1,6 @@
 """State objects: what elastic training commits, rolls back to, and broadcasts to the others."""
 
 import copy
-import pickle
 
 from hvdlite import _core
 from hvdlite.exceptions import HvdliteHostsUpdatedInterrupt

@@ -4,7 +4,6 @@
 
 from hvdlite import policy
 
-from . import labels
 from .backend import bridge
 
 

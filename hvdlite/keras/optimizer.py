@@ -27,8 +27,9 @@ from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
+from hvdlite.policy.options import check_combination
 
-from . import labels, options
+from . import labels
 from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
@@ -58,9 +59,9 @@ class _HvdSettings:
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
         self.op = op
-        options.check_combination(self.what, compression, shard_optimizer_state, local_steps,
-                                  local_sgd_warmup_steps, average_optimizer_state,
-                                  gradient_predivide_factor, op)
+        check_combination(self.what, op, compression, shard_optimizer_state, local_steps,
+                          local_sgd_warmup_steps, average_optimizer_state,
+                          float(gradient_predivide_factor))
         self.compression_state = self.sharded = self.local_sgd = None
         if is_stateful(compression):
             self.compression_state = CompressionState(
@@ -348,8 +349,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     """
     _check_keras_optimizer(optimizer)
     if shard_optimizer_state:
-        check_sharding_supported(optimizer, policy.resolve_op(op, None, "DistributedOptimizer"),
-                                 "DistributedOptimizer")
+        check_sharding_supported(optimizer, "DistributedOptimizer")
         if getattr(optimizer, "built", False):
             raise HvdliteInvalidArgumentError(
                 "DistributedOptimizer(shard_optimizer_state=True): wrap the optimizer before "

@@ -19,7 +19,6 @@ is not this (rank, size), they restart at zero (they hold only the not-yet-sent 
 import numpy as np
 
 import hvdlite as _hvd
-from hvdlite.ops import Average, Sum
 from hvdlite.algorithms.powersgd import PowerSGDReducer
 
 from . import labels
@@ -32,8 +31,6 @@ class CompressionState:
     """A reducer and the optimizer variables that hold its state."""
 
     def __init__(self, name, compression, op, predivide, process_set, what):
-        if op not in (Average, Sum):
-            raise ValueError(f"{what}: compression={compression!r} supports op=Average or Sum")
         self.name, self.compression, self.what = name, compression, what
         self.process_set = process_set
         self.reducer = compression.make_reducer()

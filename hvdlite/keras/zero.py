@@ -17,7 +17,8 @@ Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
 
 Only updates that treat each element on its own are exact on flat slices, so options that
 look at a whole variable (``clipnorm``, ``exclude_from_weight_decay``) or at all of them
-(``global_clipnorm``), and optimizers known to do so (Lamb, Adafactor, Muon), are refused.
+(``global_clipnorm``) are refused, and so are optimizers that
+:func:`hvdlite.algorithms.sharding.check_shardable` (shared with torch) does not accept.
 
 Checkpoints: the shards and their slots are optimizer variables, saved with the optimizer.
 They are this rank's: a checkpoint loads back on the rank and size that saved it (each rank
@@ -34,15 +35,13 @@ from keras import ops
 
 import hvdlite as _hvd
 from hvdlite import ops as _ops
+from hvdlite.algorithms import sharding
 from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.ops import Average, Sum
 
 from . import labels
 from .backend import bridge
 
 _FLOATS = ("float32", "float64")
-#: Optimizers whose update looks at whole variables (norms, factored moments).
-UNSUPPORTED = ("Lamb", "Adafactor", "Muon", "LossScaleOptimizer")
 
 
 class _Bucket:
@@ -53,10 +52,9 @@ class _Bucket:
         self.shapes = [tuple(variables[i].shape) for i in indices]
         self.numels = [int(np.prod(s)) for s in self.shapes]
         self.numel = sum(self.numels)
-        self.shard_numel = -(-self.numel // size)
-        self.padded = self.shard_numel * size
-        self.begin = rank * self.shard_numel
-        self.end = self.begin + self.shard_numel
+        self.starts = sharding.offsets(self.numels)
+        self.shard_numel, self.begin, self.end, self.padded = sharding.cut(self.numel, size,
+                                                                           rank)
 
 
 def _wrapped_class(optimizer):
@@ -73,12 +71,8 @@ def _reference_prefix(variable):
     return str(variable.name).replace("/", "_").replace(":", "_")
 
 
-def check_supported(optimizer, op, what):
-    name = type(optimizer).__name__
-    if name in UNSUPPORTED:
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True does not support {name}: its update looks at "
-            f"whole variables, which a flat shard cuts through")
+def check_supported(optimizer, what):
+    sharding.check_shardable(optimizer, what)
     for option in ("clipnorm", "global_clipnorm"):
         if getattr(optimizer, option, None):
             raise HvdliteInvalidArgumentError(
@@ -94,9 +88,6 @@ def check_supported(optimizer, op, what):
         raise HvdliteInvalidArgumentError(
             f"{what}: shard_optimizer_state=True does not combine with Keras' "
             f"gradient_accumulation_steps or use_ema (use backward_passes_per_step)")
-    if op not in (Average, Sum):
-        raise HvdliteInvalidArgumentError(f"{what}: shard_optimizer_state=True supports "
-                                          f"op=Average or op=Sum")
 
 
 class ShardedState:
@@ -201,13 +192,8 @@ class ShardedState:
 
     def _where(self):
         """model variable index -> (bucket index, offset in the bucket's flat space)."""
-        where = {}
-        for k, b in enumerate(self.buckets):
-            at = 0
-            for i, n in zip(b.indices, b.numels):
-                where[i] = (k, at)
-                at += n
-        return where
+        return {i: (k, at) for k, b in enumerate(self.buckets)
+                for i, at in zip(b.indices, b.starts)}
 
     def consolidate(self, optimizer, to=0):
         """The values of the unsharded optimizer's variables (see the module docstring),

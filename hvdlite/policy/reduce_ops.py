@@ -64,12 +64,14 @@ def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
     return int(op)
 
 
-def require_average_or_sum(op: int, what: str, why: str = "") -> None:
+def require_average_or_sum(op: int, what: str, why: str = "",
+                           error=HvdliteInvalidArgumentError) -> None:
     """The one check that an option reduces with Average or Sum only (sharding, sparse
-    gradients, stateful compression): others cannot be computed the way it reduces."""
+    gradients, stateful compression): others cannot be computed the way it reduces.
+    ``error``: the adapter's own class (TensorFlow's errors are also tf.errors)."""
     if op not in (Average, Sum):
-        raise HvdliteInvalidArgumentError(f"{what}: op must be Average or Sum"
-                                          + (f" ({why})" if why else ""))
+        raise error(f"{what}: op must be Average or Sum, not {REDUCE_OP_NAMES.get(op, op)}"
+                    + (f" ({why})" if why else ""))
 
 
 def check_predivide(op: int, factor: float, what: str) -> None:

@@ -399,12 +399,10 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, pro
 
 def _sparse_allreduce(slices, op, name, what, process_set=None):
     """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
-    if op not in (Average, Sum):
-        raise _errors.HvdliteUnsupportedError(
-            f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
-            f"(sparse gradient); its rows can only be all-gathered for op=Average or Sum, not "
-            f"{policy.REDUCE_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or "
-            f"tf.convert_to_tensor it) to reduce it densely")
+    policy.require_average_or_sum(
+        op, f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
+        f"(sparse gradient)", "its rows are all-gathered; pass sparse_as_dense=True (or "
+        "tf.convert_to_tensor it) to reduce it densely", _errors.HvdliteUnsupportedError)
     check_dtype(slices.values, what, name)
     values, indices = grouped_allgather([slices.values, slices.indices],
                                         name=op_name("sparse_allreduce", name, process_set),

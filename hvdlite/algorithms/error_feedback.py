@@ -24,7 +24,6 @@ from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.policy import Average, require_average_or_sum
 
 
-
 def ring_allreduce_bytes(elements, itemsize, size):
     """Bytes one rank sends in a ring all-reduce of ``elements`` (reduce-scatter + all-gather,
     each passing size - 1 of the size segments on)."""
@@ -94,7 +93,7 @@ def _round_to(values, wire):
     """``values`` rounded as the core rounds them for ``wire`` (round to nearest even)."""
     if values.dtype == np.float32 and values.flags.c_contiguous:
         out = np.empty_like(values)
-        _ops._core.round_through_wire(values, out, wire)   # the core's own conversion, in bulk
+        _core.round_through_wire(values, out, wire)   # the core's own conversion, in bulk
         return out
     if wire == "fp16":
         return values.astype(np.float32).astype(np.float16).astype(values.dtype)

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from hvdlite import ops as _ops
-from hvdlite.policy import Average
+from hvdlite.policy import Average, Sum
 
 from .error_feedback import GradientReducer, ring_allreduce_bytes
 
@@ -79,7 +79,7 @@ class PowerSGDReducer(GradientReducer):
                 ps.append(np.ascontiguousarray(m @ q))
             # The scale of P does not matter (it is orthonormalised): sum it.
             _ops.wait_all(_ops.grouped_allreduce_async(
-                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], _ops.Sum,
+                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], Sum,
                 **self._set_kw()))
             qs = []
             for m, p in zip(ms, ps):

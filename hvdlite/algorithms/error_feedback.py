@@ -77,16 +77,22 @@ class GradientReducer:
             return g.copy()
         return g + e
 
+    #: (key prefix in the state dict, attribute holding {tensor name: array}, whether it
+    #: belongs to one rank and restarts empty on another rank or size).
+    STATE = (("error", "errors", True),)
+
     def state_dict(self, rank, size):
         sd = {"step": self.step, "rank": rank, "size": size}
-        sd.update({f"error.{n}": e for n, e in self.errors.items()})
+        for prefix, attr, _ in self.STATE:
+            sd.update({f"{prefix}.{n}": a for n, a in getattr(self, attr).items()})
         return sd
 
     def load_state_dict(self, sd, rank, size):
         self.step = int(sd.get("step", 0))
         own = sd.get("rank") == rank and sd.get("size") == size
-        self.errors = {k[len("error."):]: np.array(v) for k, v in sd.items()
-                       if own and k.startswith("error.")}
+        for prefix, attr, per_rank in self.STATE:
+            setattr(self, attr, {k[len(prefix) + 1:]: np.array(v) for k, v in sd.items()
+                                 if (own or not per_rank) and k.startswith(prefix + ".")})
 
 
 def _round_to(values, wire):
@@ -147,6 +153,8 @@ class TopKReducer(GradientReducer):
       which averages to plain momentum SGD exactly. Use it with the optimizer's own momentum
       at 0 (the reducer has already applied it).
     """
+
+    STATE = GradientReducer.STATE + (("velocity", "velocities", True),)
 
     def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         super().__init__()
@@ -230,14 +238,3 @@ class TopKReducer(GradientReducer):
         u = g.copy() if u is None or u.shape != g.shape else self.momentum * u + g
         self.velocities[name] = u
         return u
-
-    def state_dict(self, rank, size):
-        sd = super().state_dict(rank, size)
-        sd.update({f"velocity.{n}": u for n, u in self.velocities.items()})
-        return sd
-
-    def load_state_dict(self, sd, rank, size):
-        super().load_state_dict(sd, rank, size)
-        own = sd.get("rank") == rank and sd.get("size") == size
-        self.velocities = {k[len("velocity."):]: np.array(v) for k, v in sd.items()
-                           if own and k.startswith("velocity.")}

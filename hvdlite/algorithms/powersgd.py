@@ -26,6 +26,9 @@ from .error_feedback import GradientReducer, ring_allreduce_bytes
 
 
 class PowerSGDReducer(GradientReducer):
+    # Q is the same on every rank (it comes out of an all-reduce): restored on any of them.
+    STATE = GradientReducer.STATE + (("q", "qs", False),)
+
     def __init__(self, rank=1, start_step=0, seed=0):
         super().__init__()
         if int(rank) < 1:
@@ -94,16 +97,6 @@ class PowerSGDReducer(GradientReducer):
                 self.qs[n] = q
                 g[...] = (p @ q.T).reshape(g.shape)
         _ops.wait_all(handles)
-
-    def state_dict(self, rank, size):
-        sd = super().state_dict(rank, size)
-        sd.update({f"q.{n}": q for n, q in self.qs.items()})
-        return sd
-
-    def load_state_dict(self, sd, rank, size):
-        super().load_state_dict(sd, rank, size)
-        # Q is the same on every rank (it comes out of an all-reduce): always restored.
-        self.qs = {k[len("q."):]: np.array(v) for k, v in sd.items() if k.startswith("q.")}
 
 
 def _orthonormalise(p):

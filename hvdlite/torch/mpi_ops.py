@@ -138,14 +138,19 @@ def _member_names(name, n):
     return [None] * n if name is None else policy.group_names(name, n)
 
 
+def _grouped_async(tensors, average, name, op, pre, post, process_set, compression, inplace,
+                   opname):
+    tensors = list(tensors)
+    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
+                                  pre, post, compression, process_set, inplace, opname)
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set,
                             compression=None):
     """Start all-reducing a list of tensors as one group; ``synchronize`` returns a list."""
-    tensors = list(tensors)
-    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
-                                  prescale_factor, postscale_factor, compression, process_set,
-                                  False, "grouped_allreduce_async")
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                          process_set, compression, False, "grouped_allreduce_async")
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -166,10 +171,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set,
                              compression=None):
     """In-place :func:`grouped_allreduce_async` (every tensor must be contiguous)."""
-    tensors = list(tensors)
-    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
-                                  prescale_factor, postscale_factor, compression, process_set,
-                                  True, "grouped_allreduce_async_")
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                          process_set, compression, True, "grouped_allreduce_async_")
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,

@@ -101,3 +101,13 @@ def test_state_dict_restores_errors_on_the_same_rank_only():
     other.load_state_dict(sd, 0, 4)
     assert same.step == other.step == 7
     assert "w" in same.errors and other.errors == {}
+
+
+def test_topk_velocities_belong_to_their_rank():
+    reducer = TopKReducer(0.1, momentum=0.9)
+    reducer.velocities["w"] = np.ones(3)
+    sd = reducer.state_dict(rank=0, size=2)
+    same, other = TopKReducer(0.1, momentum=0.9), TopKReducer(0.1, momentum=0.9)
+    same.load_state_dict(sd, 0, 2)
+    other.load_state_dict(sd, 1, 2)
+    assert np.array_equal(same.velocities["w"], np.ones(3)) and other.velocities == {}

@@ -57,3 +57,13 @@ def test_vectors_and_warmup_steps_go_dense(ranks):
         assert errors == {}
     assert PowerSGDReducer(rank=1).matrix_shape((4,)) is None
     assert PowerSGDReducer(rank=1).matrix_shape((8, 2, 3)) == (8, 6)
+
+
+def test_q_is_restored_on_any_rank_and_errors_on_their_own():
+    reducer = PowerSGDReducer(rank=1)
+    reducer.qs["w"] = np.ones((3, 1))
+    reducer.errors["w"] = np.ones((4, 3))
+    sd = reducer.state_dict(rank=0, size=2)
+    elsewhere = PowerSGDReducer(rank=1)
+    elsewhere.load_state_dict(sd, 1, 2)
+    assert "w" in elsewhere.qs and elsewhere.errors == {}

@@ -29,8 +29,12 @@ import sys
 import threading
 import time
 
-from hvdlite.contract.elastic_env import WORKER_ID_ENV as ADDED_ID_ENV
-from hvdlite.contract.markers import EXIT_MARKER, START_MARKER
+# This file runs as a script, without hvdlite on the path: these must equal
+# hvdlite.contract.markers.EXIT_MARKER / START_MARKER and
+# hvdlite.contract.elastic_env.WORKER_ID_ENV (tests/unit/test_markers.py checks it).
+EXIT_MARKER = "hvdlite-run-rank-exit:"
+START_MARKER = "hvdlite-run-rank-start:"   # an elastic job added this rank
+ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"
 
 GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5

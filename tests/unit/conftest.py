@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]   # fake_collectives, and tests/mpi_launch
 
 from fake_collectives import FakeCollectives  # noqa: E402
 

@@ -31,10 +31,6 @@ Errors are :mod:`hvdlite.tensorflow.errors` classes (hvdlite's and ``tf.errors``
 Gradients follow :data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with torch).
 """
 
-import functools
-import itertools
-import weakref
-
 import numpy as np
 import tensorflow as tf
 
@@ -45,14 +41,18 @@ from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
+from hvdlite.convert import tf_tensors
+from hvdlite.convert.tf_tensors import (aligned_empty_like, as_array,  # noqa: F401
+                                        grad_names, graph_counters, outermost_function_graph,
+                                        result_arrays, scaled, tape_may_record, to_tensor)
+
 from . import errors as _errors
 from .compression import Compression
 
-try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
-    import ml_dtypes as _ml_dtypes
-    _BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover
-    _BF16 = None
+
+def cross(start, inputs, touts, shapes, label):
+    """:func:`hvdlite.convert.tf_tensors.cross`, raising hvdlite.tensorflow's errors."""
+    return tf_tensors.cross(start, inputs, touts, shapes, label, _errors.native)
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
            "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier",
@@ -103,21 +103,6 @@ def _resolve_op(op, average, what):
         raise_replaced(e, _errors.native(e), chain=False)
 
 
-_graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
-
-
-def _outermost_function_graph(graph):
-    from tensorflow.python.framework.func_graph import FuncGraph
-    while isinstance(getattr(graph, "outer_graph", None), FuncGraph):
-        graph = graph.outer_graph
-    return graph
-
-
-def _is_tf1_graph(graph):
-    from tensorflow.python.framework.func_graph import FuncGraph
-    return not isinstance(graph, FuncGraph)
-
-
 def op_name(kind, name=None, process_set=None):
     """The request name: ``name`` if given; None eagerly (hvdlite.ops numbers calls); in a
     graph a name fixed at build time, counted per outermost graph and process set."""
@@ -125,8 +110,8 @@ def op_name(kind, name=None, process_set=None):
         return str(name)
     if tf.executing_eagerly():
         return None
-    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
-    counters = _graph_counters.setdefault(graph, {})
+    graph = outermost_function_graph(tf.compat.v1.get_default_graph())
+    counters = graph_counters.setdefault(graph, {})
     return policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
                              counters)
 
@@ -140,130 +125,9 @@ def _names(base, n, kind, process_set, grouped=True):
     return [f"{base}.{i}" for i in range(n)] if grouped else [base]
 
 
-def _as_array(a):
-    return a if isinstance(a, np.ndarray) else np.asarray(a)
-
-
-_ALIGN = 64   # TensorFlow adopts a numpy buffer without copying only if it is 64-byte aligned
-
-
-def aligned_empty_like(a):
-    """``np.empty_like(a)`` on a 64-byte boundary, so that TensorFlow takes the result over
-    without a copy (for a 4 MiB tensor that is ~1.5 ms per crossing saved)."""
-    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-buf.ctypes.data) % _ALIGN
-    return buf[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
-
-
-def _to_tensor(array, dtype):
-    """An eager tensor over ``array``: zero-copy through DLPack for aligned int/float
-    arrays, else a copy (bool and bfloat16 have no numpy DLPack export)."""
-    if (array.dtype.kind in "iuf" and array.dtype != _BF16 and array.flags.c_contiguous
-            and array.ctypes.data % _ALIGN == 0 and array.size > 0):
-        try:
-            t = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
-            if t.dtype == dtype:
-                return t
-        except Exception:  # noqa: BLE001 - fall back to the copying path
-            pass
-    return tf.convert_to_tensor(array, dtype=dtype)
-
-
-def _arrays(results):
-    return [_as_array(r.array()) for r in results]
-
-
-def _native_errors(fn):
-    """Core errors leave a crossing as TensorFlow-flavoured classes."""
-    @functools.wraps(fn)
-    def wrapped(*args):
-        try:
-            return fn(*args)
-        except HvdliteError as e:
-            raise_replaced(e, _errors.native(e), chain=False)
-    return wrapped
-
-
-def cross(start, inputs, touts, shapes, label):
-    """Run a collective on ``inputs`` (numpy arrays in, numpy arrays out).
-
-    ``start(*arrays)`` submits it and returns a function that waits and returns the list
-    of result arrays (or returns that list itself, for what does not wait). Eagerly and in
-    a ``tf.function`` the two steps are one stateful ``tf.numpy_function``; in a TF1 graph
-    they are two ops (see ``_tf1_collective``). Outputs get ``shapes`` (None: unknown).
-    """
-    def run(*arrays):
-        out = start(*arrays)
-        return out() if callable(out) else out
-    if tf.executing_eagerly():
-        outs = _native_errors(run)(*[np.asarray(t) for t in inputs])   # zero-copy views
-        return [_to_tensor(_as_array(o), d) for o, d in zip(outs, touts)]
-    graph = tf.compat.v1.get_default_graph()
-    if _is_tf1_graph(graph):
-        outs = _tf1_collective(graph, start, inputs, touts, label)
-    else:
-        outs = tf.numpy_function(_native_errors(run), list(inputs), list(touts),
-                                 stateful=True, name=label)
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    for o, s in zip(outs, shapes):
-        if s is not None:
-            o.set_shape(s)
-    return outs
-
-
-# Note [TF1 collectives: submit, then wait in a critical section]
-# A graph op that waits blocks one of TensorFlow's inter-op threads. In a TF1 graph (no
-# automatic control dependencies) the executor may start independent collectives in a
-# different order on each rank; with every thread blocked in a collective that another
-# rank has not submitted, neither rank ever submits what the other waits for. So a TF1
-# collective is two ops: the first submits (it never waits) and hands a ticket to the
-# second, which waits inside the graph's CriticalSection. Waiting for its mutex does not
-# hold a thread (MutexLock is asynchronous), so at most one thread per graph waits for a
-# collective and the others go on submitting: every rank submits every collective of the
-# step, whatever the order. With a single inter-op thread that thread may still wait
-# before the other collectives are submitted: give TF1 sessions two or more.
-# No control dependency links different collectives, so fetching one runs only it (and
-# what it reads), never the collectives created before it.
-
-_critical_sections = weakref.WeakKeyDictionary()   # TF1 graph -> its CriticalSection
-_started = {}                                      # ticket -> the wait of a submitted op
-_tickets = itertools.count(1)
-
-
-def _tf1_collective(graph, start, inputs, touts, label):
-    def submit(*arrays):
-        ticket = next(_tickets)
-        _started[ticket] = start(*arrays)
-        return np.int64(ticket)
-
-    def finish(ticket):
-        out = _started.pop(int(ticket))
-        return out() if callable(out) else out
-
-    ticket = tf.numpy_function(_native_errors(submit), list(inputs), tf.int64, stateful=True,
-                               name=label + "Submit")
-    if graph not in _critical_sections:
-        with tf.init_scope():   # outside any control-flow context the op is built in
-            _critical_sections[graph] = tf.CriticalSection(name="HvdliteCollectives")
-    return _critical_sections[graph].execute(
-        lambda: tf.numpy_function(_native_errors(finish), [ticket], list(touts),
-                                  stateful=True, name=label))
-
-
-def _tape_may_record():
-    """False when no gradient tape can see an eager op, so custom gradients can be skipped."""
-    if not tf.executing_eagerly():
-        return True
-    try:
-        from tensorflow.python.eager import record
-        return record.could_possibly_record()
-    except Exception:  # pragma: no cover - internal API moved: be safe
-        return True
-
-
 def _with_gradient(forward, grad_fn, tensors):
     """Apply ``forward(list) -> list`` with ``grad_fn(inputs, outputs, dys) -> dxs``."""
-    if not (_tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
+    if not (tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
                                         for t in tensors)):
         return forward(list(tensors))
 
@@ -279,23 +143,6 @@ def _with_gradient(forward, grad_fn, tensors):
     return list(_fn(*tensors))
 
 
-def _grad_names(names):
-    """The names of a gradient's collectives: ``<name>.grad``, then ``.grad1``, ``.grad2``
-    for later gradients of the same op in the graph (each ``tf.gradients`` call builds its
-    own; fetched together they are in flight at once, so they need names of their own)."""
-    if names is None or tf.executing_eagerly():
-        return None
-    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
-    counter = _graph_counters.setdefault(graph, {}).setdefault(("grad", names[0]),
-                                                               itertools.count())
-    k = next(counter)
-    return [f"{n}.grad{k or ''}" for n in names]
-
-
-def _scaled(tensors, factor):
-    return tensors if factor == 1.0 else [t * tf.cast(factor, t.dtype) for t in tensors]
-
-
 # ----------------------------------------------------------------------- the crossings
 
 def _with_labels(error, names, labels):
@@ -309,7 +156,7 @@ def _with_labels(error, names, labels):
 
 def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set, labels=None):
     def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
+        arrays = [as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
         work = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale,
                                             wire, process_set)
@@ -327,15 +174,15 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
 
 def _allgather_cross(tensors, names, process_set):
     def fn(*arrays):
-        return _ops.grouped_allgather_async([_as_array(a) for a in arrays], names, process_set,
-                                            _arrays).wait
+        return _ops.grouped_allgather_async([as_array(a) for a in arrays], names, process_set,
+                                            result_arrays).wait
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in tensors]
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
 
 def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroadcast"):
     def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
+        arrays = [as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
         work = _ops.grouped_broadcast_async(arrays, root_rank, outs, names, process_set)
         return lambda: (work.wait(), outs)[1]
@@ -353,9 +200,9 @@ def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
         shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
 
     def fn(*arrays):
-        return _ops.grouped_reducescatter_async([_as_array(a) for a in arrays], names, op,
+        return _ops.grouped_reducescatter_async([as_array(a) for a in arrays], names, op,
                                                 prescale, postscale, process_set,
-                                                _arrays).wait
+                                                result_arrays).wait
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
 
 
@@ -392,7 +239,7 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, pro
 
     def grad(xs, ys, dys):
         return _allreduce_differentiable(dys, rule.op(op), prescale, postscale, wire,
-                                         _grad_names(names), process_set)
+                                         grad_names(names), process_set)
 
     return _with_gradient(forward, grad, tensors)
 
@@ -481,13 +328,12 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
 
     def grad(inputs, ys, dys):
         rule = GRADIENTS["allgather"]
-        grad_names = _grad_names(names)
-        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, grad_names,
+        backward_names = grad_names(names)
+        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, backward_names,
                                             process_set)
         dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
-        sizes = _allgather_cross([tf.reshape(dims, [1, -1])],
-                                 None if grad_names is None else [f"{grad_names[0]}_sizes"],
-                                 process_set)[0]
+        sizes_name = None if backward_names is None else [f"{backward_names[0]}_sizes"]
+        sizes = _allgather_cross([tf.reshape(dims, [1, -1])], sizes_name, process_set)[0]
         start = tf.reduce_sum(sizes[:ps.rank()], axis=0)
         return [g[start[i]:start[i] + dims[i]] for i, g in enumerate(reduced)]
 
@@ -523,7 +369,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
     def grad(xs, ys, dys):
         g = _allreduce_differentiable([dys[0]], rule.op(Sum), 1.0, 1.0, None,
-                                      _grad_names(names), process_set)[0]
+                                      grad_names(names), process_set)[0]
         from hvdlite import rank
         return [g if rank() == root_rank else g * 0]     # roots are global ranks
 
@@ -576,9 +422,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
         def finish(results):
             rs = results[0].received_splits
-            return [_as_array(results[0].array()),
+            return [as_array(results[0].array()),
                     np.asarray(rs if rs is not None else [], dtype=np.int32)]
-        return _ops.alltoall_async(_as_array(arr), spl or None, aname, process_set,
+        return _ops.alltoall_async(as_array(arr), spl or None, aname, process_set,
                                    finish).wait
 
     def forward(xs):
@@ -589,9 +435,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         return [out]
 
     def grad(xs, ys, dys):
-        grad_names = None if aname is None else _grad_names([aname])
+        backward_names = None if aname is None else grad_names([aname])
         g = alltoall(dys[0], splits=received[0], process_set=process_set,
-                     name=None if grad_names is None else grad_names[0])
+                     name=None if backward_names is None else backward_names[0])
         return [g[0]]
 
     out = _with_gradient(forward, grad, [tensor])[0]
@@ -624,10 +470,10 @@ def _reducescatter_group(tensors, compression, op, name, prescale_factor, postsc
     def grad(xs, ys, dys):
         scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
                                        _set(process_set).size())
-        gnames = _grad_names(names)
+        gnames = grad_names(names)
         return [_allgather_group([g], None if gnames is None else gnames[i], what,
                                  process_set, grouped=False)[0]
-                for i, g in enumerate(_scaled(dys, scale))]
+                for i, g in enumerate(scaled(dys, scale))]
 
     outs = _with_gradient(forward, grad, tensors)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)] if python_side else outs

@@ -1,6 +1,5 @@
 """What Keras requests share: the set size, the (op, prescale, postscale) of
-``gradient_predivide_factor`` over it, and error messages that say which variable a request
-name stands for."""
+``gradient_predivide_factor`` over it, and how errors name a variable."""
 
 import inspect
 
@@ -19,21 +18,8 @@ def reduction(op, predivide, process_set=None):
     return policy.predivide(op, predivide, set_size(process_set))
 
 
-def with_labels(error, labels):
-    """The error again, its message followed by what the request names in it stand for
-    (``'DistributedSGD.0' is the gradient of dense/kernel``)."""
-    text = str(error)
-    hits = [f"'{n}' is the gradient of {label}" for n, label in labels.items()
-            if f"'{n}'" in text]
-    if not hits:
-        return error
-    try:
-        return type(error)(f"{text} ({'; '.join(hits)})")
-    except Exception:  # noqa: BLE001 - an error type with another constructor
-        return error
-
-
 def variable_label(variable, i):
+    """How an error names the ``i``-th variable."""
     return getattr(variable, "path", None) or getattr(variable, "name", None) or f"variable {i}"
 
 

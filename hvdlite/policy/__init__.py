@@ -15,7 +15,7 @@ call *means* is decided here, one concept per module:
 from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
-from .names import auto_name, group_names, reset_name_counters  # noqa: F401
+from .names import auto_name, group_names, reset_name_counters, with_labels  # noqa: F401
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                          check_predivide, integer_arg, predivide, require_average_or_sum,
                          resolve_op)

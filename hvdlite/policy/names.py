@@ -1,5 +1,5 @@
 """Request names: generated names in call order (equal on ranks that call ops in the same
-order), and the members of a grouped call."""
+order), the members of a grouped call, and errors that say what a name stands for."""
 
 import itertools
 import threading
@@ -36,3 +36,17 @@ def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
     if base is None:
         return None
     return [f"{base}.{i}" for i in range(n)]
+
+
+def with_labels(error, labels):
+    """The error again, its message followed by what the request names in it stand for
+    (``'DistributedSGD.0' is the gradient of dense/kernel``); ``labels``: {request name:
+    what it is}. The error itself where it names none of them."""
+    text = str(error)
+    hits = [f"'{n}' is the {what}" for n, what in (labels or {}).items() if f"'{n}'" in text]
+    if not hits:
+        return error
+    try:
+        return type(error)(f"{text} ({'; '.join(hits)})")
+    except Exception:  # noqa: BLE001 - an error type with another constructor
+        return error

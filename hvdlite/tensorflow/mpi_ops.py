@@ -44,7 +44,7 @@ from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
 from hvdlite.convert import tf_tensors
 from hvdlite.convert.tf_tensors import (aligned_empty_like, as_array,  # noqa: F401
                                         grad_names, graph_counters, outermost_function_graph,
-                                        result_arrays, scaled, tape_may_record, to_tensor)
+                                        result_arrays, scaled, tape_may_record)
 
 from . import errors as _errors
 from .compression import Compression
@@ -145,15 +145,6 @@ def _with_gradient(forward, grad_fn, tensors):
 
 # ----------------------------------------------------------------------- the crossings
 
-def _with_labels(error, names, labels):
-    """A core error naming a request, with what the request name stands for added."""
-    if not labels or names is None:
-        return error
-    text = str(error)
-    hits = [f"'{n}' is the {labels[n]}" for n in names if n in labels and f"'{n}'" in text]
-    return type(error)(f"{text} ({'; '.join(hits)})") if hits else error
-
-
 def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set, labels=None):
     def fn(*arrays):
         arrays = [as_array(a) for a in arrays]
@@ -165,7 +156,7 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
             try:
                 work.wait()
             except HvdliteError as e:
-                raise_replaced(e, _with_labels(e, names, labels))
+                raise_replaced(e, policy.with_labels(e, labels))
             return outs
         return wait
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],

@@ -11,7 +11,7 @@ from hvdlite.convert import torch_requests as requests
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.convert.torch_compression import Compression  # noqa: F401 - part of the bridge interface
 
-from ..labels import reduction, variable_label, with_labels
+from ..labels import reduction, variable_label
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
@@ -24,13 +24,14 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
             return grads
         true_op, prescale, postscale = reduction(op, predivide, process_set)
         names = policy.group_names(name, len(present))
-        labels = {n: variable_label(variables[i], i) for n, i in zip(names, present)}
+        labels = {n: f"gradient of {variable_label(variables[i], i)}"
+                  for n, i in zip(names, present)}
         try:
             reduced = requests.allreduce_group([grads[i] for i in present], names, true_op,
                                                prescale, postscale, compression, process_set,
                                                "grouped_allreduce")
         except HvdliteError as e:
-            raise_replaced(e, with_labels(e, labels))
+            raise_replaced(e, policy.with_labels(e, labels))
         for i, r in zip(present, reduced):
             grads[i] = r
         return grads

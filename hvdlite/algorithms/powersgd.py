@@ -57,7 +57,9 @@ class PowerSGDReducer(GradientReducer):
                 q += nm[1] * self.rank
         return sum(ring_allreduce_bytes(e, itemsize, size) for e in (dense, p, q))
 
-    def _initial_q(self, name, m, dtype):
+    def initial_q(self, name, m, dtype):
+        """The starting Q of tensor ``name`` with ``m`` columns: seeded by the name, so the
+        same on every rank."""
         rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
         return rng.standard_normal((m, self.rank)).astype(dtype)
 
@@ -77,7 +79,7 @@ class PowerSGDReducer(GradientReducer):
                 m = self._with_error(g, n).reshape(rows, cols)
                 q = self.qs.get(n)
                 if q is None or q.shape != (cols, self.rank):
-                    q = self._initial_q(n, cols, m.dtype)
+                    q = self.initial_q(n, cols, m.dtype)
                 ms.append(m)
                 ps.append(np.ascontiguousarray(m @ q))
             # The scale of P does not matter (it is orthonormalised): sum it.

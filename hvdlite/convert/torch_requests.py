@@ -9,7 +9,7 @@ from hvdlite import ops, policy
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from .torch_tensors import (Staged, check_tensor, compressed, decompressed, describe,
-                            from_core, group_wire, host, require_tensor)
+                            from_core, group_wire, host)
 
 
 def core_names(kind, names, process_set):
@@ -30,9 +30,8 @@ def start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, o
 
 
 def allreduce_group(tensors, names, op, pre, post, compression, process_set, opname):
-    """The grouped all-reduce with any compression, waited for (no autograd)."""
-    for t, n in zip(tensors, names):
-        require_tensor(t, n, opname)
+    """The grouped all-reduce of torch tensors with any compression, waited for (no
+    autograd). Each tensor sent is checked once, where it is staged."""
     wire, python_side = group_wire(compression, tensors)
     sent, ctxs = compressed(compression, tensors, python_side)
     outs = start_allreduce(sent, names, op, pre, post, wire, process_set, False, opname,

@@ -90,7 +90,8 @@ def _regroup(change):
     started = time.perf_counter()
     me = members[_core.rank()].worker
     leaving_workers = [members[r].worker for r in change.leaving]
-    add = [(_environment_of(m), "" if membership.is_local(m.host) else m.host) for m in change.added]
+    add = [(_environment_of(m), "" if membership.is_local(m.host) else m.host)
+           for m in change.added]
     if not _core.regroup(list(change.leaving), list(command or []), add):
         # This rank's host was removed: tell hvdlite-run, and leave without MPI_Finalize
         # (Open MPI's finalize waits for every rank of the job).

@@ -59,7 +59,7 @@ class CompressionState:
             nm = (self.reducer.matrix_shape(shape)
                   if isinstance(self.reducer, PowerSGDReducer) else None)
             if nm is not None:
-                q0 = self.reducer._initial_q(self.names[i], nm[1], np.dtype(str(v.dtype)))
+                q0 = self.reducer.initial_q(self.names[i], nm[1], np.dtype(str(v.dtype)))
                 self.qs[i] = optimizer.add_variable(
                     q0.shape, initializer=lambda shape, dtype, q0=q0: q0, dtype=str(v.dtype),
                     name="hvdlite_powersgd_q")

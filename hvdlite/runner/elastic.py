@@ -20,7 +20,8 @@ import threading
 from typing import Callable, List, Optional, Tuple
 
 from hvdlite.contract import membership
-from hvdlite.contract.elastic_env import COMMAND_ENV, ELASTIC_ENV, HOSTS_FILE_ENV, MAX_NP_ENV, MIN_NP_ENV
+from hvdlite.contract.elastic_env import (COMMAND_ENV, ELASTIC_ENV, HOSTS_FILE_ENV, MAX_NP_ENV,
+                                          MIN_NP_ENV)
 from .hosts import HostError, parse_host_list
 
 DISCOVERY_TIMEOUT_SECONDS = 30

@@ -60,7 +60,7 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
            "process_set_included_op", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
 
 
-def _set(process_set):
+def process_set_or_global(process_set):
     return global_process_set if process_set is None else process_set
 
 
@@ -96,7 +96,7 @@ def _check_arg(check, value):
         raise_replaced(e, _errors.native(e), chain=False)
 
 
-def _resolve_op(op, average, what):
+def resolve_tf_op(op, average, what):
     try:
         return resolve_op(op, average, f"hvdlite.tensorflow.{what}")
     except HvdliteError as e:
@@ -181,7 +181,7 @@ def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroad
 
 
 def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
-    ps = _set(process_set)
+    ps = process_set_or_global(process_set)
     member = ps.included()  # outside the set the core's call below gives the error
     shapes = []
     for t in tensors:
@@ -199,7 +199,7 @@ def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
 
 # ------------------------------------------------------------------------- allreduce
 
-def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what,
+def allreduce_dense(tensors, op, prescale, postscale, compression, names, what,
                      process_set=None, labels=None):
     """All-reduce dense tensors in one crossing, applying ``compression``; differentiable."""
     for i, t in enumerate(tensors):
@@ -235,7 +235,7 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, pro
     return _with_gradient(forward, grad, tensors)
 
 
-def _sparse_allreduce(slices, op, name, what, process_set=None):
+def allreduce_sparse(slices, op, name, what, process_set=None):
     """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
     policy.require_average_or_sum(
         op, f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
@@ -246,7 +246,7 @@ def _sparse_allreduce(slices, op, name, what, process_set=None):
                                         name=op_name("sparse_allreduce", name, process_set),
                                         process_set=process_set)
     if op == Average:
-        values = values / tf.cast(_set(process_set).size(), values.dtype)
+        values = values / tf.cast(process_set_or_global(process_set).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -269,12 +269,12 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
     NotImplementedError). ``device_dense``/``device_sparse``/``ignore_name_scope`` are
     accepted for Horovod compatibility.
     """
-    op = _resolve_op(op, average, "allreduce")
+    op = resolve_tf_op(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse_scales(prescale_factor, postscale_factor, "allreduce")
-        return _sparse_allreduce(tensor, op, name, "allreduce", process_set)
+        return allreduce_sparse(tensor, op, name, "allreduce", process_set)
     tensor = tf.convert_to_tensor(tensor)
-    return _allreduce_dense([tensor], op, prescale_factor, postscale_factor, compression,
+    return allreduce_dense([tensor], op, prescale_factor, postscale_factor, compression,
                             None if name is None else [str(name)], "allreduce", process_set)[0]
 
 
@@ -283,19 +283,19 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
-    op = _resolve_op(op, average, "grouped_allreduce")
+    op = resolve_tf_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
     names = policy.group_names(name, len(tensors)) if name is not None else None
     out, dense_idx = [None] * len(tensors), []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
             _check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
-            out[i] = _sparse_allreduce(t, op, None if names is None else names[i],
+            out[i] = allreduce_sparse(t, op, None if names is None else names[i],
                                        "grouped_allreduce", process_set)
         else:
             dense_idx.append(i)
     dense = [tf.convert_to_tensor(tensors[i]) for i in dense_idx]
-    reduced = _allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
+    reduced = allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
                                None if names is None else [names[i] for i in dense_idx],
                                "grouped_allreduce", process_set)
     for i, r in zip(dense_idx, reduced):
@@ -312,7 +312,7 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
     # a scalar is gathered as a vector of one element per rank
     xs = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
     names = _names(name, len(xs), "allgather", process_set, grouped)
-    ps = _set(process_set)
+    ps = process_set_or_global(process_set)
 
     def forward(inputs):
         return _allgather_cross(inputs, names, process_set)
@@ -439,7 +439,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
 def _reducescatter_group(tensors, compression, op, name, prescale_factor, postscale_factor,
                          process_set, what, grouped=True):
-    op = _resolve_op(op, None, what)
+    op = resolve_tf_op(op, None, what)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     for t in tensors:
         check_dtype(t, what, name)
@@ -460,7 +460,7 @@ def _reducescatter_group(tensors, compression, op, name, prescale_factor, postsc
 
     def grad(xs, ys, dys):
         scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
-                                       _set(process_set).size())
+                                       process_set_or_global(process_set).size())
         gnames = grad_names(names)
         return [_allgather_group([g], None if gnames is None else gnames[i], what,
                                  process_set, grouped=False)[0]

@@ -17,7 +17,8 @@ def test_completes_after_the_last_pass():
 def test_one_pass_too_many_names_the_parameter():
     c = Countdown(1, [0])
     assert c.arrive(0, "fc.weight")
-    with pytest.raises(GradientAccumulationError, match="'fc.weight'.*backward_passes_per_step=1 time "):
+    with pytest.raises(GradientAccumulationError,
+                       match="'fc.weight'.*backward_passes_per_step=1 time "):
         c.arrive(0, "fc.weight")
     with pytest.raises(AssertionError):        # what Horovod raises
         c.too_many("fc.weight")

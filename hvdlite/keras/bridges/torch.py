@@ -9,7 +9,7 @@ import torch
 from hvdlite import ops as _ops, policy
 from hvdlite.convert import torch_requests as requests
 from hvdlite.exceptions import HvdliteError, raise_replaced
-from hvdlite.convert.torch_compression import Compression  # noqa: F401 - part of the bridge interface
+from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
 
 from ..labels import reduction, variable_label
 

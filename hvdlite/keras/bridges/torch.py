@@ -9,6 +9,7 @@ import torch
 from hvdlite import ops as _ops, policy
 from hvdlite.convert import torch_requests as requests
 from hvdlite.exceptions import HvdliteError, raise_replaced
+from hvdlite.work import wait_all
 from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
 
 from ..labels import reduction, variable_label
@@ -78,6 +79,6 @@ def broadcast(value, root_rank, name, process_set):
 def broadcast_variables(variables, root_rank, name, process_set):
     """Broadcast Keras variables in place: their values are torch Parameters."""
     base = _ops.auto_name("broadcast_variables", name)
-    _ops.wait_all([requests.start_broadcast(v.value.data, root_rank, f"{base}.{i}",
-                                            process_set, True, "broadcast_async_")
-                   for i, v in enumerate(variables)])
+    wait_all([requests.start_broadcast(v.value.data, root_rank, f"{base}.{i}", process_set,
+                                       True, "broadcast_async_")
+              for i, v in enumerate(variables)])

@@ -89,7 +89,7 @@ def commit_bench(sharded):
 
 def change_hosts(hosts_path, hosts):
     """Rewrite what the discovery script prints; wait until hvdlite-run has read it."""
-    from hvdlite.elastic import membership
+    from hvdlite.contract import membership
     seen = membership.read_hosts().version
     with open(hosts_path + ".tmp", "w") as f:
         f.write(hosts + "\n")
@@ -106,7 +106,7 @@ def events_worker(hosts_path, out, sharded):
     import torch
     from sklearn.datasets import load_digits
     import hvdlite.torch as hvd
-    from hvdlite.elastic import settings
+    from hvdlite.contract import elastic_env as settings
     torch.set_num_threads(1)
     hvd.init()
     added = settings.added_worker_id()

@@ -9,7 +9,7 @@ from .exceptions import (HvdliteDeadlockError, HvdliteError, HvdliteInternalErro
                          HvdliteInvalidArgumentError, HvdliteMismatchError,
                          HvdliteNotInitializedError, HvdliteOutOfMemoryError, HvdliteRanksLostError,
                          HvdliteShutdownError, HvdliteTimeoutError, HvdliteUnsupportedError)
-from ._policy import Adasum, Average, Max, Min, Product, Sum
+from .policy import Adasum, Average, Max, Min, Product, Sum
 from .work import Work
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,

@@ -8,8 +8,8 @@ import time
 import traceback
 import threading
 
-from . import _core, _device, _policy, config, work, process_sets as _process_sets
-from .elastic import settings as _elastic_settings
+from . import _core, _device, policy, config, work, process_sets as _process_sets
+from .contract import elastic_env as _elastic_settings
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
@@ -29,7 +29,7 @@ def init(comm=None, process_sets=None):
     if _core.is_initialized():
         return
     settings = config.read()  # a bad HVDLITE_*/HOROVOD_* value fails here, naming it
-    _policy.reset_name_counters()
+    policy.reset_name_counters()
     work.forget_all()
     # Open MPI busy-polls while it waits; on a machine where ranks share cores with the
     # framework's threads that steals their CPU. Yielding costs nothing when cores are free

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import ops
 from .object_payload import header, pickled, raise_if_any_failed
-from ._policy import Average, auto_name, group_names, resolve_op
+from .policy import Average, auto_name, group_names, resolve_op
 from .ops import poll, synchronize  # noqa: F401
 
 try:  # cloudpickle also handles lambdas and locally defined classes, as Horovod
@@ -76,20 +76,24 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, compression=None, process_set=None):
     tensors = [_as_array(t) for t in tensors]
-    outputs = [_empty_like(t) for t in tensors]
-    ops.grouped_allreduce(tensors, outputs, group_names(name, len(tensors)),
-                          resolve_op(op, average), prescale_factor, postscale_factor,
-                          compression, process_set)
-    return outputs
+    return _grouped_allreduce_into(tensors, [_empty_like(t) for t in tensors], average, name,
+                                   op, prescale_factor, postscale_factor, compression,
+                                   process_set)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                        postscale_factor=1.0, compression=None, process_set=None):
     tensors = list(tensors)
-    ops.grouped_allreduce(tensors, tensors, group_names(name, len(tensors)),
+    return _grouped_allreduce_into(tensors, tensors, average, name, op, prescale_factor,
+                                   postscale_factor, compression, process_set)
+
+
+def _grouped_allreduce_into(tensors, outputs, average, name, op, prescale_factor,
+                            postscale_factor, compression, process_set):
+    ops.grouped_allreduce(tensors, outputs, group_names(name, len(tensors)),
                           resolve_op(op, average), prescale_factor, postscale_factor,
                           compression, process_set)
-    return tensors
+    return outputs
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

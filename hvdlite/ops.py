@@ -16,13 +16,13 @@ Who owns the output:
 
 The Work keeps every array passed in referenced until the core is done with it, so
 callers may drop theirs. Policies (op resolution, names, compression) live in
-:mod:`hvdlite._policy`.
+:mod:`hvdlite.policy`.
 """
 
 from typing import Callable, List, Optional, Sequence
 
 from . import _core
-from ._policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer_arg,  # noqa: F401
+from .policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer_arg,  # noqa: F401
                       group_names, resolve_op, valid_name, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
 from .process_sets import process_set_id

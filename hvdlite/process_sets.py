@@ -76,7 +76,7 @@ def _world_ranks_of(comm) -> List[int]:
 _added = weakref.WeakSet()
 
 
-def _refresh_after_rebuild() -> None:
+def refresh_after_rebuild() -> None:
     """After an elastic rebuild: each set's surviving members, in the new numbering."""
     existing = set(_core.process_set_ids())
     for ps in list(_added):

@@ -6,7 +6,7 @@ has read it (the hosts file's version moved), so that the next commit applies th
 import os
 import time
 
-from hvdlite.elastic import membership
+from hvdlite.contract import membership
 
 SEEN_TIMEOUT = 60   # seconds for hvdlite-run (polling every second) to pick the change up
 

@@ -7,6 +7,7 @@ eating CI's time.
 """
 import functools
 import os
+import re
 import subprocess
 import sys
 
@@ -65,7 +66,34 @@ def run_mpi(np, script, *args, env=None, timeout=DEFAULT_TIMEOUT, check=True):
                           stderr=subprocess.STDOUT, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"{' '.join(cmd)} exited with {proc.returncode}"
+            failure_summary(proc.stdout)
+            + f"{' '.join(cmd)} exited with {proc.returncode}"
             + (" (timed out)" if proc.returncode in (124, 137) else "")
             + f"\n--- output ---\n{proc.stdout[-20000:]}")
     return proc
+
+
+_RANK_PREFIX = re.compile(r"^(\[[^\]]*\]<?\w*>?:?\s?)")
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(: .*)?$")
+
+
+def failure_summary(output):
+    """The failing assertions of a multi-process run, first: for every traceback in the ranks'
+    output, the exception line after the test-script frames it passed through
+    (``workers/x.py:42 > workers/worker_checks.py:21: AssertionError: [rank 1] ...``), each
+    once. Empty if none is found."""
+    found, frames = [], []
+    for raw in output.splitlines():
+        line = _RANK_PREFIX.sub("", raw)
+        frame = _FRAME.search(line)
+        if frame and os.path.abspath(frame.group(1)).startswith(HERE + os.sep):
+            frames.append(f"{os.path.relpath(frame.group(1), HERE)}:{frame.group(2)}")
+        elif _RAISED.match(line) and not line.startswith(" "):
+            entry = f"{' > '.join(frames)}: {line}" if frames else line
+            if entry not in found:
+                found.append(entry)
+            frames = []
+    if not found:
+        return ""
+    return "failed: " + "\n        ".join(found[:8]) + "\n"

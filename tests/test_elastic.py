@@ -18,7 +18,7 @@ import pytest
 
 import elastic_digits as problem
 from hvdlite import _core
-from hvdlite.elastic import membership
+from hvdlite.contract import membership
 from hvdlite.runner import dialect, elastic, launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))

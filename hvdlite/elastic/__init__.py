@@ -17,6 +17,7 @@ runs the reset callbacks and calls the function again. Needs an MPI with ULFM (O
 and a job launched elastic (``hvdlite-run --min-np N``); see docs/elastic.md.
 """
 
+from hvdlite.contract import elastic_env as settings, membership  # noqa: F401 - old homes
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteRanksLostError)
 

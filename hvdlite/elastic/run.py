@@ -5,27 +5,16 @@ import os
 import sys
 import time
 
-from hvdlite import _core, _policy, process_sets
+from hvdlite import _core, policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
-from hvdlite.runner.hosts import is_local
-from hvdlite.runner.rank_guard import LEAVE_MARKER, LOST_MARKER
+from hvdlite.contract import elastic_env as settings, membership
+from hvdlite.contract.markers import LEAVE_MARKER, LOST_MARKER
 
-from . import membership, settings
+from .job import job, member_table, share_table
 
 # Ranks lost so far, each in the numbering it had when it was lost.
 _lost_history = []
-
-
-class _Job:
-    """This process's view of the job's membership (the same on every rank)."""
-    members = None        # [membership.Member] in rank order; None until known
-    next_worker = 0       # the launcher's number for the next rank added
-    seen_version = 0      # the hosts file's version the membership follows
-    pending = None        # the membership.Plan a host update raised an interrupt for
-
-
-_job = _Job()
 
 
 class HvdliteTooFewRanksError(HvdliteInternalError):
@@ -35,37 +24,6 @@ class HvdliteTooFewRanksError(HvdliteInternalError):
 def _say(text):
     if _core.rank() == 0:
         print(f"hvdlite.elastic: {text}", file=sys.stderr, flush=True)
-
-
-def _members():
-    """The membership table. The first time: from the launcher's hosts file, or, in a job
-    without one, the ranks as they are (nothing has changed yet, or the table would exist)."""
-    if _job.members is None:
-        found = membership.read_hosts()
-        if found is not None:
-            _job.members = membership.initial_members(found.np, found.initial_hosts)
-            _job.next_worker = found.np
-        else:
-            _job.members = [membership.Member(r, "") for r in range(_core.size())]
-            _job.next_worker = _core.size()
-    return _job.members
-
-
-def poll_host_update():
-    """On the planning rank: the change the launcher's latest host list asks, or None."""
-    members = _members()
-    found = membership.read_hosts()
-    if members is None or found is None or found.version == _job.seen_version:
-        return None
-    _job.seen_version = found.version
-    return membership.plan(members, found.hosts, settings.max_np(), _job.next_worker,
-                           found.version)
-
-
-def expect_host_update(change):
-    """Every rank: the interrupt about to be raised asks for ``change`` (see _reset)."""
-    _job.pending = change
-    _job.seen_version = change.hosts_version
 
 
 def _check_fault_tolerant():
@@ -80,13 +38,13 @@ def _check_fault_tolerant():
 def _rebuild():
     """Shrink hvdlite to the surviving ranks (collective over the survivors)."""
     _check_fault_tolerant()
-    before, members = _core.size(), _members()
+    before, members = _core.size(), member_table()
     started = time.perf_counter()
     lost = _core.rebuild()
-    process_sets._refresh_after_rebuild()
-    _policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
+    process_sets.refresh_after_rebuild()
+    policy.reset_name_counters()  # ranks may have numbered a different count of unnamed ops
     _lost_history.append(list(lost))
-    _job.members = membership.without(members, lost)
+    job.members = membership.without(members, lost)
     after = _core.size()
     if lost and _core.rank() == 0:
         # hvdlite-run counts the job's ranks to know when it is over: a lost rank's own
@@ -114,19 +72,10 @@ def _environment_of(member):
     return [f"{settings.WORKER_ID_ENV}={member.worker}", f"{settings.HOST_ENV}={member.host}"]
 
 
-def _share_table():
-    """Rank 0's membership table reaches every rank (the new ones know nothing yet)."""
-    from .state import broadcast_object
-    table = (_job.members, _job.next_worker, _job.seen_version) if _core.rank() == 0 else None
-    members, _job.next_worker, _job.seen_version = broadcast_object(
-        table, root_rank=0, name="hvdlite.elastic.membership")
-    _job.members = [membership.Member(*m) for m in members]
-
-
 def _regroup(change):
     """Apply a host update (collective over every rank): some leave, new ones start."""
     _check_fault_tolerant()
-    before, members = _core.size(), _members()
+    before, members = _core.size(), member_table()
     after = before - len(change.leaving) + len(change.added)
     if after < settings.min_np():
         raise HvdliteTooFewRanksError(
@@ -141,7 +90,8 @@ def _regroup(change):
     started = time.perf_counter()
     me = members[_core.rank()].worker
     leaving_workers = [members[r].worker for r in change.leaving]
-    add = [(_environment_of(m), "" if is_local(m.host) else m.host) for m in change.added]
+    add = [(_environment_of(m), "" if membership.is_local(m.host) else m.host)
+           for m in change.added]
     if not _core.regroup(list(change.leaving), list(command or []), add):
         # This rank's host was removed: tell hvdlite-run, and leave without MPI_Finalize
         # (Open MPI's finalize waits for every rank of the job).
@@ -149,12 +99,12 @@ def _regroup(change):
         sys.stderr.write(f"{LEAVE_MARKER} rank={me}\n")
         sys.stderr.flush()
         os._exit(0)
-    process_sets._refresh_after_rebuild()
-    _policy.reset_name_counters()
-    _job.members = membership.apply(members, change)
-    _job.next_worker += len(change.added)
+    process_sets.refresh_after_rebuild()
+    policy.reset_name_counters()
+    job.members = membership.apply(members, change)
+    job.next_worker += len(change.added)
     if change.added:
-        _share_table()
+        share_table()
     parts = []
     if leaving_workers:
         parts.append("without rank" + ("s " if len(leaving_workers) > 1 else " ")
@@ -166,7 +116,7 @@ def _regroup(change):
 
 
 def _reset():
-    change, _job.pending = _job.pending, None
+    change, job.pending = job.pending, None
     if change is None:
         _rebuild()
     else:
@@ -175,8 +125,8 @@ def _reset():
 
 def _join_if_new():
     """A rank the job added receives the membership before its first sync()."""
-    if _job.members is None and settings.added_worker_id() is not None:
-        _share_table()
+    if job.members is None and settings.added_worker_id() is not None:
+        share_table()
 
 
 def run_fn(func, reset):
@@ -195,7 +145,7 @@ def run_fn(func, reset):
                 raise
             except HvdliteInternalError:
                 # Roll back first: nothing since the last commit may be applied twice.
-                _job.pending = None
+                job.pending = None
                 state.restore()
                 skip_sync = False
             except HvdliteHostsUpdatedInterrupt as e:

@@ -1,29 +1,11 @@
 """State objects: what elastic training commits, rolls back to, and broadcasts to the others."""
 
 import copy
-import pickle
 
-import numpy as np
-
-from hvdlite import _core, _policy, ops
+from hvdlite import _core
 from hvdlite.exceptions import HvdliteHostsUpdatedInterrupt
-from hvdlite.object_payload import header, pickled, raise_if_any_failed
 
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """Pickle ``obj`` on ``root_rank`` and return it on every rank (framework-free); if the
-    root cannot pickle it, every rank raises (Note [object collectives agree on failure])."""
-    prefix = name or _policy.auto_name("elastic.broadcast_object", None)
-    is_root = _core.rank() == root_rank
-    payload, error = pickled(obj, pickle) if is_root else (None, None)
-    head = header(root_rank, payload, error) if is_root else np.zeros(3, dtype=np.int64)
-    ops.wait(ops.broadcast_async(head, root_rank, name=f"{prefix}.len"))
-    payload = payload.copy() if is_root else np.empty(int(head[0]), dtype=np.uint8)
-    ops.wait(ops.broadcast_async(payload, root_rank, name=f"{prefix}.data"))
-    raise_if_any_failed(f"broadcast_object '{prefix}'", [head], [payload], error)
-    if is_root:
-        return obj
-    return pickle.loads(payload.tobytes())
+from .job import broadcast_object, expect_host_update, poll_host_update
 
 
 class State:
@@ -67,7 +49,6 @@ class State:
         does. ``hvdlite.elastic.run`` then applies the change: ranks on removed hosts leave,
         new ranks start on added slots and receive the state by ``sync()``.
         """
-        from .run import expect_host_update, poll_host_update   # (run imports this module)
         if _core.rank() == 0:
             recorded = self._host_updates[-1] if self._host_updates else None
             mine = (poll_host_update(), recorded)

@@ -2,7 +2,8 @@
 ``hvd.keras`` offers them. Each works eagerly and inside the backend's compiled functions
 (``tf.function``, ``jax.jit``); the bridge does the crossing."""
 
-from . import policy
+from hvdlite import policy
+
 from .backend import bridge
 
 

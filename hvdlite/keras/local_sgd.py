@@ -16,19 +16,16 @@ import numpy as np
 from keras import ops
 
 from hvdlite import ops as _ops
-from hvdlite.ops import Average
+from hvdlite.algorithms.local_sgd import LocalSGDSchedule
+from hvdlite.policy import Average
 
 from .backend import bridge
 
 
 class LocalSGDState:
     def __init__(self, name, local_steps, warmup_steps, average_state, process_set, what):
-        if int(local_steps) < 1:
-            raise ValueError(f"{what}: local_steps must be >= 1, got {local_steps}")
-        if int(warmup_steps) < 0:
-            raise ValueError(f"{what}: local_sgd_warmup_steps must be >= 0, got {warmup_steps}")
+        self.schedule = LocalSGDSchedule(local_steps, warmup_steps, what)
         self.name, self.what, self.process_set = name, what, process_set
-        self.local_steps, self.warmup_steps = int(local_steps), int(warmup_steps)
         self.average_state = bool(average_state)
         self.steps = None
 
@@ -37,18 +34,14 @@ class LocalSGDState:
             self.steps = optimizer.add_variable((), initializer="zeros", dtype="int32",
                                                 name="hvdlite_local_sgd_steps")
 
-    def in_warmup(self):
-        return ops.less(self.steps.value, self.warmup_steps)
-
     def update(self, optimizer, base_apply, reduce, grads, variables, when=None):
         """Warm-up: reduce then apply; afterwards apply locally and average every H steps."""
-        warm = self.in_warmup()
+        warm = self.schedule.in_warmup(self.steps.value, ops)
         grads = reduce(grads, variables, when=warm if when is None else
                        ops.logical_and(when, warm))
         base_apply(grads, variables)
         self.steps.assign(self.steps + 1)
-        local = self.steps.value - self.warmup_steps
-        due = ops.logical_and(ops.greater(local, 0), ops.equal(local % self.local_steps, 0))
+        due = self.schedule.averages_after(self.steps.value, ops)
         self.average(optimizer, variables, due if when is None else ops.logical_and(when, due))
 
     def average(self, optimizer, variables, when=None):

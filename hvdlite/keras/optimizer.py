@@ -24,10 +24,12 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from hvdlite.compression import is_stateful
+from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
+from hvdlite import policy
+from hvdlite.policy.options import check_combination
 
-from . import options, policy
+from . import labels
 from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
@@ -57,9 +59,9 @@ class _HvdSettings:
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
         self.op = op
-        options.check_combination(self.what, compression, shard_optimizer_state, local_steps,
-                                  local_sgd_warmup_steps, average_optimizer_state,
-                                  gradient_predivide_factor, op)
+        check_combination(self.what, op, compression, shard_optimizer_state, local_steps,
+                          local_sgd_warmup_steps, average_optimizer_state,
+                          float(gradient_predivide_factor))
         self.compression_state = self.sharded = self.local_sgd = None
         if is_stateful(compression):
             self.compression_state = CompressionState(
@@ -91,7 +93,7 @@ class _HvdSettings:
         shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
         reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
                                   when=when)
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         for i, v in enumerate(variables):
             if id(v) in self.local_variables and grads[i] is not None \
                     and self.scale_local_gradients:
@@ -255,7 +257,7 @@ class _DistributedOptimizer:
             if g is None:
                 accs.append(None)
                 continue
-            g = bridge().dense_gradient(g, policy.variable_label(v, i),
+            g = bridge().dense_gradient(g, labels.variable_label(v, i),
                                         settings.sparse_as_dense, settings.what)
             acc = self._hvd_accumulators[self._hvd_index[self._var_key(v)]]
             acc.assign(acc + ops.cast(g, acc.dtype))
@@ -347,8 +349,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     """
     _check_keras_optimizer(optimizer)
     if shard_optimizer_state:
-        check_sharding_supported(optimizer, policy.resolve_op(op, None, "DistributedOptimizer"),
-                                 "DistributedOptimizer")
+        check_sharding_supported(optimizer, "DistributedOptimizer")
         if getattr(optimizer, "built", False):
             raise HvdliteInvalidArgumentError(
                 "DistributedOptimizer(shard_optimizer_state=True): wrap the optimizer before "

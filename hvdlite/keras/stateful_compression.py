@@ -2,8 +2,8 @@
 backend: ``Compression.powersgd(...)``, ``Compression.topk(...)``,
 ``Compression.fp16/bf16(error_feedback=True)``.
 
-The algorithms are the framework-free reducers of :mod:`hvdlite.powersgd` and
-:mod:`hvdlite.error_feedback`. Their state lives in optimizer variables, so it is part of
+The algorithms are the framework-free reducers of :mod:`hvdlite.algorithms.powersgd` and
+:mod:`hvdlite.algorithms.error_feedback`. Their state lives in optimizer variables, so it is part of
 JAX's stateless train state and of every checkpoint that saves the optimizer
 (``model.save``, ``hvd.load_model``):
 
@@ -19,10 +19,9 @@ is not this (rank, size), they restart at zero (they hold only the not-yet-sent 
 import numpy as np
 
 import hvdlite as _hvd
-from hvdlite.ops import Average, Sum
-from hvdlite.powersgd import PowerSGDReducer
+from hvdlite.algorithms.powersgd import PowerSGDReducer
 
-from . import policy
+from . import labels
 from .backend import bridge
 
 _FLOATS = ("float32", "float64")
@@ -32,8 +31,6 @@ class CompressionState:
     """A reducer and the optimizer variables that hold its state."""
 
     def __init__(self, name, compression, op, predivide, process_set, what):
-        if op not in (Average, Sum):
-            raise ValueError(f"{what}: compression={compression!r} supports op=Average or Sum")
         self.name, self.compression, self.what = name, compression, what
         self.process_set = process_set
         self.reducer = compression.make_reducer()
@@ -42,7 +39,7 @@ class CompressionState:
                 f"{what}: compression={compression!r}: top-k's momentum correction is not "
                 f"in hvdlite.keras yet; use momentum=0 (torch: hvdlite.torch has it)")
         self.reducer.process_set = process_set
-        self.reduction = policy.reduction(op, predivide, process_set)
+        self.reduction = labels.reduction(op, predivide, process_set)
         self.built = False
 
     def build(self, optimizer, variables):
@@ -62,7 +59,7 @@ class CompressionState:
             nm = (self.reducer.matrix_shape(shape)
                   if isinstance(self.reducer, PowerSGDReducer) else None)
             if nm is not None:
-                q0 = self.reducer._initial_q(self.names[i], nm[1], np.dtype(str(v.dtype)))
+                q0 = self.reducer.initial_q(self.names[i], nm[1], np.dtype(str(v.dtype)))
                 self.qs[i] = optimizer.add_variable(
                     q0.shape, initializer=lambda shape, dtype, q0=q0: q0, dtype=str(v.dtype),
                     name="hvdlite_powersgd_q")
@@ -88,12 +85,12 @@ class CompressionState:
         if not present:
             return grads
         for i in present:
-            grads[i] = bridge().dense_gradient(grads[i], policy.variable_label(variables[i], i),
+            grads[i] = bridge().dense_gradient(grads[i], labels.variable_label(variables[i], i),
                                                True, self.what)
             dtype = str(variables[i].dtype)
             if dtype not in _FLOATS:
                 raise ValueError(f"{self.what}: the gradient of "
-                                 f"{policy.variable_label(variables[i], i)} has dtype {dtype}; "
+                                 f"{labels.variable_label(variables[i], i)} has dtype {dtype}; "
                                  f"compression={self.compression!r} handles float32 and float64")
         with_error = [i for i in present if i in self.errors]
         with_q = [i for i in present if i in self.qs]

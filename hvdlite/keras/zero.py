@@ -17,7 +17,8 @@ Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
 
 Only updates that treat each element on its own are exact on flat slices, so options that
 look at a whole variable (``clipnorm``, ``exclude_from_weight_decay``) or at all of them
-(``global_clipnorm``), and optimizers known to do so (Lamb, Adafactor, Muon), are refused.
+(``global_clipnorm``) are refused, and so are optimizers that
+:func:`hvdlite.algorithms.sharding.check_shardable` (shared with torch) does not accept.
 
 Checkpoints: the shards and their slots are optimizer variables, saved with the optimizer.
 They are this rank's: a checkpoint loads back on the rank and size that saved it (each rank
@@ -34,15 +35,13 @@ from keras import ops
 
 import hvdlite as _hvd
 from hvdlite import ops as _ops
+from hvdlite.algorithms import sharding
 from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.ops import Average, Sum
 
-from . import policy
+from . import labels
 from .backend import bridge
 
 _FLOATS = ("float32", "float64")
-#: Optimizers whose update looks at whole variables (norms, factored moments).
-UNSUPPORTED = ("Lamb", "Adafactor", "Muon", "LossScaleOptimizer")
 
 
 class _Bucket:
@@ -53,10 +52,9 @@ class _Bucket:
         self.shapes = [tuple(variables[i].shape) for i in indices]
         self.numels = [int(np.prod(s)) for s in self.shapes]
         self.numel = sum(self.numels)
-        self.shard_numel = -(-self.numel // size)
-        self.padded = self.shard_numel * size
-        self.begin = rank * self.shard_numel
-        self.end = self.begin + self.shard_numel
+        self.starts = sharding.offsets(self.numels)
+        self.shard_numel, self.begin, self.end, self.padded = sharding.cut(self.numel, size,
+                                                                           rank)
 
 
 def _wrapped_class(optimizer):
@@ -73,12 +71,8 @@ def _reference_prefix(variable):
     return str(variable.name).replace("/", "_").replace(":", "_")
 
 
-def check_supported(optimizer, op, what):
-    name = type(optimizer).__name__
-    if name in UNSUPPORTED:
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True does not support {name}: its update looks at "
-            f"whole variables, which a flat shard cuts through")
+def check_supported(optimizer, what):
+    sharding.check_shardable(optimizer, what)
     for option in ("clipnorm", "global_clipnorm"):
         if getattr(optimizer, option, None):
             raise HvdliteInvalidArgumentError(
@@ -94,9 +88,6 @@ def check_supported(optimizer, op, what):
         raise HvdliteInvalidArgumentError(
             f"{what}: shard_optimizer_state=True does not combine with Keras' "
             f"gradient_accumulation_steps or use_ema (use backward_passes_per_step)")
-    if op not in (Average, Sum):
-        raise HvdliteInvalidArgumentError(f"{what}: shard_optimizer_state=True supports "
-                                          f"op=Average or op=Sum")
 
 
 class ShardedState:
@@ -104,7 +95,7 @@ class ShardedState:
 
     def __init__(self, name, op, predivide, process_set, what):
         self.name, self.what, self.process_set = name, what, process_set
-        self.reduction = policy.reduction(op, predivide, process_set)
+        self.reduction = labels.reduction(op, predivide, process_set)
         self.built = False
 
     def _set_kw(self):
@@ -112,7 +103,7 @@ class ShardedState:
 
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
         self.rank_size = (rank, size)
         by_dtype = {}
@@ -121,7 +112,7 @@ class ShardedState:
             if dtype not in _FLOATS:
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
-                    f"variables; {policy.variable_label(v, i)} is {dtype}")
+                    f"variables; {labels.variable_label(v, i)} is {dtype}")
             by_dtype.setdefault(dtype, []).append(i)
         self.buckets = [_Bucket(d, idx, variables, size, rank)
                         for d, idx in sorted(by_dtype.items())]
@@ -160,7 +151,7 @@ class ShardedState:
     def needs_reshard(self):
         """Whether the shards were cut for another rank or size (elastic training resized
         the job)."""
-        size = policy.set_size(self.process_set)
+        size = labels.set_size(self.process_set)
         rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
         return self.built and (rank, size) != self.rank_size
 
@@ -201,13 +192,8 @@ class ShardedState:
 
     def _where(self):
         """model variable index -> (bucket index, offset in the bucket's flat space)."""
-        where = {}
-        for k, b in enumerate(self.buckets):
-            at = 0
-            for i, n in zip(b.indices, b.numels):
-                where[i] = (k, at)
-                at += n
-        return where
+        return {i: (k, at) for k, b in enumerate(self.buckets)
+                for i, at in zip(b.indices, b.starts)}
 
     def consolidate(self, optimizer, to=0):
         """The values of the unsharded optimizer's variables (see the module docstring),
@@ -262,7 +248,7 @@ class ShardedState:
             if tuple(value.shape) != tuple(variable.shape):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: load_consolidated_variables: the {suffix} of "
-                    f"{policy.variable_label(variable, i)} has shape {tuple(value.shape)}; "
+                    f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
                     f"the variable has {tuple(variable.shape)}")
             k, at = where[i]
             flats[(k, suffix)][at:at + value.size] = value.reshape(-1)
@@ -291,7 +277,7 @@ class ShardedState:
             if g is None:
                 grads[i] = ops.zeros_like(variables[i])
             else:
-                grads[i] = bridge().dense_gradient(g, policy.variable_label(variables[i], i),
+                grads[i] = bridge().dense_gradient(g, labels.variable_label(variables[i], i),
                                                    True, self.what)
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
         op, pre, post = self.reduction
@@ -304,7 +290,7 @@ class ShardedState:
         def reduce_scatter(run, *arrays):
             if not run:
                 return [np.zeros(b.shard_numel, b.dtype) for b in buckets]
-            size = policy.set_size(kw.get("process_set"))
+            size = labels.set_size(kw.get("process_set"))
             if size != built_for:
                 raise HvdliteInvalidArgumentError(
                     f"{what}: the shards were cut for {built_for} ranks but the job now has "

@@ -19,8 +19,9 @@ import sys
 import threading
 from typing import Callable, List, Optional, Tuple
 
-from ..elastic import membership
-from ..elastic.settings import COMMAND_ENV, ELASTIC_ENV, HOSTS_FILE_ENV, MAX_NP_ENV, MIN_NP_ENV
+from hvdlite.contract import membership
+from hvdlite.contract.elastic_env import (COMMAND_ENV, ELASTIC_ENV, HOSTS_FILE_ENV, MAX_NP_ENV,
+                                          MIN_NP_ENV)
 from .hosts import HostError, parse_host_list
 
 DISCOVERY_TIMEOUT_SECONDS = 30
@@ -100,7 +101,7 @@ def with_slots(found, script: str) -> List[Tuple[str, int]]:
 
 class HostWatcher:
     """Runs the discovery script every ``interval`` seconds and keeps the ranks' hosts file
-    (see :mod:`hvdlite.elastic.membership`) up to date; ``write`` shows each change."""
+    (see :mod:`hvdlite.contract.membership`) up to date; ``write`` shows each change."""
 
     def __init__(self, script: str, path: str, np: int, hosts, write: Callable[[str], None],
                  interval: float = DISCOVERY_INTERVAL_SECONDS):

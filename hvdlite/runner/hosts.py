@@ -7,27 +7,18 @@ that names the entry (and the file line).
 
 import concurrent.futures
 import re
-import socket
 import subprocess
 from typing import List, Optional, Sequence, Tuple
 
+from hvdlite.contract.membership import is_local
+
 Hosts = List[Tuple[str, Optional[int]]]
 
-_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
 _HOST_NAME = re.compile(r"^[A-Za-z0-9_.\-\[\]:]+$")
 
 
 class HostError(Exception):
     pass
-
-
-def is_local(host: str) -> bool:
-    if host in _LOCAL_NAMES:
-        return True
-    try:
-        return host in {socket.gethostname(), socket.getfqdn()}
-    except OSError:
-        return False
 
 
 def _slots(text: str, where: str) -> int:

@@ -20,7 +20,7 @@ import re
 import threading
 from typing import Dict, List, Optional, Pattern, Tuple
 
-from .rank_guard import EXIT_MARKER, LEAVE_MARKER, LOST_MARKER, START_MARKER
+from hvdlite.contract.markers import EXIT_MARKER, LEAVE_MARKER, LOST_MARKER, START_MARKER
 
 TAIL_KEEP = 400       # lines kept per rank (the summary shows the last SUMMARY_LINES of them)
 SUMMARY_LINES = 20

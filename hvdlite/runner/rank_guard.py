@@ -31,13 +31,13 @@ import sys
 import threading
 import time
 
+# This file runs as a script, without hvdlite on the path: these must equal
+# hvdlite.contract.markers.EXIT_MARKER / START_MARKER and
+# hvdlite.contract.elastic_env.WORKER_ID_ENV (tests/unit/test_markers.py checks it).
 EXIT_MARKER = "hvdlite-run-rank-exit:"
 START_MARKER = "hvdlite-run-rank-start:"   # an elastic job added this rank
-LEAVE_MARKER = "hvdlite-run-rank-leave:"   # written by hvdlite.elastic: its host was removed
-# Written by an elastic job's new rank 0 after a loss: "<marker> ranks=1,4" (launcher's
-# numbers), for ranks whose guard could not report (a vanished host) or whose report was lost.
-LOST_MARKER = "hvdlite-run-ranks-lost:"
-ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"  # see hvdlite.elastic.settings
+ADDED_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"
+
 GUARDED_ENV = "HVDLITE_RANK_GUARD"   # set to "1" for the program a guard runs
 PARENT_POLL_SECONDS = 0.5
 KILL_GRACE_SECONDS = 3.0

@@ -25,7 +25,7 @@ Typical custom training loop::
     hvd.broadcast_variables(model.variables, root_rank=0)
 """
 
-from hvdlite._policy import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
+from hvdlite.policy import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
                             ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,

@@ -1,17 +1,8 @@
-"""Gradient compression for ``hvdlite.tensorflow``, with Horovod's interface.
+"""Gradient compression for ``hvdlite.tensorflow`` (Horovod's
+``horovod.tensorflow.compression``): defined in :mod:`hvdlite.convert.tf_compression`, which
+the Keras TensorFlow bridge shares."""
 
-See :mod:`hvdlite.compression` for how to write a custom compressor and how the built-in
-``Compression.fp16`` / ``Compression.bf16`` hand float32 and float64 tensors to the C++
-core, which compresses them on the wire only.
-"""
-
-import tensorflow as tf
-
-from hvdlite.compression import Compressor, NoneCompressor, cast_compressors
-
-Compression, FP16Compressor, BF16Compressor = cast_compressors(
-    cast=tf.cast,
-    is_floating=lambda dtype: dtype.is_floating,
-    float16=tf.float16, bfloat16=tf.bfloat16)
+from hvdlite.convert.tf_compression import (BF16Compressor, Compression,  # noqa: F401
+                                            Compressor, FP16Compressor, NoneCompressor)
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]

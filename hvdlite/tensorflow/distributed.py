@@ -7,12 +7,12 @@ import warnings
 
 import tensorflow as tf
 
-from hvdlite import _policy
-from hvdlite._policy import Average
+from hvdlite import policy
+from hvdlite.policy import Average
 
 from .compression import Compression
-from .mpi_ops import (_allreduce_dense, _resolve_op, _set, _sparse_allreduce, check_dtype,
-                      global_process_set)
+from .mpi_ops import (allreduce_dense, allreduce_sparse, check_dtype, global_process_set,
+                      process_set_or_global, resolve_tf_op)
 
 _warned_sparse = set()
 
@@ -42,14 +42,14 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
       the sum and by f/size after it.
     """
     what = what or name
-    op = _resolve_op(op, None, what)
-    _policy.check_predivide(op, gradient_predivide_factor, what)
+    op = resolve_tf_op(op, None, what)
+    policy.check_predivide(op, gradient_predivide_factor, what)
 
     def allreduce_grads(grads, variables=None):
         grads = list(grads)
         variables = None if variables is None else list(variables)
-        true_op, prescale, postscale = _policy.predivide(op, gradient_predivide_factor,
-                                                         _set(process_set).size())
+        size = process_set_or_global(process_set).size()
+        true_op, prescale, postscale = policy.predivide(op, gradient_predivide_factor, size)
         out = [None] * len(grads)
         dense_idx, dense = [], []
         for i, g in enumerate(grads):
@@ -66,7 +66,7 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
                         f"are few.", stacklevel=3)
                 # the predivide factors only split Average's 1/size: the gathered rows
                 # divided by size are the same result
-                out[i] = _sparse_allreduce(g, op, f"{name}.{i}", what, process_set)
+                out[i] = allreduce_sparse(g, op, f"{name}.{i}", what, process_set)
                 continue
             g = tf.convert_to_tensor(g)
             check_dtype(g, what, _label(variables, i))
@@ -74,7 +74,7 @@ def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=
             dense.append(g)
         names = [f"{name}.{i}" for i in dense_idx]
         labels = {n: _label(variables, i) for n, i in zip(names, dense_idx)}
-        reduced = _allreduce_dense(dense, true_op, prescale, postscale, compression, names,
+        reduced = allreduce_dense(dense, true_op, prescale, postscale, compression, names,
                                    what, process_set, labels)
         for i, r in zip(dense_idx, reduced):
             out[i] = r
@@ -128,7 +128,8 @@ class _DistributedGradientTape:
                                  unconnected_gradients=unconnected_gradients)
         out = reduce_except_local(self._hvd_allreduce_grads, tf.nest.flatten(grads),
                                   tf.nest.flatten(sources), self._local_sources,
-                                  self._hvd_scale_local, _set(self._hvd_process_set).size())
+                                  self._hvd_scale_local,
+                                  process_set_or_global(self._hvd_process_set).size())
         return tf.nest.pack_sequence_as(grads, out)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None):

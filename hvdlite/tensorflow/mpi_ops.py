@@ -28,31 +28,31 @@ TensorFlow's op names, also where only some of them build a set's collectives.
 Errors and gradients
 --------------------
 Errors are :mod:`hvdlite.tensorflow.errors` classes (hvdlite's and ``tf.errors``' at once).
-Gradients follow :data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with torch).
+Gradients follow :data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with torch).
 """
-
-import functools
-import itertools
-import weakref
 
 import numpy as np
 import tensorflow as tf
 
-from hvdlite import _core, _policy, ops as _ops
-from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+from hvdlite import _core, policy, ops as _ops
+from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                              resolve_op, wire_format)
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
+from hvdlite.convert import tf_tensors
+from hvdlite.convert.tf_tensors import (aligned_empty_like, as_array,  # noqa: F401
+                                        grad_names, graph_counters, outermost_function_graph,
+                                        result_arrays, scaled, tape_may_record)
+
 from . import errors as _errors
 from .compression import Compression
 
-try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
-    import ml_dtypes as _ml_dtypes
-    _BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover
-    _BF16 = None
+
+def cross(start, inputs, touts, shapes, label):
+    """:func:`hvdlite.convert.tf_tensors.cross`, raising hvdlite.tensorflow's errors."""
+    return tf_tensors.cross(start, inputs, touts, shapes, label, _errors.native)
 
 __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "broadcast",
            "broadcast_", "alltoall", "reducescatter", "grouped_reducescatter", "barrier",
@@ -60,7 +60,7 @@ __all__ = ["allreduce", "grouped_allreduce", "allgather", "grouped_allgather", "
            "process_set_included_op", "Average", "Sum", "Adasum", "Min", "Max", "Product"]
 
 
-def _set(process_set):
+def process_set_or_global(process_set):
     return global_process_set if process_set is None else process_set
 
 
@@ -83,7 +83,7 @@ def check_dtype(tensor, what, name=None):
     """Raise a clear error naming ``tensor`` unless the core supports its dtype."""
     dtype = getattr(tensor.dtype, "base_dtype", tensor.dtype)
     try:
-        _policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
+        policy.check_dtype(dtype.name, f"hvdlite.tensorflow.{what}", _describe(tensor, name))
     except HvdliteError as e:
         raise_replaced(e, _errors.native(e), chain=False)
 
@@ -96,26 +96,11 @@ def _check_arg(check, value):
         raise_replaced(e, _errors.native(e), chain=False)
 
 
-def _resolve_op(op, average, what):
+def resolve_tf_op(op, average, what):
     try:
         return resolve_op(op, average, f"hvdlite.tensorflow.{what}")
     except HvdliteError as e:
         raise_replaced(e, _errors.native(e), chain=False)
-
-
-_graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
-
-
-def _outermost_function_graph(graph):
-    from tensorflow.python.framework.func_graph import FuncGraph
-    while isinstance(getattr(graph, "outer_graph", None), FuncGraph):
-        graph = graph.outer_graph
-    return graph
-
-
-def _is_tf1_graph(graph):
-    from tensorflow.python.framework.func_graph import FuncGraph
-    return not isinstance(graph, FuncGraph)
 
 
 def op_name(kind, name=None, process_set=None):
@@ -125,9 +110,9 @@ def op_name(kind, name=None, process_set=None):
         return str(name)
     if tf.executing_eagerly():
         return None
-    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
-    counters = _graph_counters.setdefault(graph, {})
-    return _policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
+    graph = outermost_function_graph(tf.compat.v1.get_default_graph())
+    counters = graph_counters.setdefault(graph, {})
+    return policy.auto_name(f"tf.{kind}", None, _check_arg(_ops.process_set_id, process_set),
                              counters)
 
 
@@ -140,130 +125,9 @@ def _names(base, n, kind, process_set, grouped=True):
     return [f"{base}.{i}" for i in range(n)] if grouped else [base]
 
 
-def _as_array(a):
-    return a if isinstance(a, np.ndarray) else np.asarray(a)
-
-
-_ALIGN = 64   # TensorFlow adopts a numpy buffer without copying only if it is 64-byte aligned
-
-
-def aligned_empty_like(a):
-    """``np.empty_like(a)`` on a 64-byte boundary, so that TensorFlow takes the result over
-    without a copy (for a 4 MiB tensor that is ~1.5 ms per crossing saved)."""
-    buf = np.empty(a.nbytes + _ALIGN, dtype=np.uint8)
-    offset = (-buf.ctypes.data) % _ALIGN
-    return buf[offset:offset + a.nbytes].view(a.dtype).reshape(a.shape)
-
-
-def _to_tensor(array, dtype):
-    """An eager tensor over ``array``: zero-copy through DLPack for aligned int/float
-    arrays, else a copy (bool and bfloat16 have no numpy DLPack export)."""
-    if (array.dtype.kind in "iuf" and array.dtype != _BF16 and array.flags.c_contiguous
-            and array.ctypes.data % _ALIGN == 0 and array.size > 0):
-        try:
-            t = tf.experimental.dlpack.from_dlpack(array.__dlpack__())
-            if t.dtype == dtype:
-                return t
-        except Exception:  # noqa: BLE001 - fall back to the copying path
-            pass
-    return tf.convert_to_tensor(array, dtype=dtype)
-
-
-def _arrays(results):
-    return [_as_array(r.array()) for r in results]
-
-
-def _native_errors(fn):
-    """Core errors leave a crossing as TensorFlow-flavoured classes."""
-    @functools.wraps(fn)
-    def wrapped(*args):
-        try:
-            return fn(*args)
-        except HvdliteError as e:
-            raise_replaced(e, _errors.native(e), chain=False)
-    return wrapped
-
-
-def cross(start, inputs, touts, shapes, label):
-    """Run a collective on ``inputs`` (numpy arrays in, numpy arrays out).
-
-    ``start(*arrays)`` submits it and returns a function that waits and returns the list
-    of result arrays (or returns that list itself, for what does not wait). Eagerly and in
-    a ``tf.function`` the two steps are one stateful ``tf.numpy_function``; in a TF1 graph
-    they are two ops (see ``_tf1_collective``). Outputs get ``shapes`` (None: unknown).
-    """
-    def run(*arrays):
-        out = start(*arrays)
-        return out() if callable(out) else out
-    if tf.executing_eagerly():
-        outs = _native_errors(run)(*[np.asarray(t) for t in inputs])   # zero-copy views
-        return [_to_tensor(_as_array(o), d) for o, d in zip(outs, touts)]
-    graph = tf.compat.v1.get_default_graph()
-    if _is_tf1_graph(graph):
-        outs = _tf1_collective(graph, start, inputs, touts, label)
-    else:
-        outs = tf.numpy_function(_native_errors(run), list(inputs), list(touts),
-                                 stateful=True, name=label)
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
-    for o, s in zip(outs, shapes):
-        if s is not None:
-            o.set_shape(s)
-    return outs
-
-
-# Note [TF1 collectives: submit, then wait in a critical section]
-# A graph op that waits blocks one of TensorFlow's inter-op threads. In a TF1 graph (no
-# automatic control dependencies) the executor may start independent collectives in a
-# different order on each rank; with every thread blocked in a collective that another
-# rank has not submitted, neither rank ever submits what the other waits for. So a TF1
-# collective is two ops: the first submits (it never waits) and hands a ticket to the
-# second, which waits inside the graph's CriticalSection. Waiting for its mutex does not
-# hold a thread (MutexLock is asynchronous), so at most one thread per graph waits for a
-# collective and the others go on submitting: every rank submits every collective of the
-# step, whatever the order. With a single inter-op thread that thread may still wait
-# before the other collectives are submitted: give TF1 sessions two or more.
-# No control dependency links different collectives, so fetching one runs only it (and
-# what it reads), never the collectives created before it.
-
-_critical_sections = weakref.WeakKeyDictionary()   # TF1 graph -> its CriticalSection
-_started = {}                                      # ticket -> the wait of a submitted op
-_tickets = itertools.count(1)
-
-
-def _tf1_collective(graph, start, inputs, touts, label):
-    def submit(*arrays):
-        ticket = next(_tickets)
-        _started[ticket] = start(*arrays)
-        return np.int64(ticket)
-
-    def finish(ticket):
-        out = _started.pop(int(ticket))
-        return out() if callable(out) else out
-
-    ticket = tf.numpy_function(_native_errors(submit), list(inputs), tf.int64, stateful=True,
-                               name=label + "Submit")
-    if graph not in _critical_sections:
-        with tf.init_scope():   # outside any control-flow context the op is built in
-            _critical_sections[graph] = tf.CriticalSection(name="HvdliteCollectives")
-    return _critical_sections[graph].execute(
-        lambda: tf.numpy_function(_native_errors(finish), [ticket], list(touts),
-                                  stateful=True, name=label))
-
-
-def _tape_may_record():
-    """False when no gradient tape can see an eager op, so custom gradients can be skipped."""
-    if not tf.executing_eagerly():
-        return True
-    try:
-        from tensorflow.python.eager import record
-        return record.could_possibly_record()
-    except Exception:  # pragma: no cover - internal API moved: be safe
-        return True
-
-
 def _with_gradient(forward, grad_fn, tensors):
     """Apply ``forward(list) -> list`` with ``grad_fn(inputs, outputs, dys) -> dxs``."""
-    if not (_tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
+    if not (tape_may_record() and any(t.dtype.is_floating or t.dtype.is_complex
                                         for t in tensors)):
         return forward(list(tensors))
 
@@ -279,37 +143,11 @@ def _with_gradient(forward, grad_fn, tensors):
     return list(_fn(*tensors))
 
 
-def _grad_names(names):
-    """The names of a gradient's collectives: ``<name>.grad``, then ``.grad1``, ``.grad2``
-    for later gradients of the same op in the graph (each ``tf.gradients`` call builds its
-    own; fetched together they are in flight at once, so they need names of their own)."""
-    if names is None or tf.executing_eagerly():
-        return None
-    graph = _outermost_function_graph(tf.compat.v1.get_default_graph())
-    counter = _graph_counters.setdefault(graph, {}).setdefault(("grad", names[0]),
-                                                               itertools.count())
-    k = next(counter)
-    return [f"{n}.grad{k or ''}" for n in names]
-
-
-def _scaled(tensors, factor):
-    return tensors if factor == 1.0 else [t * tf.cast(factor, t.dtype) for t in tensors]
-
-
 # ----------------------------------------------------------------------- the crossings
-
-def _with_labels(error, names, labels):
-    """A core error naming a request, with what the request name stands for added."""
-    if not labels or names is None:
-        return error
-    text = str(error)
-    hits = [f"'{n}' is the {labels[n]}" for n in names if n in labels and f"'{n}'" in text]
-    return type(error)(f"{text} ({'; '.join(hits)})") if hits else error
-
 
 def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set, labels=None):
     def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
+        arrays = [as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
         work = _ops.grouped_allreduce_async(arrays, outs, names, op, prescale, postscale,
                                             wire, process_set)
@@ -318,7 +156,7 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
             try:
                 work.wait()
             except HvdliteError as e:
-                raise_replaced(e, _with_labels(e, names, labels))
+                raise_replaced(e, policy.with_labels(e, labels))
             return outs
         return wait
     return cross(fn, tensors, [t.dtype for t in tensors], [t.shape for t in tensors],
@@ -327,15 +165,15 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
 
 def _allgather_cross(tensors, names, process_set):
     def fn(*arrays):
-        return _ops.grouped_allgather_async([_as_array(a) for a in arrays], names, process_set,
-                                            _arrays).wait
+        return _ops.grouped_allgather_async([as_array(a) for a in arrays], names, process_set,
+                                            result_arrays).wait
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in tensors]
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
 
 def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroadcast"):
     def fn(*arrays):
-        arrays = [_as_array(a) for a in arrays]
+        arrays = [as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]
         work = _ops.grouped_broadcast_async(arrays, root_rank, outs, names, process_set)
         return lambda: (work.wait(), outs)[1]
@@ -343,25 +181,25 @@ def _broadcast_cross(tensors, root_rank, names, process_set, label="HvdliteBroad
 
 
 def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
-    ps = _set(process_set)
+    ps = process_set_or_global(process_set)
     member = ps.included()  # outside the set the core's call below gives the error
     shapes = []
     for t in tensors:
         n0 = t.shape[0] if t.shape.rank else None
         rows = (None if n0 is None or not member
-                else _policy.reducescatter_rows(n0, ps.size(), ps.rank()))
+                else policy.reducescatter_rows(n0, ps.size(), ps.rank()))
         shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
 
     def fn(*arrays):
-        return _ops.grouped_reducescatter_async([_as_array(a) for a in arrays], names, op,
+        return _ops.grouped_reducescatter_async([as_array(a) for a in arrays], names, op,
                                                 prescale, postscale, process_set,
-                                                _arrays).wait
+                                                result_arrays).wait
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
 
 
 # ------------------------------------------------------------------------- allreduce
 
-def _allreduce_dense(tensors, op, prescale, postscale, compression, names, what,
+def allreduce_dense(tensors, op, prescale, postscale, compression, names, what,
                      process_set=None, labels=None):
     """All-reduce dense tensors in one crossing, applying ``compression``; differentiable."""
     for i, t in enumerate(tensors):
@@ -392,25 +230,23 @@ def _allreduce_differentiable(tensors, op, prescale, postscale, wire, names, pro
 
     def grad(xs, ys, dys):
         return _allreduce_differentiable(dys, rule.op(op), prescale, postscale, wire,
-                                         _grad_names(names), process_set)
+                                         grad_names(names), process_set)
 
     return _with_gradient(forward, grad, tensors)
 
 
-def _sparse_allreduce(slices, op, name, what, process_set=None):
+def allreduce_sparse(slices, op, name, what, process_set=None):
     """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
-    if op not in (Average, Sum):
-        raise _errors.HvdliteUnsupportedError(
-            f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
-            f"(sparse gradient); its rows can only be all-gathered for op=Average or Sum, not "
-            f"{_policy.REDUCE_OP_NAMES.get(op, op)}. Pass sparse_as_dense=True (or "
-            f"tf.convert_to_tensor it) to reduce it densely")
+    policy.require_average_or_sum(
+        op, f"hvdlite.tensorflow.{what}: {_describe(slices.values, name)} is a tf.IndexedSlices "
+        f"(sparse gradient)", "its rows are all-gathered; pass sparse_as_dense=True (or "
+        "tf.convert_to_tensor it) to reduce it densely", _errors.HvdliteUnsupportedError)
     check_dtype(slices.values, what, name)
     values, indices = grouped_allgather([slices.values, slices.indices],
                                         name=op_name("sparse_allreduce", name, process_set),
                                         process_set=process_set)
     if op == Average:
-        values = values / tf.cast(_set(process_set).size(), values.dtype)
+        values = values / tf.cast(process_set_or_global(process_set).size(), values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -433,12 +269,12 @@ def allreduce(tensor, average=None, device_dense='', device_sparse='',
     NotImplementedError). ``device_dense``/``device_sparse``/``ignore_name_scope`` are
     accepted for Horovod compatibility.
     """
-    op = _resolve_op(op, average, "allreduce")
+    op = resolve_tf_op(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse_scales(prescale_factor, postscale_factor, "allreduce")
-        return _sparse_allreduce(tensor, op, name, "allreduce", process_set)
+        return allreduce_sparse(tensor, op, name, "allreduce", process_set)
     tensor = tf.convert_to_tensor(tensor)
-    return _allreduce_dense([tensor], op, prescale_factor, postscale_factor, compression,
+    return allreduce_dense([tensor], op, prescale_factor, postscale_factor, compression,
                             None if name is None else [str(name)], "allreduce", process_set)[0]
 
 
@@ -447,19 +283,19 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
                       postscale_factor=1.0, process_set=global_process_set,
                       ignore_name_scope=False, name=None):
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
-    op = _resolve_op(op, average, "grouped_allreduce")
+    op = resolve_tf_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    names = _policy.group_names(name, len(tensors)) if name is not None else None
+    names = policy.group_names(name, len(tensors)) if name is not None else None
     out, dense_idx = [None] * len(tensors), []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
             _check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
-            out[i] = _sparse_allreduce(t, op, None if names is None else names[i],
+            out[i] = allreduce_sparse(t, op, None if names is None else names[i],
                                        "grouped_allreduce", process_set)
         else:
             dense_idx.append(i)
     dense = [tf.convert_to_tensor(tensors[i]) for i in dense_idx]
-    reduced = _allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
+    reduced = allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
                                None if names is None else [names[i] for i in dense_idx],
                                "grouped_allreduce", process_set)
     for i, r in zip(dense_idx, reduced):
@@ -476,20 +312,19 @@ def _allgather_group(tensors, name, what, process_set, grouped=True):
     # a scalar is gathered as a vector of one element per rank
     xs = [tf.reshape(t, [1]) if t.shape.rank == 0 else t for t in tensors]
     names = _names(name, len(xs), "allgather", process_set, grouped)
-    ps = _set(process_set)
+    ps = process_set_or_global(process_set)
 
     def forward(inputs):
         return _allgather_cross(inputs, names, process_set)
 
     def grad(inputs, ys, dys):
         rule = GRADIENTS["allgather"]
-        grad_names = _grad_names(names)
-        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, grad_names,
+        backward_names = grad_names(names)
+        reduced = _allreduce_differentiable(dys, rule.op(Sum), 1.0, 1.0, None, backward_names,
                                             process_set)
         dims = tf.stack([tf.shape(x, out_type=tf.int64)[0] for x in inputs])
-        sizes = _allgather_cross([tf.reshape(dims, [1, -1])],
-                                 None if grad_names is None else [f"{grad_names[0]}_sizes"],
-                                 process_set)[0]
+        sizes_name = None if backward_names is None else [f"{backward_names[0]}_sizes"]
+        sizes = _allgather_cross([tf.reshape(dims, [1, -1])], sizes_name, process_set)[0]
         start = tf.reduce_sum(sizes[:ps.rank()], axis=0)
         return [g[start[i]:start[i] + dims[i]] for i, g in enumerate(reduced)]
 
@@ -525,7 +360,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
     def grad(xs, ys, dys):
         g = _allreduce_differentiable([dys[0]], rule.op(Sum), 1.0, 1.0, None,
-                                      _grad_names(names), process_set)[0]
+                                      grad_names(names), process_set)[0]
         from hvdlite import rank
         return [g if rank() == root_rank else g * 0]     # roots are global ranks
 
@@ -578,9 +413,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
         def finish(results):
             rs = results[0].received_splits
-            return [_as_array(results[0].array()),
+            return [as_array(results[0].array()),
                     np.asarray(rs if rs is not None else [], dtype=np.int32)]
-        return _ops.alltoall_async(_as_array(arr), spl or None, aname, process_set,
+        return _ops.alltoall_async(as_array(arr), spl or None, aname, process_set,
                                    finish).wait
 
     def forward(xs):
@@ -591,9 +426,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
         return [out]
 
     def grad(xs, ys, dys):
-        grad_names = None if aname is None else _grad_names([aname])
+        backward_names = None if aname is None else grad_names([aname])
         g = alltoall(dys[0], splits=received[0], process_set=process_set,
-                     name=None if grad_names is None else grad_names[0])
+                     name=None if backward_names is None else backward_names[0])
         return [g[0]]
 
     out = _with_gradient(forward, grad, [tensor])[0]
@@ -604,7 +439,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 
 def _reducescatter_group(tensors, compression, op, name, prescale_factor, postscale_factor,
                          process_set, what, grouped=True):
-    op = _resolve_op(op, None, what)
+    op = resolve_tf_op(op, None, what)
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     for t in tensors:
         check_dtype(t, what, name)
@@ -624,12 +459,12 @@ def _reducescatter_group(tensors, compression, op, name, prescale_factor, postsc
                                     process_set)
 
     def grad(xs, ys, dys):
-        scale = _policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
-                                       _set(process_set).size())
-        gnames = _grad_names(names)
+        scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
+                                       process_set_or_global(process_set).size())
+        gnames = grad_names(names)
         return [_allgather_group([g], None if gnames is None else gnames[i], what,
                                  process_set, grouped=False)[0]
-                for i, g in enumerate(_scaled(dys, scale))]
+                for i, g in enumerate(scaled(dys, scale))]
 
     outs = _with_gradient(forward, grad, tensors)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)] if python_side else outs

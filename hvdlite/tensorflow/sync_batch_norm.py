@@ -4,7 +4,7 @@ the batch of every rank (of a process set), as Horovod's ``hvd.SyncBatchNormaliz
 import keras
 import tensorflow as tf
 
-from hvdlite._policy import Sum
+from hvdlite.policy import Sum
 
 from .mpi_ops import allreduce, global_process_set
 

@@ -1,17 +1,7 @@
-"""Gradient compression for ``hvdlite.torch``, with Horovod's interface.
+"""Gradient compression for ``hvdlite.torch`` (Horovod's ``horovod.torch.compression``):
+defined in :mod:`hvdlite.convert.torch_compression`, which the Keras torch bridge shares."""
 
-See :mod:`hvdlite.compression` for how to write a custom compressor and how the built-in
-``Compression.fp16`` / ``Compression.bf16`` hand float32 and float64 tensors to the C++
-core, which compresses them on the wire only.
-"""
-
-import torch
-
-from hvdlite.compression import Compressor, NoneCompressor, cast_compressors
-
-Compression, FP16Compressor, BF16Compressor = cast_compressors(
-    cast=lambda tensor, dtype: tensor.to(dtype),
-    is_floating=lambda dtype: dtype.is_floating_point,
-    float16=torch.float16, bfloat16=torch.bfloat16)
+from hvdlite.convert.torch_compression import (BF16Compressor, Compression,  # noqa: F401
+                                               Compressor, FP16Compressor, NoneCompressor)
 
 __all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "BF16Compressor", "Compression"]

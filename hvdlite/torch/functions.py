@@ -9,16 +9,19 @@ from hvdlite import numpy_api as _np_api, ops as _ops
 from hvdlite.numpy_api import allgather_object, broadcast_object  # noqa: F401
 from hvdlite.work import wait_all
 
-from .mpi_ops import _check_tensor, _copy_back, _host, _stream, global_process_set
+from hvdlite.convert.torch_tensors import check_tensor, copy_back, host as host_copy, stream
+
+from ._wrap import SynchronizeProtocol
+from .mpi_ops import global_process_set
 
 
 def _broadcast_into_async(tensor, root_rank, name, process_set=global_process_set):
     """Start broadcasting into ``tensor`` in place, staging non-contiguous/CUDA tensors."""
-    _check_tensor(tensor, name, "broadcast_parameters")
-    host, copied = _host(tensor)
-    finish = (lambda _: _copy_back(tensor, host)) if copied else None
+    check_tensor(tensor, name, "broadcast_parameters")
+    host, copied = host_copy(tensor)
+    finish = (lambda _: copy_back(tensor, host)) if copied else None
     return _ops.broadcast_async(host, root_rank, host, name, process_set, finish,
-                                stream=_stream([host]))
+                                stream=stream([host]))
 
 
 def broadcast_parameters(params, root_rank, prefix=None):
@@ -76,7 +79,6 @@ def _initialize_state(optimizer, model):
                 p.grad = torch.zeros_like(p)
                 if isinstance(optimizer, torch.optim.SparseAdam) or id(p) in sparse:
                     p.grad = p.grad.to_sparse()
-    from ._wrap import SynchronizeProtocol
     if isinstance(optimizer, SynchronizeProtocol):
         # the wrapped optimizer's own step: no all-reduce that other ranks would not join
         optimizer._base_step()

@@ -15,9 +15,10 @@ ranks' updated parameters is the update with the mean gradient (up to float roun
 import torch
 
 from hvdlite import ops as _ops
+from hvdlite.algorithms.local_sgd import LocalSGDSchedule
+from hvdlite.policy import Average
 
 from ._wrap import SynchronizeProtocol, require_contiguous, wrap
-from .mpi_ops import Average
 
 _STATE_KEY = "hvdlite_local_sgd"
 
@@ -25,10 +26,11 @@ _STATE_KEY = "hvdlite_local_sgd"
 class LocalSGDOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
 
-    def _local_setup(self, names, local_steps, warmup_steps, average_state, process_set):
+    def _local_setup(self, names, schedule, average_state, process_set):
         self._set_kw = {} if process_set is None else {"process_set": process_set}
-        self.local_steps = int(local_steps)
-        self.local_sgd_warmup_steps = int(warmup_steps)
+        self._schedule = schedule
+        self.local_steps = schedule.local_steps
+        self.local_sgd_warmup_steps = schedule.warmup_steps
         self.average_optimizer_state = bool(average_state)
         self._params = require_contiguous(
             [p for g in self.param_groups for p in g["params"] if p.requires_grad], names,
@@ -37,11 +39,8 @@ class LocalSGDOptimizer(SynchronizeProtocol):
         self.steps_taken = 0
         self._init_protocol()
 
-    def _in_warmup(self):
-        return self.steps_taken < self.local_sgd_warmup_steps
-
     def _reduce_gradients(self):
-        if not self._in_warmup():
+        if not self._schedule.in_warmup(self.steps_taken):
             return          # local steps use this rank's own gradients
         grads = []
         for p in self._params:
@@ -54,8 +53,7 @@ class LocalSGDOptimizer(SynchronizeProtocol):
     def _apply_step(self, *args, **kwargs):
         result = self._base_step(*args, **kwargs)
         self.steps_taken += 1
-        local = self.steps_taken - self.local_sgd_warmup_steps
-        if local > 0 and local % self.local_steps == 0:
+        if self._schedule.averages_after(self.steps_taken):
             self.average_parameters()
         return result
 
@@ -88,10 +86,7 @@ class LocalSGDOptimizer(SynchronizeProtocol):
 
 def make_local_sgd(optimizer, names, local_steps, warmup_steps, average_state,
                    process_set=None):
-    if int(local_steps) < 1:
-        raise ValueError(f"local_steps must be >= 1, got {local_steps}")
-    if int(warmup_steps) < 0:
-        raise ValueError(f"local_sgd_warmup_steps must be >= 0, got {warmup_steps}")
+    schedule = LocalSGDSchedule(local_steps, warmup_steps, "DistributedOptimizer")
     opt = wrap(LocalSGDOptimizer, optimizer)
-    opt._local_setup(names, local_steps, warmup_steps, average_state, process_set)
+    opt._local_setup(names, schedule, average_state, process_set)
     return opt

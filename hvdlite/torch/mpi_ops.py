@@ -15,7 +15,7 @@ the tensor is a contiguous CPU tensor. Other tensors are staged:
   which are then moved to the device. Without a CUDA runtime it is copied to the CPU.
 
 The synchronous ops are autograd functions whose gradients follow
-:data:`hvdlite._policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).
+:data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).
 
 ``*_async`` functions return a :class:`~hvdlite.work.Work`; ``int(work)`` is Horovod's
 int handle, and :func:`poll` / :func:`synchronize` accept either.
@@ -25,133 +25,20 @@ int handle, and :func:`poll` / :func:`synchronize` accept either.
 import torch
 
 import hvdlite as _hvd
-from hvdlite import _policy, ops as _ops
-from hvdlite._policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
-                             group_names, resolve_op, wire_format)
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite import ops as _ops, policy
+from hvdlite.convert.torch_requests import (allreduce_group, start_allgather,
+                                            start_allreduce, start_alltoall, start_broadcast,
+                                            start_reducescatter)
+from hvdlite.convert.torch_tensors import (check_tensor, compressed, decompressed,
+                                           from_core, group_wire, host, require_tensor, stream)
+from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+                            resolve_op)
+from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
 from .compression import Compression
-
-
-# ---------------------------------------------------------------------------------------
-# tensors in and out of the core
-
-
-def _dtype_name(dtype):
-    return str(dtype).replace("torch.", "")
-
-
-def _describe(tensor, name):
-    label = f"'{name}'" if name is not None else "(unnamed)"
-    return (f"tensor {label} (shape {list(tensor.shape)}, dtype {tensor.dtype}, "
-            f"device {tensor.device})")
-
-
-def _require_tensor(tensor, name, opname):
-    if not isinstance(tensor, torch.Tensor):
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.torch.{opname}: expected a torch.Tensor"
-            f"{'' if name is None else f' for {name!r}'}, got {type(tensor).__name__}")
-
-
-def _check_tensor(tensor, name, opname, inplace=False):
-    _require_tensor(tensor, name, opname)
-    if tensor.layout != torch.strided:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.torch.{opname}: {_describe(tensor, name)} has layout {tensor.layout}; "
-            f"only dense tensors are supported (use .to_dense())")
-    _policy.check_dtype(_dtype_name(tensor.dtype), f"hvdlite.torch.{opname}",
-                        _describe(tensor, name))
-    if inplace and not tensor.is_contiguous():
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.torch.{opname}: {_describe(tensor, name)} is not contiguous; in-place "
-            f"operations write the result into the tensor's memory and need a contiguous "
-            f"tensor. Pass t.contiguous() (and use that tensor), or use the out-of-place "
-            f"{opname.rstrip('_')}().")
-
-
-_cuda_in_core = None  # whether the core takes CUDA tensors (asked once)
-
-
-def _core_takes_cuda():
-    global _cuda_in_core
-    if _cuda_in_core is None:
-        _cuda_in_core = _hvd.cuda_built()
-    return _cuda_in_core
-
-
-def _host(tensor):
-    """(contiguous tensor without autograd that the core can take, copied?): CPU tensors, and
-    CUDA tensors where the core takes them (else a CPU copy)."""
-    t = tensor.detach()
-    copied = False
-    if t.device.type != "cpu" and not (t.device.type == "cuda" and _core_takes_cuda()):
-        t, copied = t.to("cpu"), True
-    if not t.is_contiguous():
-        t, copied = t.contiguous(), True
-    if t.is_neg():
-        t, copied = t.resolve_neg(), True
-    return t, copied
-
-
-def _stream(tensors):
-    """``stream=`` for the ops: None for host tensors; for CUDA tensors, the current stream of
-    their device, read at submission (the producer) and again at ``wait()`` (the consumer)."""
-    for t in tensors:
-        if t.device.type == "cuda":
-            device = t.device
-            return lambda: torch.cuda.current_stream(device).cuda_stream
-    return None
-
-
-def _from_core(result, device):
-    """Wrap a core-allocated numpy output as a torch tensor (no copy on the CPU)."""
-    t = torch.from_numpy(result.output)
-    if result.bfloat16:
-        t = t.view(torch.bfloat16)
-    return t if device.type == "cpu" else t.to(device)
-
-
-def _copy_back(dst, src):
-    """Write the host result ``src`` into the caller's (CUDA / strided) tensor ``dst``."""
-    with torch.no_grad():
-        dst.detach().copy_(src)
-
-
-class _Staged:
-    """Tensors handed to the core for an op whose output has the input's shape."""
-
-    def __init__(self, tensors, names, opname, inplace):
-        self.tensors, self.inplace = tensors, inplace
-        self.bufs, self.outs, self.back = [], [], []
-        for t, n in zip(tensors, names):
-            _check_tensor(t, n, opname, inplace=inplace)
-            host, copied = _host(t)
-            self.bufs.append(host)
-            # in place: into the caller's memory (or our host copy, copied back after)
-            self.outs.append(host if inplace or copied else torch.empty_like(host))
-            self.back.append(inplace and copied)
-
-    def finish(self, _results):
-        if self.inplace:
-            for t, out, back in zip(self.tensors, self.outs, self.back):
-                if back:
-                    _copy_back(t, out)
-            return list(self.tensors)
-        return [out if t.device.type == "cpu" else out.to(t.device)
-                for t, out in zip(self.tensors, self.outs)]
-
-
-def _group_wire(compression, tensors, opname):
-    """One wire format for a group, and whether Python must compress."""
-    for i, t in enumerate(tensors):
-        _require_tensor(t, f"tensors[{i}]", opname)
-    formats = [wire_format(compression, _dtype_name(t.dtype)) for t in tensors]
-    wires = {w for w, _ in formats if w is not None}
-    return (wires.pop() if wires else None), any(p for _, p in formats)
 
 
 def _needs_grad(*tensors):
@@ -169,17 +56,6 @@ def _set_size(process_set):
 # ---------------------------------------------------------------------------------------
 # allreduce
 
-def _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
-                     finish=None, wake=True):
-    """wake=False when the caller waits at once (its wait runs the engine's round)."""
-    staged = _Staged(list(tensors), names, opname, inplace)
-    core_names = [_policy.auto_name("allreduce", n, _ops.process_set_id(process_set)) for n in names]
-    return _ops.grouped_allreduce_async(
-        staged.bufs, staged.outs, core_names, op, pre, post, wire, process_set,
-        staged.finish if finish is None else (lambda r: finish(staged.finish(r))), wake=wake,
-        stream=_stream(staged.bufs))
-
-
 def _backward_allreduce(grads, ctx):
     rule = GRADIENTS["allreduce"]
     return grouped_allreduce([g.contiguous() for g in grads], op=rule.op(ctx.op),
@@ -191,7 +67,7 @@ class _GroupedAllreduceFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, names, op, pre, post, wire, process_set, *tensors):
         ctx.op, ctx.pre, ctx.post, ctx.process_set = op, pre, post, process_set
-        return tuple(_start_allreduce(tensors, names, op, pre, post, wire, process_set,
+        return tuple(start_allreduce(tensors, names, op, pre, post, wire, process_set,
                                       False, "allreduce", wake=False).wait())
 
     @staticmethod
@@ -201,32 +77,27 @@ class _GroupedAllreduceFn(torch.autograd.Function):
 
 def _allreduce_group(tensors, names, op, pre, post, compression, process_set, opname):
     """The synchronous (differentiable) grouped all-reduce, with any compression."""
-    wire, python_side = _group_wire(compression, tensors, opname)
-    ctxs = [None] * len(tensors)
-    if python_side:
-        pairs = [compression.compress(t) for t in tensors]
-        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
-    if _needs_grad(*tensors):
-        for t, n in zip(tensors, names):
-            _check_tensor(t, n, opname)
-        outs = list(_GroupedAllreduceFn.apply(names, op, pre, post, wire, process_set, *tensors))
-    else:
-        outs = _start_allreduce(tensors, names, op, pre, post, wire, process_set, False,
-                                opname, wake=False).wait()
-    if python_side:
-        outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
-    return outs
+    for t, n in zip(tensors, names):
+        require_tensor(t, n, opname)
+    if not _needs_grad(*tensors):
+        return allreduce_group(tensors, names, op, pre, post, compression, process_set, opname)
+    wire, python_side = group_wire(compression, tensors)
+    sent, ctxs = compressed(compression, tensors, python_side)
+    outs = list(_GroupedAllreduceFn.apply(names, op, pre, post, wire, process_set, *sent))
+    return decompressed(compression, outs, ctxs, python_side)
 
 
 def _allreduce_async_group(tensors, names, average, op, pre, post, compression, process_set,
                            inplace, opname, single=False, wake=True):
     op = resolve_op(op, average, opname)
-    wire, python_side = _group_wire(compression, tensors, opname)
+    for t, n in zip(tensors, names):
+        require_tensor(t, n, opname)
+    wire, python_side = group_wire(compression, tensors)
     if python_side:
         raise HvdliteInvalidArgumentError(
             f"hvdlite.torch.{opname}: only Compression.none/fp16/bf16 are supported here; "
             f"use the synchronous out-of-place form for a custom compressor")
-    return _start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
+    return start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, opname,
                             _first if single else None, wake)
 
 
@@ -246,7 +117,6 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     Average (default), Sum, Min, Max, Product; ``prescale_factor``/``postscale_factor``
     multiply the tensor before/after the reduction. Differentiable.
     """
-    _require_tensor(tensor, name, "allreduce")
     return _allreduce_group([tensor], [name], resolve_op(op, average, "allreduce"),
                             prescale_factor, postscale_factor, compression, process_set,
                             "allreduce")[0]
@@ -269,17 +139,22 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 def _member_names(name, n):
-    return [None] * n if name is None else group_names(name, n)
+    return [None] * n if name is None else policy.group_names(name, n)
+
+
+def _grouped_async(tensors, average, name, op, pre, post, process_set, compression, inplace,
+                   opname):
+    tensors = list(tensors)
+    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
+                                  pre, post, compression, process_set, inplace, opname)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set,
                             compression=None):
     """Start all-reducing a list of tensors as one group; ``synchronize`` returns a list."""
-    tensors = list(tensors)
-    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
-                                  prescale_factor, postscale_factor, compression, process_set,
-                                  False, "grouped_allreduce_async")
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                          process_set, compression, False, "grouped_allreduce_async")
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
@@ -300,10 +175,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set,
                              compression=None):
     """In-place :func:`grouped_allreduce_async` (every tensor must be contiguous)."""
-    tensors = list(tensors)
-    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
-                                  prescale_factor, postscale_factor, compression, process_set,
-                                  True, "grouped_allreduce_async_")
+    return _grouped_async(tensors, average, name, op, prescale_factor, postscale_factor,
+                          process_set, compression, True, "grouped_allreduce_async_")
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -317,53 +190,30 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Start reducing a sparse COO tensor by all-gathering its indices and values (as
     Horovod); ``synchronize`` returns the coalesced sparse result."""
     op = resolve_op(op, None, "sparse_allreduce_async")
-    if op not in (Average, Sum):
-        raise _policy.HvdliteUnsupportedError(
-            f"hvdlite.torch.sparse_allreduce_async: tensor '{name}' is sparse; only Average "
-            f"and Sum can be computed by all-gathering its rows")
+    policy.require_average_or_sum(
+        op, f"hvdlite.torch.sparse_allreduce_async: tensor '{name}' is sparse",
+        "its rows are all-gathered", HvdliteUnsupportedError)
     t = tensor.coalesce()
     indices, values = t.indices().t().contiguous(), t.values().contiguous()
     for part, label in ((indices, "indices"), (values, "values")):
-        _check_tensor(part, f"{name}.{label}", "sparse_allreduce_async")
+        check_tensor(part, f"{name}.{label}", "sparse_allreduce_async")
     shape, device = t.size(), tensor.device
     divisor = _set_size(process_set) if op == Average else 1
 
     def finish(results):
-        idx, vals = (_from_core(r, device) for r in results)
+        idx, vals = (from_core(r, device) for r in results)
         if divisor != 1:
             vals = vals / divisor
         return torch.sparse_coo_tensor(idx.t(), vals, shape, check_invariants=False).coalesce()
 
-    hi, _ = _host(indices)
-    hv, _ = _host(values)
+    hi, _ = host(indices)
+    hv, _ = host(values)
     return _ops.grouped_allgather_async([hi, hv], [f"{name}.indices", f"{name}.values"],
-                                        process_set, finish, stream=_stream([hi, hv]))
+                                        process_set, finish, stream=stream([hi, hv]))
 
 
 # ---------------------------------------------------------------------------------------
 # allgather
-
-def _check_gatherable(tensor, name, opname):
-    _check_tensor(tensor, name, opname)
-    if tensor.dim() == 0:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.torch.{opname}: {_describe(tensor, name)} is a scalar; allgather "
-            f"concatenates along dimension 0 and needs at least one dimension (use t.view(1))")
-
-
-def _start_allgather(tensors, names, process_set, opname, single):
-    for t, n in zip(tensors, names):
-        _check_gatherable(t, n, opname)
-    hosts = [_host(t)[0] for t in tensors]
-    devices = [t.device for t in tensors]
-
-    def finish(results):
-        outs = [_from_core(r, d) for r, d in zip(results, devices)]
-        return outs[0] if single else outs
-    core_names = [_policy.auto_name("allgather", n, _ops.process_set_id(process_set)) for n in names]
-    return _ops.grouped_allgather_async(hosts, core_names, process_set, finish,
-                                        stream=_stream(hosts))
-
 
 def _backward_allgather(grads, dims, process_set):
     """Horovod's allgather gradient: average the incoming gradients, keep this rank's rows."""
@@ -375,7 +225,7 @@ def _backward_allgather(grads, dims, process_set):
     rank = (process_set or global_process_set).rank()
     out = []
     for i, g in enumerate(reduced):
-        offset, rows = _policy.own_rows(sizes[:, i].tolist(), rank)
+        offset, rows = policy.own_rows(sizes[:, i].tolist(), rank)
         out.append(g.narrow(0, offset, rows))
     return out
 
@@ -384,7 +234,7 @@ class _GroupedAllgatherFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, names, process_set, *tensors):
         ctx.dims, ctx.process_set = [t.shape[0] for t in tensors], process_set
-        return tuple(_start_allgather(tensors, names, process_set, "allgather", False).wait())
+        return tuple(start_allgather(tensors, names, process_set, "allgather", False).wait())
 
     @staticmethod
     def backward(ctx, *grads):
@@ -393,17 +243,17 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 
 def _allgather_group(tensors, names, process_set, opname, single):
     for i, t in enumerate(tensors):
-        _require_tensor(t, names[i], opname)
+        require_tensor(t, names[i], opname)
     if _needs_grad(*tensors):
         outs = _GroupedAllgatherFn.apply(names, process_set, *tensors)
         return outs[0] if single else list(outs)
-    return _start_allgather(tensors, names, process_set, opname, single).wait()
+    return start_allgather(tensors, names, process_set, opname, single).wait()
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Start concatenating every rank's ``tensor`` along dimension 0 (sizes may differ)."""
-    _require_tensor(tensor, name, "allgather_async")
-    return _start_allgather([tensor], [name], process_set, "allgather_async", True)
+    require_tensor(tensor, name, "allgather_async")
+    return start_allgather([tensor], [name], process_set, "allgather_async", True)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -415,7 +265,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Start all-gathering a list of tensors as one group."""
     tensors = list(tensors)
-    return _start_allgather(tensors, _member_names(name, len(tensors)), process_set,
+    return start_allgather(tensors, _member_names(name, len(tensors)), process_set,
                             "grouped_allgather_async", False)
 
 
@@ -431,17 +281,11 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 # ---------------------------------------------------------------------------------------
 # broadcast
 
-def _start_broadcast(tensor, root_rank, name, process_set, inplace, opname):
-    staged = _Staged([tensor], [name], opname, inplace)
-    return _ops.broadcast_async(staged.bufs[0], root_rank, staged.outs[0], name, process_set,
-                                lambda r: staged.finish(r)[0], stream=_stream(staged.bufs))
-
-
 class _BroadcastFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank, ctx.process_set = root_rank, process_set
-        return _start_broadcast(tensor, root_rank, name, process_set, False, "broadcast").wait()
+        return start_broadcast(tensor, root_rank, name, process_set, False, "broadcast").wait()
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -454,58 +298,34 @@ class _BroadcastFn(torch.autograd.Function):
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Start broadcasting ``tensor`` from ``root_rank`` into a new tensor."""
-    return _start_broadcast(tensor, root_rank, name, process_set, False, "broadcast_async")
+    return start_broadcast(tensor, root_rank, name, process_set, False, "broadcast_async")
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Return ``root_rank``'s ``tensor`` on every rank (a new tensor). Differentiable."""
-    _require_tensor(tensor, name, "broadcast")
+    require_tensor(tensor, name, "broadcast")
     if _needs_grad(tensor):
-        _check_tensor(tensor, name, "broadcast")
         return _BroadcastFn.apply(tensor, root_rank, name, process_set)
-    return _start_broadcast(tensor, root_rank, name, process_set, False, "broadcast").wait()
+    return start_broadcast(tensor, root_rank, name, process_set, False, "broadcast").wait()
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Start an in-place broadcast from ``root_rank`` into ``tensor`` (contiguous)."""
-    return _start_broadcast(tensor, root_rank, name, process_set, True, "broadcast_async_")
+    return start_broadcast(tensor, root_rank, name, process_set, True, "broadcast_async_")
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Overwrite ``tensor`` with ``root_rank``'s value; returns ``tensor``."""
-    return _start_broadcast(tensor, root_rank, name, process_set, True, "broadcast_").wait()
+    return start_broadcast(tensor, root_rank, name, process_set, True, "broadcast_").wait()
 
 
 # ---------------------------------------------------------------------------------------
 # alltoall
 
-def _splits_list(splits, opname):
-    if splits is None:
-        return None
-    if isinstance(splits, torch.Tensor):
-        if splits.dtype.is_floating_point or splits.dim() > 1:
-            raise HvdliteInvalidArgumentError(
-                f"hvdlite.torch.{opname}: splits must be a 1-D integer tensor or a list of ints")
-        return _ops.splits_arg(splits.tolist())
-    return _ops.splits_arg(splits)
-
-
-def _start_alltoall(tensor, splits, name, process_set, opname):
-    _check_tensor(tensor, name, opname)
-    device = tensor.device
-
-    def finish(results):
-        received = torch.tensor(list(results[0].received_splits or []), dtype=torch.int32)
-        return _from_core(results[0], device), received
-    buf = _host(tensor)[0]
-    return _ops.alltoall_async(buf, _splits_list(splits, opname), name, process_set, finish,
-                               stream=_stream([buf]))
-
-
 class _AlltoallFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, splits, name, process_set):
-        output, received = _start_alltoall(tensor, splits, name, process_set, "alltoall").wait()
+        output, received = start_alltoall(tensor, splits, name, process_set, "alltoall").wait()
         ctx.received, ctx.process_set = received, process_set
         ctx.mark_non_differentiable(received)
         return output, received
@@ -519,7 +339,7 @@ class _AlltoallFn(torch.autograd.Function):
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Start an alltoall; ``synchronize`` returns ``(output, received_splits)``."""
-    return _start_alltoall(tensor, splits, name, process_set, "alltoall_async")
+    return start_alltoall(tensor, splits, name, process_set, "alltoall_async")
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -528,46 +348,27 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     Returns the received tensor, or ``(tensor, received_splits)`` when ``splits`` was given
     (as Horovod). Differentiable: the gradient is sent back along the same routes.
     """
-    _require_tensor(tensor, name, "alltoall")
+    require_tensor(tensor, name, "alltoall")
     if _needs_grad(tensor):
-        _check_tensor(tensor, name, "alltoall")
         output, received = _AlltoallFn.apply(tensor, splits, name, process_set)
     else:
-        output, received = _start_alltoall(tensor, splits, name, process_set, "alltoall").wait()
+        output, received = start_alltoall(tensor, splits, name, process_set, "alltoall").wait()
     return output if splits is None else (output, received)
 
 
 # ---------------------------------------------------------------------------------------
 # reducescatter
 
-def _start_reducescatter(tensors, names, op, pre, post, process_set, opname, single):
-    for t, n in zip(tensors, names):
-        _check_tensor(t, n, opname)
-        if t.dim() == 0:
-            raise HvdliteInvalidArgumentError(
-                f"hvdlite.torch.{opname}: {_describe(t, n)} is a scalar; reducescatter "
-                f"splits dimension 0 and needs at least one dimension")
-    devices = [t.device for t in tensors]
-
-    def finish(results):
-        outs = [_from_core(r, d) for r, d in zip(results, devices)]
-        return outs[0] if single else outs
-    core_names = [_policy.auto_name("reducescatter", n, _ops.process_set_id(process_set)) for n in names]
-    bufs = [_host(t)[0] for t in tensors]
-    return _ops.grouped_reducescatter_async(bufs, core_names, op, pre, post, process_set,
-                                            finish, stream=_stream(bufs))
-
-
 class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, names, op, pre, post, process_set, *tensors):
         ctx.op, ctx.pre, ctx.post, ctx.process_set = op, pre, post, process_set
-        return tuple(_start_reducescatter(tensors, names, op, pre, post, process_set,
+        return tuple(start_reducescatter(tensors, names, op, pre, post, process_set,
                                           "reducescatter", False).wait())
 
     @staticmethod
     def backward(ctx, *grads):
-        scale = _policy.gradient_scale("reducescatter", ctx.op, ctx.pre, ctx.post,
+        scale = policy.gradient_scale("reducescatter", ctx.op, ctx.pre, ctx.post,
                                        _set_size(ctx.process_set))
         grads = [(g * scale if scale != 1.0 else g).contiguous() for g in grads]
         return (None,) * 5 + tuple(allgather(g, process_set=ctx.process_set) for g in grads)
@@ -578,26 +379,22 @@ def _reducescatter_group(tensors, name, compression, op, pre, post, process_set,
     op = resolve_op(op, None, opname)
     names = [name] if single else _member_names(name, len(tensors))
     for t, n in zip(tensors, names):
-        _require_tensor(t, n, opname)
+        require_tensor(t, n, opname)
     python_side = not getattr(compression, "is_identity", compression is None)
-    ctxs = [None] * len(tensors)
-    if python_side:
-        pairs = [compression.compress(t) for t in tensors]
-        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
-    if _needs_grad(*tensors):
-        outs = list(_GroupedReducescatterFn.apply(names, op, pre, post, process_set, *tensors))
+    sent, ctxs = compressed(compression, tensors, python_side)
+    if _needs_grad(*sent):
+        outs = list(_GroupedReducescatterFn.apply(names, op, pre, post, process_set, *sent))
     else:
-        outs = _start_reducescatter(tensors, names, op, pre, post, process_set, opname,
-                                    False).wait()
-    if python_side:
-        outs = [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+        outs = start_reducescatter(sent, names, op, pre, post, process_set, opname,
+                                   False).wait()
+    outs = decompressed(compression, outs, ctxs, python_side)
     return outs[0] if single else outs
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     """Start a reduce-scatter; ``synchronize`` returns this rank's share of dimension 0."""
-    return _start_reducescatter([tensor], [name], resolve_op(op, None, "reducescatter_async"),
+    return start_reducescatter([tensor], [name], resolve_op(op, None, "reducescatter_async"),
                                 prescale_factor, postscale_factor, process_set,
                                 "reducescatter_async", True)
 
@@ -619,7 +416,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 postscale_factor=1.0):
     """Start reduce-scattering a list of tensors as one group."""
     tensors = list(tensors)
-    return _start_reducescatter(tensors, _member_names(name, len(tensors)),
+    return start_reducescatter(tensors, _member_names(name, len(tensors)),
                                 resolve_op(op, None, "grouped_reducescatter_async"),
                                 prescale_factor, postscale_factor, process_set,
                                 "grouped_reducescatter_async", False)

@@ -11,23 +11,18 @@ import weakref
 
 import torch
 
-import hvdlite as _hvd
-from hvdlite import _policy, ops as _ops
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite import ops as _ops, policy
+from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationError,  # noqa: F401
+                                              check_passes)
+from hvdlite.convert.torch_tensors import check_tensor, dtype_name, host, stream
+from hvdlite.numpy_api import broadcast_object
 from hvdlite.work import wait_all
 
 from . import extended as _extended
-from ._wrap import SynchronizeProtocol, remove_hooks, weak_hook, will_accumulate
+from ._wrap import (SynchronizeProtocol, parameter_names, remove_hooks, weak_hook,
+                    will_accumulate, wrap)
 from .compression import Compression
-from .mpi_ops import (Average, _check_tensor, _dtype_name, _host, _stream, global_process_set,
-                      sparse_allreduce_async)
-
-
-class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
-    """A gradient was computed more than ``backward_passes_per_step`` times before ``step()``.
-
-    Also an AssertionError, which is what Horovod raises in this case.
-    """
+from .mpi_ops import Average, global_process_set, sparse_allreduce_async
 
 
 class _GradReduction:
@@ -87,35 +82,9 @@ class _DistributedOptimizer(SynchronizeProtocol):
         # As in Horovod, a rank outside the set reduces nothing: it steps on its own gradients.
         self._hvd_reduces = self._hvd_size > 1 and process_set.included()
         # float32 stands for the gradients here: the built-in compressors go to the core
-        self._hvd_python_compression = _policy.wire_format(compression, "float32")[1]
+        self._hvd_python_compression = policy.wire_format(compression, "float32")[1]
 
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}.{j}", p)
-                                for i, group in enumerate(self.param_groups)
-                                for j, p in enumerate(group["params"])]
-        if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        seen, dups = set(), set()
-        for name, _ in named_parameters:
-            if name in seen:
-                dups.add(name)
-            seen.add(name)
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found "
-                             "duplicates: %s" % ", ".join(sorted(map(str, dups))))
-        names_by_id = {}
-        for name, p in sorted(named_parameters, key=lambda item: str(item[0])):
-            names_by_id[id(p)] = str(name)
-        unnamed = [p for group in self.param_groups for p in group["params"]
-                   if id(p) not in names_by_id]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters "
-                             "were not named (shapes: %s). Pass every parameter the optimizer "
-                             "updates, e.g. model.named_parameters()."
-                             % ", ".join(str(list(p.shape)) for p in unnamed))
+        names_by_id = parameter_names(self, named_parameters, "allreduce")
         self._parameter_names = {}
         self._hvd_params = []          # parameters whose gradients get all-reduced, in order
         self._hvd_names = []
@@ -123,7 +92,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_hook_handles = []
         self._hvd_grad_accs = []
         self._hvd_pending = {}         # int index or ("g", group id) -> _GradReduction
-        self._hvd_delay = []
+        self._hvd_countdown = Countdown(backward_passes_per_step)
         self._init_protocol()
         self._hvd_group_of = []
         self._hvd_groups = []
@@ -146,7 +115,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_params.append(p)
         self._hvd_names.append(name)
         self._hvd_index[p] = index
-        self._hvd_delay.append(self.backward_passes_per_step)
+        self._hvd_countdown.add(index)
         self._hvd_group_of.append(None)
         with torch.enable_grad():   # p's AccumulateGrad node, kept alive so it stays p's
             self._hvd_grad_accs.append(p.view_as(p).grad_fn.next_functions[0][0])
@@ -167,7 +136,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
         params = list(self._hvd_params)
         if self._hvd_size > 1:
             # Same grouping on every rank: order the parameters as rank 0 does.
-            from .functions import broadcast_object
             order = broadcast_object(list(self._hvd_names), root_rank=0,
                                      name="DistributedOptimizer.groups.order")
             if sorted(order) != sorted(self._hvd_names):
@@ -227,37 +195,25 @@ class _DistributedOptimizer(SynchronizeProtocol):
             if self._hvd_python_compression:
                 sent, ctx = self._compression.compress(grad)
             else:
-                wire = wire or _policy.wire_format(self._compression, _dtype_name(grad.dtype))[0]
-            _check_tensor(sent, name, "DistributedOptimizer")
-            buf, copied = _host(sent)
+                wire = wire or policy.wire_format(self._compression, dtype_name(grad.dtype))[0]
+            check_tensor(sent, name, "DistributedOptimizer")
+            buf, copied = host(sent)
             bufs.append(buf)
             names.append(name)
             red.items.append((grad, sent, buf, copied, ctx, sparse_param))
         if bufs:
-            op, pre, post = _policy.predivide(self.op, self.gradient_predivide_factor,
+            op, pre, post = policy.predivide(self.op, self.gradient_predivide_factor,
                                               self._hvd_size)
             # CUDA gradients: submitted with the current stream, never waited for here (the
             # hook must not block the host); step()'s wait makes the stream wait.
             red.works.insert(0, _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
                                                              wire, self._hvd_process_set,
-                                                             stream=_stream(bufs)))
+                                                             stream=stream(bufs)))
         return red
-
-    def _hvd_raise_too_many_passes(self, i):
-        n = self.backward_passes_per_step
-        raise GradientAccumulationError(
-            f"Gradient of parameter '{self._hvd_names[i]}' was computed more than "
-            f"backward_passes_per_step={n} time{'s' if n != 1 else ''} before "
-            f"optimizer.step(). Call optimizer.step() (or synchronize()) after every "
-            f"{n} backward pass{'es' if n != 1 else ''}, or increase "
-            f"backward_passes_per_step to accumulate more gradients locally.")
 
     def _hvd_grad_ready(self, i):
         """Called by autograd once parameter ``i``'s gradient is fully accumulated."""
-        if self._hvd_delay[i] <= 0:
-            self._hvd_raise_too_many_passes(i)
-        self._hvd_delay[i] -= 1
-        if self._hvd_delay[i] > 0 or not self._hvd_reduces:
+        if not self._hvd_countdown.arrive(i, self._hvd_names[i]) or not self._hvd_reduces:
             return
         gid = self._hvd_group_of[i]
         if gid is None:
@@ -291,21 +247,19 @@ class _DistributedOptimizer(SynchronizeProtocol):
 
     def _hvd_reset(self):
         self._hvd_pending.clear()
-        n = self.backward_passes_per_step
-        self._hvd_delay = [n] * len(self._hvd_params)
+        self._hvd_countdown.reset()
         self._hvd_group_ready = [0] * len(self._hvd_groups)
 
     def _hvd_mid_step(self):
-        n = self.backward_passes_per_step
-        return bool(self._hvd_pending) or any(d != n for d in self._hvd_delay)
+        return bool(self._hvd_pending) or self._hvd_countdown.mid_step()
 
     # -- the optimizer interface --------------------------------------------------------
 
     def _hvd_before_accumulate(self, index):
         # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
         # backward pass here keeps it from adding into a buffer that is being all-reduced.
-        if self._hvd_delay[index] <= 0 and will_accumulate(self._hvd_grad_accs[index]):
-            self._hvd_raise_too_many_passes(index)
+        if self._hvd_countdown.exhausted(index) and will_accumulate(self._hvd_grad_accs[index]):
+            self._hvd_countdown.too_many(self._hvd_names[index])
 
     def zero_grad(self, *args, **kwargs):
         if self._hvd_mid_step():
@@ -315,10 +269,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
         return super().zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
-        if int(passes) < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
-        self.backward_passes_per_step = int(passes)
-        self._hvd_delay = [self.backward_passes_per_step] * len(self._hvd_params)
+        self._hvd_countdown.reset(passes)
+        self.backward_passes_per_step = self._hvd_countdown.passes
 
     def load_state_dict(self, *args, **kwargs):
         self._hvd_reset()
@@ -337,9 +289,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
             if p.requires_grad and p not in self._hvd_index:
                 self._hvd_add_param(p, name)
                 self._hvd_reset()
-
-
-_class_cache = {}
 
 
 def _world_as_none(process_set):
@@ -382,13 +331,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
     ``fp16(error_feedback=True)``.
     """
-    if isinstance(optimizer, _DistributedOptimizer) or _extended.is_wrapped(optimizer):
+    if isinstance(optimizer, SynchronizeProtocol):   # any DistributedOptimizer
         raise ValueError("optimizer is already a DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
-    op = _policy.resolve_op(op, None, "DistributedOptimizer")
-    _policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
+    op = policy.resolve_op(op, None, "DistributedOptimizer")
+    policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     if int(backward_passes_per_step) < 1:
         raise ValueError("backward_passes_per_step must be >= 1")
     if num_groups:
@@ -409,16 +358,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                         f"shard_optimizer_state=True; local_sgd_warmup_steps and "
                         f"average_optimizer_state with local_steps=H)")
 
-    base = type(optimizer)
-    cls = _class_cache.get(base)
-    if cls is None:
-        cls = type(base.__name__, (_DistributedOptimizer, base), {})
-        _class_cache[base] = cls
-    dist = cls.__new__(cls)
-    # Share everything (param_groups, defaults, state, hooks); drop per-instance step /
-    # zero_grad wrappers (e.g. an LR scheduler's) that are bound to the old object.
-    dist.__dict__.update({k: v for k, v in optimizer.__dict__.items()
-                          if k not in ("step", "zero_grad")})
+    dist = wrap(_DistributedOptimizer, optimizer)
     dist._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
                     gradient_predivide_factor, groups, sparse_as_dense,
                     process_set or global_process_set)

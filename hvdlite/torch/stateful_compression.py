@@ -4,9 +4,10 @@
 ``Compression.fp16/bf16(error_feedback=True)`` need every gradient at once (PowerSGD
 batches its two all-reduces, top-k packs every tensor's pairs into one all-gather), so the
 reduction runs in ``synchronize()`` / ``step()`` rather than from backward hooks. The
-algorithms live in :mod:`hvdlite.error_feedback` and :mod:`hvdlite.powersgd`, on numpy views
-of the gradients; their state (error buffers, Q matrices, step) is saved in this optimizer's
-``state_dict()`` under ``"hvdlite_compression"``.
+algorithms live in :mod:`hvdlite.algorithms.error_feedback` and
+:mod:`hvdlite.algorithms.powersgd`, on numpy views of the gradients; their state (error
+buffers, Q matrices, step) is saved in this optimizer's ``state_dict()`` under
+``"hvdlite_compression"``.
 """
 
 import numpy as np

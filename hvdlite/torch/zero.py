@@ -17,7 +17,8 @@ A step:
 Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
 
 Only optimizers whose update of an element depends on that element alone are accepted
-(the ``SUPPORTED`` list): a flat shard cuts through parameters, so anything that looks at a
+(:func:`hvdlite.algorithms.sharding.check_shardable`, shared with Keras): a flat shard
+cuts through parameters, so anything that looks at a
 whole parameter or at all of them (LAMB's trust ratio, Adafactor's factored moments,
 LBFGS) would be silently wrong. Clipping by the global norm goes through
 :meth:`ShardedOptimizer.clip_grad_norm_`, which all-reduces the shards' norms.
@@ -37,15 +38,15 @@ import torch
 
 import hvdlite as _hvd
 from hvdlite import ops as _ops
+from hvdlite.algorithms import sharding
+from hvdlite.algorithms.accumulation import Countdown
+from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.numpy_api import broadcast_object
+from hvdlite.policy import Sum
 
 from ._wrap import (SynchronizeProtocol, flat_view, remove_hooks, require_contiguous,
                     weak_hook, will_accumulate, wrap)
-from .mpi_ops import Average, Sum, _from_core
-
-SUPPORTED = tuple(getattr(torch.optim, n) for n in (
-    "SGD", "Adam", "AdamW", "Adamax", "NAdam", "RAdam", "Adagrad", "Adadelta", "RMSprop",
-    "Rprop") if hasattr(torch.optim, n))
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 _instances = {}     # process set id -> count of sharded optimizers built over that set
@@ -68,14 +69,12 @@ class _Piece:
 class _Bucket:
     def __init__(self, index, group, params, names, size, rank):
         self.index, self.group = index, group
-        self.pieces, at = [], 0
-        for p in params:
-            self.pieces.append(_Piece(p, names[id(p)], at))
-            at += p.numel()
-        self.numel = at
-        self.shard_numel = -(-at // size)           # ceil: the padded bucket splits evenly
-        self.begin = rank * self.shard_numel        # this rank's slice of the flat space
-        self.end = self.begin + self.shard_numel
+        numels = [p.numel() for p in params]
+        self.pieces = [_Piece(p, names[id(p)], at)
+                       for p, at in zip(params, sharding.offsets(numels))]
+        self.numel = sum(numels)
+        # this rank's slice [begin, end) of the flat space, padded to split evenly
+        self.shard_numel, self.begin, self.end, _ = sharding.cut(self.numel, size, rank)
         dtype = params[0].dtype
         # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
         # (so after synchronize() a parameter's .grad is not a meaningful gradient: use
@@ -91,10 +90,9 @@ class _Bucket:
 
     def overlaps(self, begin, end):
         """(piece, offset in piece, offset in [begin, end), length) for the overlaps."""
-        for pc in self.pieces:
-            lo, hi = max(begin, pc.start), min(end, pc.start + pc.numel)
-            if lo < hi:
-                yield pc, lo - pc.start, lo - begin, hi - lo
+        for i, off, at, n in sharding.overlaps([pc.start for pc in self.pieces],
+                                               [pc.numel for pc in self.pieces], begin, end):
+            yield self.pieces[i], off, at, n
 
 
 def _group_options(group):
@@ -130,9 +128,10 @@ class ShardedOptimizer(SynchronizeProtocol):
                 [p for p in group["params"] if p.requires_grad], names,
                 "DistributedOptimizer(shard_optimizer_state=True)")
             for dtype in sorted({p.dtype for p in trainable}, key=str):
-                for chunk in _chunks([p for p in reversed(trainable) if p.dtype == dtype],
-                                     bucket_bytes):
-                    self._zero_chunks.append((gi, chunk))
+                same = [p for p in reversed(trainable) if p.dtype == dtype]
+                for chunk in sharding.buckets_by_bytes(
+                        [p.numel() * p.element_size() for p in same], bucket_bytes):
+                    self._zero_chunks.append((gi, [same[i] for i in chunk]))
         self._zero_names = names
         self._zero_layout([_group_options(g) for g in self.param_groups])
         # The hooks live on the parameters: take them off when this optimizer goes away.
@@ -212,34 +211,23 @@ class ShardedOptimizer(SynchronizeProtocol):
                         pc.grad_view.copy_(pc.param.grad)
                     pc.param.grad = pc.grad_view
 
-    def _zero_reset(self):
-        n = self.backward_passes_per_step
-        self._zero_countdown = {p: n for p in self._zero_bucket_of}
+    def _zero_reset(self, passes=None):
+        self._zero_countdown = Countdown(
+            self.backward_passes_per_step if passes is None else passes, self._zero_bucket_of)
+        self.backward_passes_per_step = self._zero_countdown.passes
         for b in self._zero_buckets:
             b.pending, b.handle = len(b.pieces), None
 
-    def _zero_too_many_passes(self, p):
-        from .optimizer import GradientAccumulationError
-        n = self.backward_passes_per_step
-        name = self._zero_bucket_of[p].pieces[0].name
-        for pc in self._zero_bucket_of[p].pieces:
-            if pc.param is p:
-                name = pc.name
-        raise GradientAccumulationError(
-            f"Gradient of parameter '{name}' was computed more than "
-            f"backward_passes_per_step={n} times before optimizer.step(); call step() (or "
-            f"synchronize()) after every {n} backward passes")
+    def _zero_name(self, p):
+        return self._zero_names[id(p)]
 
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        if self._zero_countdown[p] <= 0 and will_accumulate(self._zero_grad_accs[p]):
-            self._zero_too_many_passes(p)
+        if self._zero_countdown.exhausted(p) and will_accumulate(self._zero_grad_accs[p]):
+            self._zero_countdown.too_many(self._zero_name(p))
 
     def _zero_grad_ready(self, p):
-        if self._zero_countdown[p] <= 0:
-            self._zero_too_many_passes(p)
-        self._zero_countdown[p] -= 1
-        if self._zero_countdown[p] == 0:
+        if self._zero_countdown.arrive(p, self._zero_name(p)):
             b = self._zero_bucket_of[p]
             b.pending -= 1
             if b.pending == 0:
@@ -270,7 +258,7 @@ class ShardedOptimizer(SynchronizeProtocol):
                 # This rank's reduced slice goes where its local gradient was (no longer
                 # needed): the shard's gradient costs no memory of its own.
                 own = b.flat_grad[b.begin:b.end]
-                own.copy_(_from_core(r, torch.device("cpu")))
+                own.copy_(from_core(r, torch.device("cpu")))
                 b.shard.grad = own
                 del r
         finally:
@@ -342,7 +330,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for i, b in enumerate(buckets):
                 start(i + 1)
                 r = _ops.wait(handles.pop(i))
-                flat = _from_core(r, torch.device("cpu"))
+                flat = from_core(r, torch.device("cpu"))
                 with torch.no_grad():
                     for pc in b.pieces:
                         flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
@@ -354,8 +342,8 @@ class ShardedOptimizer(SynchronizeProtocol):
         """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
         says: the bucket is their memory, so setting them to None would free nothing."""
         del set_to_none
-        if any(b.handle is not None for b in self._zero_buckets) or any(
-                c != self.backward_passes_per_step for c in self._zero_countdown.values()):
+        if any(b.handle is not None for b in self._zero_buckets) or \
+                self._zero_countdown.mid_step():
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
                                  "before optimizer.step() or optimizer.synchronize(). This is "
                                  "prohibited as it can cause a race condition.")
@@ -366,10 +354,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             b.shard.grad = None
 
     def set_backward_passes_per_step(self, passes):
-        if int(passes) < 1:
-            raise ValueError("backward_passes_per_step must be >= 1")
-        self.backward_passes_per_step = int(passes)
-        self._zero_reset()
+        self._zero_reset(passes)
 
     def add_param_group(self, param_group):
         if "_zero_buckets" not in self.__dict__:
@@ -426,7 +411,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             per_param = {pc.param: {} for pc in b.pieces}
             for k, dtype in keys:
                 if dtype is not None:
-                    flat = _from_core(next(results), torch.device("cpu"))
+                    flat = from_core(next(results), torch.device("cpu"))
                     for pc in b.pieces:
                         per_param[pc.param][k] = (
                             flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))
@@ -523,7 +508,6 @@ class ShardedOptimizer(SynchronizeProtocol):
 
         Root first says which state it holds, so that a rank with none yet (fresh, or added
         by elastic training) takes part in gathering it."""
-        from .functions import broadcast_object
         keys_of = None
         if self._zero_rank == root_rank:
             keys_of = [self._zero_keys(b) for b in self._zero_buckets]
@@ -531,18 +515,6 @@ class ShardedOptimizer(SynchronizeProtocol):
         full = broadcast_object(self._zero_consolidate(root_rank, keys_of), root_rank,
                                 name="zero.broadcast_state")
         self.load_state_dict(full)
-
-
-def _chunks(params, bucket_bytes):
-    chunk, size = [], 0
-    for p in params:
-        if chunk and size + p.numel() * p.element_size() > bucket_bytes:
-            yield chunk
-            chunk, size = [], 0
-        chunk.append(p)
-        size += p.numel() * p.element_size()
-    if chunk:
-        yield chunk
 
 
 def _is_elementwise(value, shard):
@@ -572,18 +544,7 @@ def _allreduce_scalar(value, op, name, set_kw):
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,
                  bucket_bytes=DEFAULT_BUCKET_BYTES, process_set=None):
     """The sharded form of ``optimizer`` (called by ``DistributedOptimizer``)."""
-    if not isinstance(optimizer, SUPPORTED):
-        raise HvdliteInvalidArgumentError(
-            f"DistributedOptimizer(shard_optimizer_state=True) does not support "
-            f"{type(optimizer).__name__}: sharding cuts parameters into flat slices, which is "
-            f"exact only for optimizers that update each element from that element alone. "
-            f"Supported: {', '.join(c.__name__ for c in SUPPORTED)}. Use "
-            f"shard_optimizer_state=False for {type(optimizer).__name__}.")
-    if op not in (Average, Sum):
-        raise HvdliteInvalidArgumentError(
-            "DistributedOptimizer(shard_optimizer_state=True) supports op=Average or op=Sum")
-    if int(bucket_bytes) <= 0:
-        raise ValueError("bucket_bytes must be > 0")
+    sharding.check_shardable(optimizer, "DistributedOptimizer")
     opt = wrap(ShardedOptimizer, optimizer)
     opt._zero_setup(names, backward_passes_per_step, op, prescale, postscale, int(bucket_bytes),
                     process_set)

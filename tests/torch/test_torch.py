@@ -79,7 +79,7 @@ def test_custom_compressor_interface():
             assert ctx == "ctx"
             return tensor / 2
 
-    from hvdlite._policy import wire_format
+    from hvdlite.policy import wire_format
 
     def _wire_compression(c, t):
         return wire_format(c, str(t.dtype).replace("torch.", ""))

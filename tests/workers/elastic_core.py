@@ -30,7 +30,7 @@ except hvd.HvdliteRanksLostError as e:
 
 lost = _core.rebuild()
 assert lost == [1], lost
-hvd.process_sets._refresh_after_rebuild()
+hvd.process_sets.refresh_after_rebuild()
 assert a.ranks == [0, 1] and b.ranks == [1], (a.ranks, b.ranks)
 assert hvd.size() == 2 and hvd.rank() == {0: 0, 2: 1}[old], (old, hvd.rank())
 assert _core.process_set_ranks(a.process_set_id) == [0, 1]

@@ -21,7 +21,7 @@ import tensorflow as tf
 import elastic_digits as problem
 import hvdlite.tensorflow.keras as hvd
 from elastic_hosts import change_hosts
-from hvdlite.elastic import settings
+from hvdlite.contract import elastic_env as settings
 
 keras.config.set_floatx("float64")
 BATCHES = 5

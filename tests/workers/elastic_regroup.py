@@ -14,7 +14,7 @@ import numpy as np
 
 import hvdlite as hvd
 from hvdlite import _core
-from hvdlite.elastic import settings
+from hvdlite.contract import elastic_env as settings
 from hvdlite.runner import launch
 
 hvd.init(process_sets="dynamic")

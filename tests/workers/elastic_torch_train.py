@@ -21,7 +21,7 @@ import torch
 import elastic_digits as problem
 import hvdlite.torch as hvd
 from elastic_hosts import change_hosts
-from hvdlite.elastic import settings
+from hvdlite.contract import elastic_env as settings
 
 torch.set_num_threads(1)
 mode, victim, fail_step, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]

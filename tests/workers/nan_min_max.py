@@ -17,7 +17,7 @@ torch.set_num_threads(1)
 
 import hvdlite as hv  # noqa: E402
 import hvdlite.torch as hvd  # noqa: E402
-from hvdlite._policy import reducescatter_rows  # noqa: E402
+from hvdlite.policy import reducescatter_rows  # noqa: E402
 
 # A NaN per rank: sign and low payload bits from the rank, as the dtype's raw bits.
 NAN_BITS = {

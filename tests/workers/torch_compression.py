@@ -18,8 +18,8 @@ torch.set_num_threads(1)
 import hvdlite as hv  # noqa: E402
 import hvdlite.torch as hvd  # noqa: E402
 from hvdlite import _core  # noqa: E402
-from hvdlite.error_feedback import CastReducer, GradientReducer, TopKReducer  # noqa: E402
-from hvdlite.powersgd import PowerSGDReducer  # noqa: E402
+from hvdlite.algorithms.error_feedback import CastReducer, GradientReducer, TopKReducer  # noqa: E402
+from hvdlite.algorithms.powersgd import PowerSGDReducer  # noqa: E402
 
 hvd.init()
 R, N = hvd.rank(), hvd.size()

@@ -19,84 +19,13 @@ these collectives have no gradients.
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import io_callback
 
-from hvdlite import _core
 from hvdlite import ops as _ops
-from hvdlite.compression import cast_compressors
-from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError, raise_replaced
+from hvdlite.convert.jax_arrays import (Compression, call_host,  # noqa: F401 - the interface
+                                        check_dtype, grouped_allreduce, traced)
+from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ..policy import (process_set_kwargs, reduction, set_size,
-                      variable_label, wire_format, with_labels)
-
-Compression, FP16Compressor, BF16Compressor = cast_compressors(
-    cast=lambda tensor, dtype: tensor.astype(dtype),
-    is_floating=lambda dtype: jnp.issubdtype(dtype, jnp.floating),
-    float16=np.dtype("float16"), bfloat16=np.dtype(jnp.bfloat16))
-
-#: dtypes the core moves, from its own table (JAX makes float64/int64 only with
-#: jax_enable_x64).
-SUPPORTED_DTYPES = tuple(np.dtype(jnp.bfloat16) if name == "bfloat16" else np.dtype(name)
-                         for name in _core.supported_dtypes())
-
-
-def _check_dtype(x, what, label):
-    if np.dtype(x.dtype) not in SUPPORTED_DTYPES:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.keras {what}: {label} has dtype {np.dtype(x.dtype).name}, which hvdlite "
-            f"does not support (supported: {', '.join(d.name for d in SUPPORTED_DTYPES)})")
-
-
-def _relabel(e, labels):
-    raise_replaced(e, with_labels(e, labels) if labels else e)
-
-
-def _traced(*xs):
-    return any(isinstance(x, jax.core.Tracer) for x in xs)
-
-
-def _call_host(host, shapes, *args, ordered):
-    """Run ``host`` on numpy views of ``args``: directly for concrete arrays, else from
-    the compiled function (see the module docstring for which callback)."""
-    if not _traced(*args):
-        out = host(*[np.asarray(a) for a in args])
-        return [jnp.asarray(o) for o in out] if isinstance(out, list) else jnp.asarray(out)
-    if ordered:
-        return io_callback(host, shapes, *args, ordered=True)
-    return jax.pure_callback(host, shapes, *args)
-
-
-def _grouped_allreduce(xs, names, op, prescale, postscale, compression, process_set,
-                       labels=None, when=None, ordered=True):
-    """All-reduce jax arrays (traced or not) as one request group; ``when`` (a boolean
-    array) skips the collective where false, returning ``xs`` unchanged."""
-    routes = [wire_format(compression, np.dtype(x.dtype).name) for x in xs]
-    wire = next((w for w, _ in routes if w is not None), None)
-    ctxs = [None] * len(xs)
-    send = list(xs)
-    for k, (_, in_python) in enumerate(routes):
-        if in_python:
-            send[k], ctxs[k] = compression.compress(xs[k])
-    ps = process_set_kwargs(_ops.grouped_allreduce_async, process_set)
-
-    def host(run, *arrays):
-        arrays = [np.asarray(a) for a in arrays]
-        if not bool(run):
-            return arrays
-        outs = [np.empty_like(a) for a in arrays]
-        try:
-            _ops.wait_all(_ops.grouped_allreduce_async(arrays, outs, names, op, prescale,
-                                                       postscale, wire, **ps))
-        except HvdliteError as e:
-            _relabel(e, labels)
-        return outs
-
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in send]
-    run = np.bool_(True) if when is None else when
-    out = _call_host(host, shapes, run, *send, ordered=ordered)
-    return [o if not in_python else compression.decompress(o, ctx)
-            for o, (_, in_python), ctx in zip(out, routes, ctxs)]
-
+from ..labels import process_set_kwargs, reduction, set_size, variable_label
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     def reduce(grads, variables, when=None):
@@ -106,11 +35,12 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
             return grads
         true_op, prescale, postscale = reduction(op, predivide, process_set)
         names = [f"{name}.{i}" for i in present]
-        labels = {n: variable_label(variables[i], i) for n, i in zip(names, present)}
+        labels = {n: f"gradient of {variable_label(variables[i], i)}"
+                  for n, i in zip(names, present)}
         xs = [jnp.asarray(grads[i]) for i in present]
         for n, x in zip(names, xs):
-            _check_dtype(x, what, f"the gradient of {labels[n]} ('{n}')")
-        reduced = _grouped_allreduce(xs, names, true_op, prescale, postscale, compression,
+            check_dtype(x, what, f"the {labels[n]} ('{n}')")
+        reduced = grouped_allreduce(xs, names, true_op, prescale, postscale, compression,
                                      process_set, labels, when, ordered=False)
         for i, r in zip(present, reduced):
             grads[i] = r
@@ -128,7 +58,7 @@ def host_call(fn, args, out_specs, when=None):
 
     shapes = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in out_specs]
     run = np.bool_(True) if when is None else when
-    return list(_call_host(host, shapes, run, *[jnp.asarray(a) for a in args], ordered=False))
+    return list(call_host(host, shapes, run, *[jnp.asarray(a) for a in args], ordered=False))
 
 
 def dense_gradient(g, label, sparse_as_dense, what):
@@ -143,7 +73,7 @@ def cond(pred, true_fn, false_fn, variables):
     selected result, as Keras' own JAX optimizer does for gradient accumulation. The
     collectives in ``true_fn`` must carry ``when=pred`` so that only one branch talks.
     """
-    if not _traced(pred):
+    if not traced(pred):
         return true_fn() if bool(pred) else false_fn()
     variables = list(variables)
     start = [v.value for v in variables]
@@ -164,8 +94,8 @@ def _name(kind, name):
 
 def allreduce(value, name, op, prescale_factor, postscale_factor, compression, process_set):
     x = jnp.asarray(value)
-    _check_dtype(x, "allreduce", f"'{name}'" if name else "the tensor")
-    return _grouped_allreduce([x], [_name("allreduce", name)], op, prescale_factor,
+    check_dtype(x, "allreduce", f"'{name}'" if name else "the tensor")
+    return grouped_allreduce([x], [_name("allreduce", name)], op, prescale_factor,
                               postscale_factor, compression, process_set)[0]
 
 
@@ -173,11 +103,11 @@ def allgather(value, name, process_set):
     """Concatenate every rank's rows. Eagerly the ranks' first dimensions may differ;
     inside jit the output shape must be known at trace time, so they must be equal."""
     x = jnp.asarray(value)
-    _check_dtype(x, "allgather", f"'{name}'" if name else "the tensor")
+    check_dtype(x, "allgather", f"'{name}'" if name else "the tensor")
     x = x.reshape(1) if x.ndim == 0 else x
     rname = _name("allgather", name)
     ps = process_set_kwargs(_ops.allgather_async, process_set)
-    if not _traced(x):
+    if not traced(x):
         res = _ops.wait(_ops.allgather_async(np.asarray(x), name=rname, **ps))
         return jnp.asarray(res.output.view(jnp.bfloat16) if res.bfloat16 else res.output)
     shape = (x.shape[0] * set_size(process_set),) + tuple(x.shape[1:])
@@ -191,12 +121,12 @@ def allgather(value, name, process_set):
                 f"dimensions differ (gathered {out.shape[0]} rows, expected {shape[0]} = "
                 f"{x.shape[0]} per rank); inside jit every rank must pass the same shape")
         return out
-    return _call_host(host, jax.ShapeDtypeStruct(shape, x.dtype), x, ordered=True)
+    return call_host(host, jax.ShapeDtypeStruct(shape, x.dtype), x, ordered=True)
 
 
 def broadcast(value, root_rank, name, process_set):
     x = jnp.asarray(value)
-    _check_dtype(x, "broadcast", f"'{name}'" if name else "the tensor")
+    check_dtype(x, "broadcast", f"'{name}'" if name else "the tensor")
     rname = _name("broadcast", name)
     ps = process_set_kwargs(_ops.broadcast_async, process_set)
 
@@ -205,7 +135,7 @@ def broadcast(value, root_rank, name, process_set):
         out = np.empty_like(array)
         _ops.wait(_ops.broadcast_async(array, int(root_rank), output=out, name=rname, **ps))
         return out
-    return _call_host(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)
+    return call_host(host, jax.ShapeDtypeStruct(x.shape, x.dtype), x, ordered=True)
 
 
 def broadcast_variables(variables, root_rank, name, process_set):
@@ -214,7 +144,7 @@ def broadcast_variables(variables, root_rank, name, process_set):
     base = _ops.auto_name("broadcast_variables", name)
     values = [np.asarray(v.value) for v in variables]
     for i, (v, a) in enumerate(zip(variables, values)):
-        _check_dtype(a, "broadcast_variables", variable_label(v, i))
+        check_dtype(a, "broadcast_variables", variable_label(v, i))
     outs = [np.empty_like(a) for a in values]
     ps = process_set_kwargs(_ops.broadcast_async, process_set)
     _ops.wait_all([_ops.broadcast_async(a, int(root_rank), output=o, name=f"{base}.{i}", **ps)

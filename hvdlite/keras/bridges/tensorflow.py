@@ -8,7 +8,7 @@ import hvdlite.tensorflow as _hvd_tf
 from hvdlite.tensorflow import Compression  # noqa: F401 - part of the bridge interface
 from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
 
-from ..policy import process_set_kwargs
+from ..labels import process_set_kwargs
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):

@@ -1,15 +1,18 @@
 """The PyTorch bridge: Keras' torch trainer runs eagerly (gradients are torch tensors on
-``variable.value.grad``), so hvdlite.torch's collectives serve it as they are."""
+``variable.value.grad``), so the core requests on torch tensors of
+:mod:`hvdlite.convert.torch_requests` serve it as they are (no autograd: Keras applies
+the reduced gradients itself)."""
 
 import numpy as np
 import torch
 
-import hvdlite.torch as _hvd_torch
-from hvdlite import ops as _ops
+from hvdlite import ops as _ops, policy
+from hvdlite.convert import torch_requests as requests
 from hvdlite.exceptions import HvdliteError, raise_replaced
-from hvdlite.torch import Compression  # noqa: F401 - part of the bridge interface
+from hvdlite.work import wait_all
+from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
 
-from ..policy import process_set_kwargs, reduction, variable_label, with_labels
+from ..labels import reduction, variable_label
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
@@ -21,15 +24,15 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
         if not present:
             return grads
         true_op, prescale, postscale = reduction(op, predivide, process_set)
-        labels = {f"{name}.{k}": variable_label(variables[i], i)
-                  for k, i in enumerate(present)}
+        names = policy.group_names(name, len(present))
+        labels = {n: f"gradient of {variable_label(variables[i], i)}"
+                  for n, i in zip(names, present)}
         try:
-            reduced = _hvd_torch.grouped_allreduce(
-                [grads[i] for i in present], name=name, op=true_op, prescale_factor=prescale,
-                postscale_factor=postscale, compression=compression,
-                **process_set_kwargs(_hvd_torch.grouped_allreduce, process_set))
+            reduced = requests.allreduce_group([grads[i] for i in present], names, true_op,
+                                               prescale, postscale, compression, process_set,
+                                               "grouped_allreduce")
         except HvdliteError as e:
-            raise_replaced(e, with_labels(e, labels))
+            raise_replaced(e, policy.with_labels(e, labels))
         for i, r in zip(present, reduced):
             grads[i] = r
         return grads
@@ -59,28 +62,23 @@ def _tensor(value):
 
 
 def allreduce(value, name, op, prescale_factor, postscale_factor, compression, process_set):
-    return _hvd_torch.allreduce(_tensor(value), name=name, op=op,
-                                prescale_factor=prescale_factor,
-                                postscale_factor=postscale_factor, compression=compression,
-                                **process_set_kwargs(_hvd_torch.allreduce, process_set))
+    return requests.allreduce_group([_tensor(value)], [name], op, prescale_factor,
+                                    postscale_factor, compression, process_set, "allreduce")[0]
 
 
 def allgather(value, name, process_set):
-    return _hvd_torch.allgather(_tensor(value), name=name,
-                                **process_set_kwargs(_hvd_torch.allgather, process_set))
+    return requests.start_allgather([_tensor(value)], [name], process_set, "allgather",
+                                    True).wait()
 
 
 def broadcast(value, root_rank, name, process_set):
-    return _hvd_torch.broadcast(_tensor(value), root_rank, name=name,
-                                **process_set_kwargs(_hvd_torch.broadcast, process_set))
+    return requests.start_broadcast(_tensor(value), root_rank, name, process_set, False,
+                                    "broadcast").wait()
 
 
 def broadcast_variables(variables, root_rank, name, process_set):
     """Broadcast Keras variables in place: their values are torch Parameters."""
     base = _ops.auto_name("broadcast_variables", name)
-    ps = process_set_kwargs(_hvd_torch.broadcast_async_, process_set)
-    handles = [_hvd_torch.broadcast_async_(v.value.data, root_rank, name=f"{base}.{i}",
-                                           **ps)
-               for i, v in enumerate(variables)]
-    for h in handles:
-        _hvd_torch.synchronize(h)
+    wait_all([requests.start_broadcast(v.value.data, root_rank, f"{base}.{i}", process_set,
+                                       True, "broadcast_async_")
+              for i, v in enumerate(variables)])

@@ -3,18 +3,8 @@
 Horovod's ``horovod.tensorflow.keras``: hvdlite.tensorflow's API plus the Keras pieces,
 which are written once, for every Keras backend, in :mod:`hvdlite.keras` (the
 backend-neutral entry point; with ``KERAS_BACKEND=tensorflow`` the two modules offer the
-same objects). Example::
-
-    import keras
-    import hvdlite.tensorflow.keras as hvd
-
-    hvd.init()
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
-    model.compile(optimizer=opt, loss="sparse_categorical_crossentropy")
-    model.fit(x_shard, y_shard, epochs=5,
-              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
-                         hvd.callbacks.MetricAverageCallback()],
-              verbose=1 if hvd.rank() == 0 else 0)
+same objects). The example of :mod:`hvdlite.keras` runs as it is with
+``import hvdlite.tensorflow.keras as hvd``.
 """
 
 import keras

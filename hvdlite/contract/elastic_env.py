@@ -3,8 +3,6 @@
 import json
 import os
 
-from hvdlite.runner.rank_guard import ADDED_ID_ENV
-
 ELASTIC_ENV = "HVDLITE_ELASTIC"          # "1" in a job launched with --min-np/--max-np
 MIN_NP_ENV = "HVDLITE_ELASTIC_MIN_NP"    # fewest ranks the job may go on with
 MAX_NP_ENV = "HVDLITE_ELASTIC_MAX_NP"    # most ranks the job may grow to (absent: no limit)
@@ -14,7 +12,7 @@ COMMAND_ENV = "HVDLITE_ELASTIC_COMMAND"  # JSON argv that starts one more rank (
 # Set only in ranks that an elastic job added: the launcher's number for the rank (ranks
 # started with the job are numbered 0..np-1 by their first MPI rank) and its host's name as
 # the discovery script lists it.
-WORKER_ID_ENV = ADDED_ID_ENV   # "HVDLITE_ELASTIC_WORKER_ID"
+WORKER_ID_ENV = "HVDLITE_ELASTIC_WORKER_ID"
 HOST_ENV = "HVDLITE_ELASTIC_HOST"
 
 

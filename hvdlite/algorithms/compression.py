@@ -27,8 +27,11 @@ Compression with state between steps (error buffers, PowerSGD's Q) does not fit 
 compress/decompress interface; ``Compression.powersgd(rank, start_step)``,
 ``Compression.topk(ratio)`` and ``Compression.fp16(error_feedback=True)`` (likewise bf16)
 return a :class:`StatefulCompression` setting, from which an optimizer builds its own
-reducer (see :mod:`hvdlite.error_feedback` and :mod:`hvdlite.powersgd`).
+reducer (see :mod:`hvdlite.algorithms.error_feedback` and :mod:`hvdlite.algorithms.powersgd`).
 """
+
+from .error_feedback import CastReducer, TopKReducer
+from .powersgd import PowerSGDReducer
 
 
 class Compressor:
@@ -67,6 +70,9 @@ class NoneCompressor(Compressor):
 class StatefulCompression:
     """A compression setting whose reducer keeps state; each optimizer makes its own."""
 
+    #: Read by hvdlite.policy (which sits below this module) to tell these settings apart.
+    keeps_state = True
+
     def make_reducer(self):
         raise NotImplementedError
 
@@ -85,7 +91,6 @@ class PowerSGD(StatefulCompression):
         self.rank, self.start_step = int(rank), int(start_step)
 
     def make_reducer(self):
-        from .powersgd import PowerSGDReducer
         return PowerSGDReducer(self.rank, self.start_step)
 
 
@@ -93,7 +98,7 @@ class TopK(StatefulCompression):
     """Top-k sparsification (a ``ratio`` of each tensor's entries) with error feedback; over
     the first ``warmup_steps`` the ratio falls exponentially from dense to ``ratio``; with
     ``momentum`` the reducer applies momentum itself, before selecting (momentum correction:
-    give the optimizer momentum 0). See :class:`hvdlite.error_feedback.TopKReducer`."""
+    give the optimizer momentum 0). See :class:`hvdlite.algorithms.error_feedback.TopKReducer`."""
 
     def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         if not 0.0 < float(ratio) < 1.0:
@@ -106,7 +111,6 @@ class TopK(StatefulCompression):
         self.momentum = float(momentum)
 
     def make_reducer(self):
-        from .error_feedback import TopKReducer
         return TopKReducer(self.ratio, self.warmup_steps, self.momentum)
 
 
@@ -117,12 +121,11 @@ class ErrorFeedbackCast(StatefulCompression):
         self.wire = wire
 
     def make_reducer(self):
-        from .error_feedback import CastReducer
         return CastReducer(self.wire)
 
 
 def is_stateful(compression):
-    return isinstance(compression, StatefulCompression)
+    return getattr(compression, "keeps_state", False)
 
 
 def cast_compressors(cast, is_floating, float16, bfloat16):

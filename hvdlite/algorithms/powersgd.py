@@ -19,11 +19,16 @@ import zlib
 
 import numpy as np
 
-from . import ops as _ops
-from .error_feedback import Average, GradientReducer, ring_allreduce_bytes
+from hvdlite import ops as _ops
+from hvdlite.policy import Average, Sum
+
+from .error_feedback import GradientReducer, ring_allreduce_bytes
 
 
 class PowerSGDReducer(GradientReducer):
+    # Q is the same on every rank (it comes out of an all-reduce): restored on any of them.
+    STATE = GradientReducer.STATE + (("q", "qs", False),)
+
     def __init__(self, rank=1, start_step=0, seed=0):
         super().__init__()
         if int(rank) < 1:
@@ -52,7 +57,9 @@ class PowerSGDReducer(GradientReducer):
                 q += nm[1] * self.rank
         return sum(ring_allreduce_bytes(e, itemsize, size) for e in (dense, p, q))
 
-    def _initial_q(self, name, m, dtype):
+    def initial_q(self, name, m, dtype):
+        """The starting Q of tensor ``name`` with ``m`` columns: seeded by the name, so the
+        same on every rank."""
         rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
         return rng.standard_normal((m, self.rank)).astype(dtype)
 
@@ -72,12 +79,12 @@ class PowerSGDReducer(GradientReducer):
                 m = self._with_error(g, n).reshape(rows, cols)
                 q = self.qs.get(n)
                 if q is None or q.shape != (cols, self.rank):
-                    q = self._initial_q(n, cols, m.dtype)
+                    q = self.initial_q(n, cols, m.dtype)
                 ms.append(m)
                 ps.append(np.ascontiguousarray(m @ q))
             # The scale of P does not matter (it is orthonormalised): sum it.
             _ops.wait_all(_ops.grouped_allreduce_async(
-                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], _ops.Sum,
+                ps, None, [f"powersgd.P.{n}" for _, n, _ in low], Sum,
                 **self._set_kw()))
             qs = []
             for m, p in zip(ms, ps):
@@ -92,16 +99,6 @@ class PowerSGDReducer(GradientReducer):
                 self.qs[n] = q
                 g[...] = (p @ q.T).reshape(g.shape)
         _ops.wait_all(handles)
-
-    def state_dict(self, rank, size):
-        sd = super().state_dict(rank, size)
-        sd.update({f"q.{n}": q for n, q in self.qs.items()})
-        return sd
-
-    def load_state_dict(self, sd, rank, size):
-        super().load_state_dict(sd, rank, size)
-        # Q is the same on every rank (it comes out of an all-reduce): always restored.
-        self.qs = {k[len("q."):]: np.array(v) for k, v in sd.items() if k.startswith("q.")}
 
 
 def _orthonormalise(p):

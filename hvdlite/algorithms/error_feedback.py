@@ -9,7 +9,7 @@ so over steps every rank's whole gradient gets through.
 - :class:`CastReducer`: send as float16/bfloat16 (packed by the core) with error feedback.
 - :class:`TopKReducer`: send only the ``ratio`` largest-magnitude entries of each gradient,
   as (index, value) pairs in one all-gather; every rank sums the pairs it receives.
-- :class:`hvdlite.powersgd.PowerSGDReducer`: low-rank (see that module).
+- :class:`hvdlite.algorithms.powersgd.PowerSGDReducer`: low-rank (see that module).
 
 Adapters (torch, Keras) hand gradients over as numpy views and store :meth:`state_dict`
 with their optimizer. Error buffers belong to one rank; :meth:`load_state_dict` restores
@@ -19,9 +19,9 @@ costs nothing but the not-yet-sent remainder).
 
 import numpy as np
 
-from . import ops as _ops
-
-Average, Sum = _ops.Average, _ops.Sum
+from hvdlite import _core, ops as _ops
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.policy import Average, require_average_or_sum
 
 
 def ring_allreduce_bytes(elements, itemsize, size):
@@ -45,7 +45,7 @@ class GradientReducer:
 
     def set_size(self):
         """The number of ranks the gradients are reduced over."""
-        return _ops._core.size() if self.process_set is None else self.process_set.size()
+        return _core.size() if self.process_set is None else self.process_set.size()
 
     def reduce(self, grads, names, op=Average, prescale=1.0, postscale=1.0):
         """Reduce ``grads`` (contiguous float numpy arrays) in place across ranks."""
@@ -54,11 +54,10 @@ class GradientReducer:
         for g, n in zip(grads, names):
             if not (isinstance(g, np.ndarray) and g.flags.c_contiguous
                     and g.dtype in (np.float32, np.float64)):
-                raise _ops._core_error(
-                    1, f"{type(self).__name__}: gradient '{n}' must be a contiguous float32 "
+                raise HvdliteInvalidArgumentError(
+                    f"{type(self).__name__}: gradient '{n}' must be a contiguous float32 "
                        f"or float64 array, got {getattr(g, 'dtype', type(g).__name__)}")
-        if op not in (Average, Sum):
-            raise _ops._core_error(1, f"{type(self).__name__}: op must be Average or Sum")
+        require_average_or_sum(op, type(self).__name__)
         self._reduce(grads, [str(n) for n in names], op, float(prescale), float(postscale))
         self.step += 1
 
@@ -78,23 +77,29 @@ class GradientReducer:
             return g.copy()
         return g + e
 
+    #: (key prefix in the state dict, attribute holding {tensor name: array}, whether it
+    #: belongs to one rank and restarts empty on another rank or size).
+    STATE = (("error", "errors", True),)
+
     def state_dict(self, rank, size):
         sd = {"step": self.step, "rank": rank, "size": size}
-        sd.update({f"error.{n}": e for n, e in self.errors.items()})
+        for prefix, attr, _ in self.STATE:
+            sd.update({f"{prefix}.{n}": a for n, a in getattr(self, attr).items()})
         return sd
 
     def load_state_dict(self, sd, rank, size):
         self.step = int(sd.get("step", 0))
         own = sd.get("rank") == rank and sd.get("size") == size
-        self.errors = {k[len("error."):]: np.array(v) for k, v in sd.items()
-                       if own and k.startswith("error.")}
+        for prefix, attr, per_rank in self.STATE:
+            setattr(self, attr, {k[len(prefix) + 1:]: np.array(v) for k, v in sd.items()
+                                 if (own or not per_rank) and k.startswith(prefix + ".")})
 
 
 def _round_to(values, wire):
     """``values`` rounded as the core rounds them for ``wire`` (round to nearest even)."""
     if values.dtype == np.float32 and values.flags.c_contiguous:
         out = np.empty_like(values)
-        _ops._core.round_through_wire(values, out, wire)   # the core's own conversion, in bulk
+        _core.round_through_wire(values, out, wire)   # the core's own conversion, in bulk
         return out
     if wire == "fp16":
         return values.astype(np.float32).astype(np.float16).astype(values.dtype)
@@ -148,6 +153,8 @@ class TopKReducer(GradientReducer):
       which averages to plain momentum SGD exactly. Use it with the optimizer's own momentum
       at 0 (the reducer has already applied it).
     """
+
+    STATE = GradientReducer.STATE + (("velocity", "velocities", True),)
 
     def __init__(self, ratio, warmup_steps=0, momentum=0.0):
         super().__init__()
@@ -231,14 +238,3 @@ class TopKReducer(GradientReducer):
         u = g.copy() if u is None or u.shape != g.shape else self.momentum * u + g
         self.velocities[name] = u
         return u
-
-    def state_dict(self, rank, size):
-        sd = super().state_dict(rank, size)
-        sd.update({f"velocity.{n}": u for n, u in self.velocities.items()})
-        return sd
-
-    def load_state_dict(self, sd, rank, size):
-        super().load_state_dict(sd, rank, size)
-        own = sd.get("rank") == rank and sd.get("size") == size
-        self.velocities = {k[len("velocity."):]: np.array(v) for k, v in sd.items()
-                           if own and k.startswith("velocity.")}

@@ -1,7 +1,7 @@
 """Where the ranks of an elastic job are, and what a new host list asks of them.
 
 hvdlite-run polls ``--host-discovery-script`` and writes what it lists to a file (see
-:mod:`.settings`); at ``commit()`` / ``check_host_updates()`` rank 0 reads it and, when it
+:mod:`.elastic_env`); at ``commit()`` / ``check_host_updates()`` rank 0 reads it and, when it
 changed, plans the change: ranks on hosts no longer listed (or beyond a host's slots) leave,
 and new ranks fill the free slots up to ``--max-np``. Every rank keeps the same table of
 (launcher's rank number, host) in rank order, so that any of them can plan after rank 0 is
@@ -10,11 +10,23 @@ lost.
 
 import json
 import os
+import socket
 from typing import List, NamedTuple, Optional, Sequence, Tuple
 
-from . import settings
+from . import elastic_env as settings
 
 Hosts = List[Tuple[str, int]]
+
+_LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "localhost.localdomain"}
+
+
+def is_local(host: str) -> bool:
+    if host in _LOCAL_NAMES:
+        return True
+    try:
+        return host in {socket.gethostname(), socket.getfqdn()}
+    except OSError:
+        return False
 
 
 class Member(NamedTuple):

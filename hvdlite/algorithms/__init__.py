@@ -1,0 +1,9 @@
+"""Training algorithms written once, free of any framework (numpy and hvdlite.ops), which the
+torch and Keras adapters drive with their own tensors:
+
+- :mod:`.compression`: Horovod's compressor interface and the stateful compression settings;
+- :mod:`.error_feedback`, :mod:`.powersgd`: reducers that keep state between steps;
+- :mod:`.sharding`: the ZeRO-1 plan (buckets, slices) and which optimizers it is exact for;
+- :mod:`.accumulation`: the countdown of ``backward_passes_per_step``;
+- :mod:`.local_sgd`: when local SGD steps synchronously and when it averages.
+"""

@@ -1,0 +1,59 @@
+"""Gradient accumulation (``backward_passes_per_step``): the countdown of backward passes
+before a gradient is complete, written once for the all-reduce and the sharded optimizers."""
+
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+
+class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
+    """A gradient was computed more than ``backward_passes_per_step`` times before ``step()``.
+
+    Also an AssertionError, which is what Horovod raises in this case.
+    """
+
+
+def check_passes(passes) -> int:
+    if int(passes) < 1:
+        raise ValueError("backward_passes_per_step must be >= 1")
+    return int(passes)
+
+
+class Countdown:
+    """Backward passes left, per key (a parameter or its index), before its gradient is
+    complete for this step."""
+
+    def __init__(self, passes, keys=()):
+        self.passes = check_passes(passes)
+        self.left = dict.fromkeys(keys, self.passes)
+
+    def add(self, key):
+        self.left[key] = self.passes
+
+    def reset(self, passes=None):
+        """A new step (or a new ``backward_passes_per_step``): every key starts again."""
+        if passes is not None:
+            self.passes = check_passes(passes)
+        self.left = dict.fromkeys(self.left, self.passes)
+
+    def exhausted(self, key) -> bool:
+        """Whether ``key`` has had every pass of this step (one more would be too many)."""
+        return self.left[key] <= 0
+
+    def arrive(self, key, name) -> bool:
+        """One more pass produced ``key``'s gradient; True when that completes it."""
+        if self.left[key] <= 0:
+            self.too_many(name)
+        self.left[key] -= 1
+        return self.left[key] == 0
+
+    def mid_step(self) -> bool:
+        """Whether some pass of this step has arrived."""
+        return any(v != self.passes for v in self.left.values())
+
+    def too_many(self, name):
+        n = self.passes
+        raise GradientAccumulationError(
+            f"Gradient of parameter '{name}' was computed more than "
+            f"backward_passes_per_step={n} time{'s' if n != 1 else ''} before "
+            f"optimizer.step(). Call optimizer.step() (or synchronize()) after every "
+            f"{n} backward pass{'es' if n != 1 else ''}, or increase "
+            f"backward_passes_per_step to accumulate more gradients locally.")

@@ -1,0 +1,22 @@
+"""Every rule the adapters share, written once and free of any framework.
+
+The numpy, torch, TensorFlow and Keras adapters convert tensors and glue autograd; what a
+call *means* is decided here, one concept per module:
+
+- :mod:`.reduce_ops`: reduce ops (Horovod's numbering), how ``op=`` / ``average=`` resolve,
+  the one "op must be Average or Sum" check, ``gradient_predivide_factor``;
+- :mod:`.dtypes`: the dtypes the core moves;
+- :mod:`.wire`: which compression the C++ core applies on the wire and which runs in Python;
+- :mod:`.names`: generated names in call order, and the members of a grouped call;
+- :mod:`.gradients`: the gradient of every collective, read by both autograd glues;
+- :mod:`.options`: which options of ``DistributedOptimizer`` beyond Horovod combine.
+"""
+
+from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401
+from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
+                        reducescatter_rows)
+from .names import auto_name, group_names, reset_name_counters, valid_name, with_labels  # noqa: F401
+from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
+                         check_predivide, integer_arg, predivide, require_average_or_sum,
+                         resolve_op)
+from .wire import wire_code, wire_format  # noqa: F401

@@ -1,0 +1,67 @@
+"""Request names: generated names in call order (equal on ranks that call ops in the same
+order), the members of a grouped call, and errors that say what a name stands for."""
+
+import itertools
+import threading
+from typing import List, Optional
+
+from ..exceptions import HvdliteInvalidArgumentError
+
+_name_counters = {}
+_counter_lock = threading.Lock()
+
+
+def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
+              counters: Optional[dict] = None) -> str:
+    """``name``, or a generated one: ranks that call ops in the same order get equal names.
+
+    Counted per process set: the members of a set agree on its order only. ``counters``:
+    where to count instead of the job-wide counters (TensorFlow counts per graph).
+    """
+    if name is not None:
+        return valid_name(name)
+    with _counter_lock:
+        counters = _name_counters if counters is None else counters
+        counter = counters.setdefault((kind, process_set), itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def valid_name(name) -> str:
+    """``str(name)``, refused by name when the core cannot take it: not valid UTF-8 (a lone
+    surrogate, as ``os.fsdecode`` makes of undecodable bytes)."""
+    name = str(name)
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise HvdliteInvalidArgumentError(
+            f"the name {name!r} is not valid UTF-8 ({e.reason} at index {e.start}); collective "
+            "names must be valid UTF-8") from None
+    return name
+
+
+def reset_name_counters() -> None:
+    """init() calls this so that a re-initialised job starts its generated names afresh."""
+    with _counter_lock:
+        _name_counters.clear()
+
+
+def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
+    """Names of the members of a grouped call: ``base.i``; None (the collective generates
+    names, counted in its process set) when there is no base name."""
+    if base is None:
+        return None
+    return [f"{base}.{i}" for i in range(n)]
+
+
+def with_labels(error, labels):
+    """The error again, its message followed by what the request names in it stand for
+    (``'DistributedSGD.0' is the gradient of dense/kernel``); ``labels``: {request name:
+    what it is}. The error itself where it names none of them."""
+    text = str(error)
+    hits = [f"'{n}' is the {what}" for n, what in (labels or {}).items() if f"'{n}'" in text]
+    if not hits:
+        return error
+    try:
+        return type(error)(f"{text} ({'; '.join(hits)})")
+    except Exception:  # noqa: BLE001 - an error type with another constructor
+        return error

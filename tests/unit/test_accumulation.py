@@ -1,0 +1,35 @@
+"""hvdlite.algorithms.accumulation: the backward_passes_per_step countdown."""
+
+import pytest
+
+from hvdlite.algorithms.accumulation import Countdown, GradientAccumulationError, check_passes
+
+
+def test_completes_after_the_last_pass():
+    c = Countdown(3, ["w", "b"])
+    assert [c.arrive("w", "w") for _ in range(3)] == [False, False, True]
+    assert c.exhausted("w") and not c.exhausted("b")
+    assert c.mid_step()
+    c.reset()
+    assert not c.mid_step() and not c.exhausted("w")
+
+
+def test_one_pass_too_many_names_the_parameter():
+    c = Countdown(1, [0])
+    assert c.arrive(0, "fc.weight")
+    with pytest.raises(GradientAccumulationError,
+                       match="'fc.weight'.*backward_passes_per_step=1 time "):
+        c.arrive(0, "fc.weight")
+    with pytest.raises(AssertionError):        # what Horovod raises
+        c.too_many("fc.weight")
+
+
+def test_passes_change_and_are_checked():
+    c = Countdown(2)
+    c.add("p")
+    c.reset(4)
+    assert c.passes == 4 and c.left == {"p": 4}
+    with pytest.raises(ValueError, match=">= 1"):
+        check_passes(0)
+    with pytest.raises(ValueError):
+        c.reset(0)

@@ -1,0 +1,32 @@
+"""hvdlite.policy.names: generated request names in call order, per process set."""
+
+from hvdlite.policy.names import auto_name, group_names, reset_name_counters
+
+
+def test_generated_names_count_per_kind_and_set():
+    reset_name_counters()
+    assert auto_name("allreduce") == "allreduce.noname.0"
+    assert auto_name("allreduce") == "allreduce.noname.1"
+    assert auto_name("allreduce", process_set=2) == "allreduce.noname.0"
+    assert auto_name("broadcast") == "broadcast.noname.0"
+    assert auto_name("allreduce", "given") == "given"
+    reset_name_counters()
+    assert auto_name("allreduce") == "allreduce.noname.0"
+
+
+def test_own_counters_and_group_names():
+    counters = {}
+    assert auto_name("x", counters=counters) == "x.noname.0"
+    assert auto_name("x", counters=counters) == "x.noname.1"
+    assert group_names("grads", 3) == ["grads.0", "grads.1", "grads.2"]
+    assert group_names(None, 3) is None
+
+
+def test_errors_say_what_a_request_name_stands_for():
+    from hvdlite.policy.names import with_labels
+    e = with_labels(ValueError("request 'opt.1' has mismatched shapes"),
+                    {"opt.0": "gradient of dense/bias", "opt.1": "gradient of dense/kernel"})
+    assert str(e) == ("request 'opt.1' has mismatched shapes ('opt.1' is the gradient of "
+                      "dense/kernel)")
+    plain = KeyError("x")
+    assert with_labels(plain, {"opt.1": "y"}) is plain

@@ -1,0 +1,73 @@
+"""hvdlite.policy.reduce_ops: op resolution, the Average-or-Sum rule, predivide."""
+
+import numpy as np
+import pytest
+
+from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+from hvdlite.policy import reduce_ops
+from hvdlite.policy.reduce_ops import (Adasum, Average, Max, Min, Product, Sum, check_predivide,
+                                       integer_arg, predivide, require_average_or_sum,
+                                       resolve_op)
+
+
+def test_horovod_numbering():
+    assert (Average, Sum, Adasum, Min, Max, Product) == (0, 1, 2, 3, 4, 5)
+
+
+@pytest.mark.parametrize("op", [Average, Sum, Min, Max, Product])
+def test_core_ops_resolve_to_themselves(op):
+    assert resolve_op(op) == op
+    assert resolve_op(np.int64(op)) == op
+
+
+def test_default_and_deprecated_average():
+    assert resolve_op() == Average
+    with pytest.warns(DeprecationWarning):
+        assert resolve_op(average=False) == Sum
+    with pytest.raises(ValueError, match="supersedes average"):
+        resolve_op(Sum, average=True)
+
+
+def test_bad_ops_name_the_call():
+    with pytest.raises(HvdliteUnsupportedError, match="myop: op=Adasum"):
+        resolve_op(Adasum, what="myop")
+    with pytest.raises(HvdliteInvalidArgumentError, match="unknown reduce op 9"):
+        resolve_op(9)
+    with pytest.raises(HvdliteInvalidArgumentError, match="must be an integer"):
+        resolve_op(1.0)
+    with pytest.raises(HvdliteInvalidArgumentError, match="bool"):
+        integer_arg(True, "root_rank")
+    with pytest.raises(HvdliteInvalidArgumentError, match="out of range"):
+        integer_arg(-1, "split", 0)
+
+
+def test_require_average_or_sum():
+    require_average_or_sum(Average, "x")
+    require_average_or_sum(Sum, "x")
+    with pytest.raises(HvdliteInvalidArgumentError,
+                       match=r"sharding: op must be Average or Sum, not Max \(why\)"):
+        require_average_or_sum(Max, "sharding", "why")
+    with pytest.raises(HvdliteUnsupportedError):
+        require_average_or_sum(Min, "sparse", error=HvdliteUnsupportedError)
+
+
+def test_predivide_splits_the_average():
+    op, pre, post = predivide(Average, 4.0, 8)
+    assert (op, pre, post) == (Sum, 0.25, 0.5)
+    # the sum of 8 values scaled by pre then post is their average
+    values = np.arange(8.0)
+    assert np.isclose((values * pre).sum() * post, values.mean())
+    assert predivide(Sum, 1.0, 8) == (Sum, 1.0, 1.0)
+    assert predivide(Average, 1.0, 8) == (Average, 1.0, 1.0)
+
+
+def test_check_predivide():
+    check_predivide(Average, 2.0, "opt")
+    with pytest.raises(ValueError, match="op != Average"):
+        check_predivide(Sum, 2.0, "opt")
+    with pytest.raises(ValueError, match="> 0"):
+        check_predivide(Average, 0.0, "opt")
+
+
+def test_names_of_every_op():
+    assert set(reduce_ops.REDUCE_OP_NAMES) == {Average, Sum, Adasum, Min, Max, Product}

@@ -68,7 +68,8 @@ def _load():
 def reporting(fn, touts, native):
     """``fn`` (returning a list of arrays of dtypes ``touts``) as a numpy function that
     returns ``[*outputs, code, message]``: code 0 and no message, or, when ``fn`` raised an
-    hvdlite error, the TF code and message of ``native(error)`` and empty placeholders."""
+    hvdlite error, the TF code of ``native(error)``, "<hvdlite class>: <its message>" and
+    empty placeholders."""
     def wrapped(*args):
         try:
             outs = fn(*args)
@@ -76,7 +77,10 @@ def reporting(fn, touts, native):
             error = native(e)
             code = (error.error_code if isinstance(error, tf.errors.OpError)
                     else tf.errors.UNKNOWN)
-            message = np.frombuffer(str(error).encode("utf-8", "replace"), dtype=np.uint8)
+            # The class name says which hvdlite error it was (a deadlock and a shutdown are
+            # both AbortedError): in a graph the caller gets the tf.errors class only.
+            text = f"{type(e).__name__}: {error}"
+            message = np.frombuffer(text.encode("utf-8", "replace"), dtype=np.uint8)
             return [np.zeros(0, dtype=t.as_numpy_dtype) for t in touts] + \
                 [np.int32(code), message]
         return list(outs) + [_OK, _NO_MESSAGE]

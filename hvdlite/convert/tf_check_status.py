@@ -15,23 +15,14 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from hvdlite.convert.tf_op_library import library_paths
 from hvdlite.exceptions import HvdliteError
 
-LIBRARY = "_tf_check_status.so"
 _OK = np.int32(0)
 _NO_MESSAGE = np.zeros(0, dtype=np.uint8)
 
 _lock = threading.Lock()
 _module = []   # [] until loaded once; then [the op module] or [None] if it could not be
-
-
-def _library_paths():
-    """Where the build installs the library: beside ``_core`` (in site-packages for an
-    editable install), then in the package folder."""
-    from hvdlite import _core
-    import hvdlite
-    dirs = [os.path.dirname(_core.__file__), os.path.dirname(hvdlite.__file__)]
-    return [os.path.join(d, LIBRARY) for d in dict.fromkeys(dirs)]
 
 
 def op_module():
@@ -45,7 +36,7 @@ def op_module():
 
 def _load():
     tried = []
-    for path in _library_paths():
+    for path in library_paths():
         if not os.path.exists(path):
             tried.append(f"{path}: missing")
             continue

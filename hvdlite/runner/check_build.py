@@ -6,6 +6,7 @@ TensorFlow (seconds each).
 
 import importlib.metadata
 import importlib.util
+import os
 from typing import List, Optional, Tuple
 
 # (shown name, import name, distributions that provide it, hvdlite module for it)
@@ -102,11 +103,26 @@ def _devices() -> List[str]:
     return lines
 
 
+def _tf_op_library() -> str:
+    """Whether the op that keeps hvdlite's error classes in TensorFlow graphs was built
+    (hvdlite/convert/tf_check_status.py); without it those errors are UnknownError."""
+    try:
+        from hvdlite.convert.tf_op_library import library_paths
+        found = [p for p in library_paths() if os.path.exists(p)]
+    except Exception as e:  # noqa: BLE001 - reported, like a core that does not load
+        return f"graph-mode error op: cannot tell ({type(e).__name__}: {e})"
+    if found:
+        return f"graph-mode error op: {found[0]}"
+    return "graph-mode error op: not built (errors inside tf.function graphs become UnknownError)"
+
+
 def check_build() -> str:
     out = [f"hvdlite v{version()}:", "", "Available frameworks:"]
     for name, module, dists, adapter in FRAMEWORKS:
         found = _framework_version(module, dists)
         out.append(f"    [{'X' if found else ' '}] {name}" + (f" {found} ({adapter})" if found else ""))
+        if found and module == "tensorflow":
+            out.append(f"        {_tf_op_library()}")
     mpi_lines, nccl, problem = _mpi()
     out += ["", "Available controllers:", f"    [{' ' if problem else 'X'}] MPI"]
     out += mpi_lines

@@ -9,6 +9,8 @@ import importlib.util
 import os
 from typing import List, Optional, Tuple
 
+from hvdlite.convert import tf_op_library
+
 # (shown name, import name, distributions that provide it, hvdlite module for it)
 FRAMEWORKS = (
     ("PyTorch", "torch", ("torch",), "hvdlite.torch"),
@@ -107,8 +109,7 @@ def _tf_op_library() -> str:
     """Whether the op that keeps hvdlite's error classes in TensorFlow graphs was built
     (hvdlite/convert/tf_check_status.py); without it those errors are UnknownError."""
     try:
-        from hvdlite.convert.tf_op_library import library_paths
-        found = [p for p in library_paths() if os.path.exists(p)]
+        found = [p for p in tf_op_library.library_paths() if os.path.exists(p)]
     except Exception as e:  # noqa: BLE001 - reported, like a core that does not load
         return f"graph-mode error op: cannot tell ({type(e).__name__}: {e})"
     if found:

@@ -18,3 +18,13 @@ def test_an_installed_module_without_distribution_reports_version_unknown(tmp_pa
 
 def test_a_missing_module_is_not_reported():
     assert check_build._framework_version("hvdlite_no_such_module", ["x"]) is None
+
+
+def test_tf_op_library_reported_when_built_and_when_not(tmp_path, monkeypatch):
+    from hvdlite.convert import tf_op_library
+    built = tmp_path / tf_op_library.LIBRARY
+    built.write_text("")
+    monkeypatch.setattr(tf_op_library, "library_paths", lambda: [str(tmp_path / "x.so"), str(built)])
+    assert check_build._tf_op_library() == f"graph-mode error op: {built}"
+    monkeypatch.setattr(tf_op_library, "library_paths", lambda: [str(tmp_path / "x.so")])
+    assert "not built" in check_build._tf_op_library()

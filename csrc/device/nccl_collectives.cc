@@ -4,10 +4,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "algorithms/collectives.h"
 #include "device/device_context.h"
 #include "device/nccl_library.h"
 
@@ -38,6 +40,42 @@ int nccl_op(ReduceOp op) {
     case ReduceOp::Product: return kNcclProd;
   }
   return kNcclSum;
+}
+
+// Bytes of one slice along dimension 0 (a 0-d tensor counts as one row).
+size_t row_bytes(const std::vector<int64_t>& shape, DataType dtype) {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return static_cast<size_t>(n) * dtype_size(dtype);
+}
+
+std::vector<int64_t> with_rows(std::vector<int64_t> shape, int64_t rows) {
+  if (shape.empty()) shape.push_back(rows);
+  else shape[0] = rows;
+  return shape;
+}
+
+// Device outputs (allgather, alltoall, reducescatter) go to the caller; Python frees them.
+void free_device(void* p) {
+  if (const CudaRuntime* cuda = cuda_runtime()) cuda->Free(p);
+}
+
+bool all_equal(const std::vector<size_t>& v) {
+  for (size_t x : v) {
+    if (x != v[0]) return false;
+  }
+  return true;
+}
+
+template <typename T>
+std::vector<size_t> offsets_of(const std::vector<T>& sizes) {
+  std::vector<size_t> at(sizes.size());
+  size_t sum = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    at[i] = sum;
+    sum += static_cast<size_t>(sizes[i]);
+  }
+  return at;
 }
 
 class NcclCollectives : public DeviceCollectives {
@@ -87,13 +125,36 @@ class NcclCollectives : public DeviceCollectives {
                             context_->stream()), "ncclBroadcast of tensor '" + r.name + "'", {e});
       return;
     }
+    if (r.op == OpType::Allgather) {
+      gathers_.push_back(Gathered{e, r.first_dims});
+      return;
+    }
+    if (r.op == OpType::Reducescatter) {
+      for (auto& b : scatters_) {
+        if (b.dtype == r.dtype && b.op == r.reduce_op) {
+          b.members.push_back(e);
+          return;
+        }
+      }
+      scatters_.push_back(Batch{r.dtype, r.reduce_op, {e}, 0});
+      return;
+    }
+    if (r.op == OpType::Alltoall) {
+      run_alltoall(r, e);
+      return;
+    }
     complete_(e, Outcome{Status::Internal, std::string(op_name(r.op)) + " of tensor '" + r.name +
-                         "' was routed to NCCL, which hvdlite runs only for allreduce and broadcast"});
+                         "' was routed to NCCL, which hvdlite does not run it on"});
   }
 
+  // The same order on every rank: all-reduces, all-gathers, reduce-scatters.
   void flush() override {
     for (Batch& b : open_) run(b);
     open_.clear();
+    if (!gathers_.empty()) run_allgather(gathers_);
+    gathers_.clear();
+    for (Batch& b : scatters_) run_reducescatter(b);
+    scatters_.clear();
   }
 
   void abort() override {
@@ -110,6 +171,10 @@ class NcclCollectives : public DeviceCollectives {
     ReduceOp op;
     std::vector<TensorEntry*> members;
     size_t bytes;
+  };
+  struct Gathered {
+    TensorEntry* entry;
+    std::vector<int64_t> first_dims;  // every member's dimension 0
   };
 
   void ensure_comm(int device, const std::string& name) {
@@ -190,6 +255,290 @@ class NcclCollectives : public DeviceCollectives {
     issue(rc, what, b.members);
   }
 
+  // Runs NCCL calls between ncclGroupStart and ncclGroupEnd (NCCL issues them as one); the
+  // first failing return code, or GroupEnd's.
+  template <typename Calls>
+  int grouped(Calls&& calls) {
+    int rc = api_->GroupStart();
+    if (rc != kNcclSuccess) return rc;
+    const int inner = calls();
+    rc = api_->GroupEnd();
+    return inner != kNcclSuccess && inner != kNcclInProgress ? inner : rc;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, const char* what) {
+    if (bytes == 0) return;
+    check(cuda_->MemcpyAsync(dst, src, bytes, static_cast<int>(CopyKind::DeviceToDevice), context_->stream()), what);
+  }
+
+  // Device memory for a caller's output, or an Error the agreement below turns into a failure
+  // on every rank.
+  OwnedBuffer device_output(size_t bytes) {
+    void* p = nullptr;
+    const int rc = cuda_->Malloc(&p, bytes == 0 ? 1 : bytes);
+    if (rc != kSuccess) {
+      throw Error(Status::OutOfMemory, "cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
+                  std::to_string(rc) + ")");
+    }
+    return OwnedBuffer(p, bytes, free_device);
+  }
+
+  // Fusion buffers taken for one batch, returned after the stream's last use of them.
+  struct Scratch {
+    DeviceContext* context = nullptr;
+    std::vector<DeviceContext::Buffer> buffers;
+    void* take(size_t bytes) {
+      buffers.push_back(context->acquire(bytes, false));
+      return buffers.back().data;
+    }
+    void give_back(const CudaRuntime& cuda, bool after_stream) {
+      for (auto& b : buffers) {
+        Event after = nullptr;
+        if (after_stream) {
+          after = context->new_event();
+          check(cuda.EventRecord(after, context->stream()), "cudaEventRecord (device fusion buffer free)");
+        }
+        context->release(b, after);
+      }
+      buffers.clear();
+    }
+  };
+
+  // Allocates every output (and fusion buffer) of a batch, agreed across the members when
+  // large (Note [agreed allocations]); false when some rank failed: each entry completed with
+  // the error naming the ranks, on every rank.
+  bool allocate(const std::vector<TensorEntry*>& entries, size_t bytes, Scratch& scratch,
+                const std::function<void()>& allocate_all, const std::string& what) {
+    std::vector<int> failed = allocate_agreed(transport_, bytes >= kAgreedAllocationBytes, members_, [&] {
+      DeviceGuard on(*cuda_, device_);
+      allocate_all();
+    });
+    if (failed.empty()) return true;
+    scratch.give_back(*cuda_, false);
+    for (TensorEntry* e : entries) {
+      complete_(e, out_of_memory(failed, what + " on CUDA device " + std::to_string(device_), e->request, members_));
+    }
+    return false;
+  }
+
+  static std::string batch_name(const char* call, const std::vector<TensorEntry*>& entries) {
+    return std::string(call) + " of tensor '" + entries[0]->request.name + "'" +
+           (entries.size() > 1 ? " and " + std::to_string(entries.size() - 1) + " more" : "");
+  }
+
+  // Completes each entry with its device output, or every one with NCCL's error.
+  void finish(int rc, const std::string& what, const std::vector<TensorEntry*>& entries,
+              std::vector<Outcome>& outcomes) {
+    if (rc != kNcclSuccess && rc != kNcclInProgress) {
+      issue(rc, what, entries);  // the outputs are freed with their outcomes
+      return;
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      outcomes[i].output_device = device_;
+      complete_(entries[i], std::move(outcomes[i]));
+    }
+  }
+
+  // Note [NCCL all-gather]
+  // Dimension 0 may differ across members (Horovod allows it). Each member's part is its
+  // tensors back to back; when every member's part has the same size, one ncclAllGather moves
+  // them, else one ncclBroadcast per member in a group (rooted at that member). Several
+  // tensors are fused into a device fusion buffer first, and each output is then assembled
+  // from every member's part with device-to-device copies.
+  void run_allgather(const std::vector<Gathered>& batch) {
+    const int n = transport_.size(), me = transport_.rank();
+    std::vector<TensorEntry*> entries;
+    std::vector<size_t> part(n, 0);                  // bytes of each member's part
+    std::vector<std::vector<size_t>> inner(n);       // [member][tensor]: offset in that part
+    std::vector<size_t> out_bytes;
+    size_t total_out = 0;
+    for (const Gathered& g : batch) {
+      entries.push_back(g.entry);
+      const size_t rb = row_bytes(g.entry->request.shape, g.entry->request.dtype);
+      size_t out = 0;
+      for (int r = 0; r < n; ++r) {
+        inner[r].push_back(part[r]);
+        part[r] += static_cast<size_t>(g.first_dims[r]) * rb;
+        out += static_cast<size_t>(g.first_dims[r]) * rb;
+      }
+      out_bytes.push_back(out);
+      total_out += out;
+    }
+    const std::vector<size_t> at = offsets_of(part);
+    const bool fused = batch.size() > 1;
+    std::vector<Outcome> outcomes(batch.size());
+    Scratch scratch{context_};
+    void* send = nullptr;
+    char* recv = nullptr;
+    if (!allocate(entries, total_out, scratch, [&] {
+          for (size_t k = 0; k < batch.size(); ++k) outcomes[k].output = device_output(out_bytes[k]);
+          send = fused ? scratch.take(part[me]) : const_cast<void*>(batch[0].entry->input);
+          recv = static_cast<char*>(fused ? scratch.take(total_out) : outcomes[0].output.data);
+        }, "the all-gather's output")) {
+      return;
+    }
+    DeviceGuard on(*cuda_, device_);
+    const Stream stream = context_->stream();
+    if (fused) {
+      for (size_t k = 0; k < batch.size(); ++k) {
+        copy(static_cast<char*>(send) + inner[me][k], batch[k].entry->input, batch[k].entry->bytes(),
+             "cudaMemcpyAsync (into the device fusion buffer)");
+      }
+    }
+    int rc = kNcclSuccess;
+    if (total_out > 0) {
+      if (all_equal(part)) {
+        rc = api_->AllGather(send, recv, part[me], kNcclUint8, comm_, stream);
+      } else {
+        rc = grouped([&] {
+          for (int r = 0; r < n; ++r) {
+            if (part[r] == 0) continue;
+            const int one = api_->Broadcast(r == me ? send : recv + at[r], recv + at[r], part[r], kNcclUint8, r, comm_, stream);
+            if (one != kNcclSuccess && one != kNcclInProgress) return one;
+          }
+          return kNcclSuccess;
+        });
+      }
+    }
+    for (size_t k = 0; k < batch.size(); ++k) {
+      const TensorEntry& e = *batch[k].entry;
+      const size_t rb = row_bytes(e.request.shape, e.request.dtype);
+      int64_t rows = 0;
+      char* out = static_cast<char*>(outcomes[k].output.data);
+      for (int r = 0; r < n; ++r) {
+        const size_t bytes = static_cast<size_t>(batch[k].first_dims[r]) * rb;
+        if (fused) copy(out, recv + at[r] + inner[r][k], bytes, "cudaMemcpyAsync (out of the device fusion buffer)");
+        out += bytes;
+        rows += batch[k].first_dims[r];
+      }
+      outcomes[k].output_shape = with_rows(e.request.shape, rows);
+      outcomes[k].output_dtype = e.request.dtype;
+    }
+    scratch.give_back(*cuda_, true);
+    finish(rc, batch_name(all_equal(part) ? "ncclAllGather" : "grouped ncclBroadcast (all-gather)", entries), entries, outcomes);
+  }
+
+  // Note [NCCL reduce-scatter]
+  // Dimension 0 is split as on the host path (the first rows % size members get one more
+  // row). Member r's share of every tensor in the batch, back to back, is segment r of the
+  // (fused) input; equal segments go through one ncclReduceScatter, unequal ones through one
+  // ncclReduce per member, rooted at it, in a group.
+  void run_reducescatter(const Batch& b) {
+    const int n = transport_.size(), me = transport_.rank();
+    const size_t es = dtype_size(b.dtype);
+    const std::vector<TensorEntry*>& entries = b.members;
+    std::vector<size_t> segment(n, 0);            // elements of each member's segment
+    std::vector<std::vector<size_t>> counts;      // [tensor][member] elements
+    std::vector<std::vector<size_t>> inner(n);    // [member][tensor] offset in its segment
+    size_t total = 0;
+    for (TensorEntry* e : entries) {
+      const size_t row = row_bytes(e->request.shape, b.dtype) / es;
+      std::vector<int64_t> rows = reducescatter_rows(e->request.shape[0], n);
+      std::vector<size_t> c(n);
+      for (int r = 0; r < n; ++r) {
+        c[r] = static_cast<size_t>(rows[r]) * row;
+        inner[r].push_back(segment[r]);
+        segment[r] += c[r];
+        total += c[r];
+      }
+      counts.push_back(std::move(c));
+    }
+    const std::vector<size_t> at = offsets_of(segment);
+    const bool fused = entries.size() > 1;
+    std::vector<Outcome> outcomes(entries.size());
+    Scratch scratch{context_};
+    char* send = nullptr;
+    char* recv = nullptr;
+    if (!allocate(entries, total * es, scratch, [&] {
+          for (size_t k = 0; k < entries.size(); ++k) outcomes[k].output = device_output(counts[k][me] * es);
+          send = static_cast<char*>(fused ? scratch.take(total * es) : const_cast<void*>(entries[0]->input));
+          recv = static_cast<char*>(fused ? scratch.take(segment[me] * es) : outcomes[0].output.data);
+        }, "the reduce-scatter's output")) {
+      return;
+    }
+    DeviceGuard on(*cuda_, device_);
+    const Stream stream = context_->stream();
+    if (fused) {
+      for (size_t k = 0; k < entries.size(); ++k) {
+        const char* in = static_cast<const char*>(entries[k]->input);
+        for (int r = 0; r < n; ++r) {
+          copy(send + (at[r] + inner[r][k]) * es, in, counts[k][r] * es, "cudaMemcpyAsync (into the device fusion buffer)");
+          in += counts[k][r] * es;
+        }
+      }
+    }
+    const int dt = nccl_dtype(b.dtype), op = nccl_op(b.op);
+    int rc = kNcclSuccess;
+    if (total > 0) {
+      if (all_equal(segment)) {
+        rc = api_->ReduceScatter(send, recv, segment[me], dt, op, comm_, stream);
+      } else {
+        rc = grouped([&] {
+          for (int r = 0; r < n; ++r) {
+            if (segment[r] == 0) continue;
+            const int one = api_->Reduce(send + at[r] * es, r == me ? recv : send + at[r] * es, segment[r], dt, op, r, comm_, stream);
+            if (one != kNcclSuccess && one != kNcclInProgress) return one;
+          }
+          return kNcclSuccess;
+        });
+      }
+    }
+    for (size_t k = 0; k < entries.size(); ++k) {
+      if (fused) copy(outcomes[k].output.data, recv + inner[me][k] * es, counts[k][me] * es, "cudaMemcpyAsync (out of the device fusion buffer)");
+      outcomes[k].output_shape = with_rows(entries[k]->request.shape, reducescatter_rows(entries[k]->request.shape[0], n)[me]);
+      outcomes[k].output_dtype = b.dtype;
+    }
+    scratch.give_back(*cuda_, true);
+    finish(rc, batch_name(all_equal(segment) ? "ncclReduceScatter" : "grouped ncclReduce (reduce-scatter)", entries), entries, outcomes);
+  }
+
+  // All-to-all: the counts travel over the host transport (as negotiation does), the rows as
+  // one group of ncclSend/ncclRecv; pairs with nothing to move make no call.
+  void run_alltoall(const Response& r, TensorEntry* e) {
+    const int n = transport_.size();
+    const size_t rb = row_bytes(e->request.shape, e->request.dtype);
+    int64_t all_rows = 0;
+    for (int64_t rows : r.first_dims) all_rows += rows;
+    std::vector<int64_t> recv_rows = transport_.alltoall_counts(e->splits);
+    std::vector<size_t> send_bytes(n), recv_bytes(n);
+    int64_t rows = 0;
+    for (int p = 0; p < n; ++p) {
+      send_bytes[p] = static_cast<size_t>(e->splits[p]) * rb;
+      recv_bytes[p] = static_cast<size_t>(recv_rows[p]) * rb;
+      rows += recv_rows[p];
+    }
+    const std::vector<size_t> send_at = offsets_of(send_bytes), recv_at = offsets_of(recv_bytes);
+    std::vector<Outcome> outcomes(1);
+    Scratch scratch{context_};
+    // Every member knows every input's size: the same decision to agree everywhere.
+    if (!allocate({e}, static_cast<size_t>(all_rows) * rb, scratch, [&] {
+          outcomes[0].output = device_output(static_cast<size_t>(rows) * rb);
+        }, "the all-to-all's output")) {
+      return;
+    }
+    DeviceGuard on(*cuda_, device_);
+    const Stream stream = context_->stream();
+    const char* in = static_cast<const char*>(e->input);
+    char* out = static_cast<char*>(outcomes[0].output.data);
+    const int rc = grouped([&] {
+      for (int p = 0; p < n; ++p) {
+        if (send_bytes[p]) {
+          const int one = api_->Send(in + send_at[p], send_bytes[p], kNcclUint8, p, comm_, stream);
+          if (one != kNcclSuccess && one != kNcclInProgress) return one;
+        }
+        if (recv_bytes[p]) {
+          const int one = api_->Recv(out + recv_at[p], recv_bytes[p], kNcclUint8, p, comm_, stream);
+          if (one != kNcclSuccess && one != kNcclInProgress) return one;
+        }
+      }
+      return kNcclSuccess;
+    });
+    outcomes[0].output_shape = with_rows(e->request.shape, rows);
+    outcomes[0].output_dtype = e->request.dtype;
+    outcomes[0].received_splits = recv_rows;
+    finish(rc, "grouped ncclSend/ncclRecv (all-to-all) of tensor '" + r.name + "'", {e}, outcomes);
+  }
+
   void watch() {
     std::unique_lock<std::mutex> lk(watch_mu_);
     while (!watch_stop_) {
@@ -233,7 +582,9 @@ class NcclCollectives : public DeviceCollectives {
   std::mutex comm_mu_;  // the communicator, between the group's thread and the watchdog
   NcclComm comm_ = nullptr;
   bool aborted_ = false;
-  std::vector<Batch> open_;
+  std::vector<Batch> open_;       // all-reduces, by dtype and op
+  std::vector<Gathered> gathers_;  // all-gathers (moved as bytes: one batch)
+  std::vector<Batch> scatters_;    // reduce-scatters, by dtype and op
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;
@@ -243,8 +594,10 @@ class NcclCollectives : public DeviceCollectives {
 }  // namespace
 
 bool nccl_can_run(const Request& r) {
+  // Moved as bytes: any dtype.
+  if (r.op == OpType::Allgather || r.op == OpType::Alltoall) return true;
   if (r.op == OpType::Broadcast) return nccl_dtype(r.dtype) >= 0;
-  if (r.op != OpType::Allreduce) return false;
+  if (r.op != OpType::Allreduce && r.op != OpType::Reducescatter) return false;
   // No kernel of ours scales or converts on the device: those stay on the host path.
   if (r.prescale != 1.0 || r.postscale != 1.0 || r.compression != Compression::None) return false;
   if (r.dtype == DataType::Bool || nccl_dtype(r.dtype) < 0) return false;

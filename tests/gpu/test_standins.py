@@ -3,6 +3,7 @@
 missing event wait shows up as wrong data. First the stand-in itself must be able to fail;
 then the core at 2 and 3 ranks (workers/gpu_standin_core.py)."""
 import os
+import re
 import subprocess
 import sys
 
@@ -105,9 +106,12 @@ def test_cuda_tensors_through_the_core(standin, np_):
 def test_cuda_tensors_over_nccl(nccl_env, np_):
     # Ordering, one NCCL call per fused group, broadcast, the host path for what NCCL does
     # not carry, one communicator per process set.
+    # Then allgather (equal and unequal first dimensions, fused), reducescatter (even and
+    # uneven splits, fused) and alltoall (splits) over NCCL, their outputs on the device.
     proc = run_mpi(np_, "workers/gpu_standin_nccl.py", "ok", timeout=240, env=nccl_env)
     for r in range(np_):
-        assert f"rank {r}: 5" in proc.stdout and "checks passed" in proc.stdout, proc.stdout
+        passed = re.search(rf"rank {r}: (\d+) checks passed", proc.stdout)
+        assert passed and int(passed.group(1)) >= 75, proc.stdout
 
 
 def test_gpu_operations_mpi_keeps_nccl_out(nccl_env):

@@ -94,7 +94,71 @@ if mode == "ok":
         x.numpy(stream), 2 * sum(values(10, np.float32, r) for r in range(size))))
     g = ops.allgather_async(arr(np.full((2, 3), rank, np.float32)), stream=stream).wait()[0].array()
     check("allgather staged", np.array_equal(g, np.repeat(np.arange(size, dtype=np.float32), 2)[:, None] * np.ones(3)))
-    # 5. one communicator per process set, made once.
+    # 5. allgather, reducescatter, alltoall over NCCL (device_output=True): outputs stay in
+    #    (stand-in) device memory; the NCCL calls made show which path each took.
+    def on_device(result):
+        return DeviceArray.from_dlpack(rt, result.output)
+
+    def gathered(rows_of, cols, r_dtype=np.float32):
+        return np.concatenate([np.full((rows_of(r), cols), r + 1, r_dtype) for r in range(size)])
+
+    for rows_of, label, calls in ((lambda r: 3, "equal", 1), (lambda r: r + 1, "unequal", size)):
+        x = arr(np.zeros((rows_of(rank), 4), np.float32))
+        rt.fill_async(x, np.full((rows_of(rank), 4), rank + 1, np.float32), 20_000, stream)
+        before = collectives()
+        res = ops.allgather_async(x, stream=stream, device_output=True).wait()[0]
+        got = on_device(res)
+        check(f"nccl allgather {label}: calls", collectives() - before == calls, str(collectives() - before))
+        check(f"nccl allgather {label}", np.array_equal(got.numpy(stream), gathered(rows_of, 4)))
+    # a group of all-gathers of mixed dtypes and unequal rows: one fused batch
+    xs = [arr(np.full((rank + 1, 2), rank + 1, np.float32)), arr(np.full((2, 3), rank + 1, np.int64)),
+          arr(np.full((rank % 2, 5), rank + 1, np.float16))]
+    before = collectives()
+    res = ops.grouped_allgather_async(xs, stream=stream, device_output=True).wait()
+    check("grouped allgather: one batch", collectives() - before == size, str(collectives() - before))
+    check("grouped allgather 0", np.array_equal(on_device(res[0]).numpy(stream), gathered(lambda r: r + 1, 2)))
+    check("grouped allgather 1", np.array_equal(on_device(res[1]).numpy(stream), gathered(lambda r: 2, 3, np.int64)))
+    check("grouped allgather 2", np.array_equal(on_device(res[2]).numpy(stream), gathered(lambda r: r % 2, 5, np.float16)))
+    xs = [arr(np.full((2, 2), rank, np.int32)) for _ in range(3)]
+    before = collectives()
+    res = ops.grouped_allgather_async(xs, stream=stream, device_output=True).wait()
+    check("grouped allgather equal: one ncclAllGather", collectives() - before == 1, str(collectives() - before))
+    check("grouped allgather equal", all(np.array_equal(on_device(r).numpy(stream), np.repeat(np.arange(size), 2)[:, None] * np.ones((1, 2))) for r in res))
+    # reducescatter: even split (one ncclReduceScatter), uneven (one ncclReduce per rank)
+    for rows, label, calls in ((2 * size, "even", 1), (2 * size + 1, "uneven", size)):
+        x = arr(np.zeros((rows, 3), np.float64))
+        per_rank = [np.arange(rows * 3, dtype=np.float64).reshape(rows, 3) * (r + 1) for r in range(size)]
+        rt.fill_async(x, per_rank[rank], 20_000, stream)
+        before = collectives()
+        res = ops.reducescatter_async(x, op=hvd.Sum, stream=stream, device_output=True).wait()[0]
+        mine = [2 + (1 if r < rows % size else 0) for r in range(size)]
+        start = sum(mine[:rank])
+        check(f"nccl reducescatter {label}: calls", collectives() - before == calls, str(collectives() - before))
+        check(f"nccl reducescatter {label}", np.array_equal(on_device(res).numpy(stream), sum(per_rank)[start:start + mine[rank]]))
+    xs = [arr(values(12 * size, np.float32, rank).reshape(-1, 2)), arr(values(3 * size, np.float32, rank))]
+    before = collectives()
+    res = ops.grouped_reducescatter_async(xs, op=hvd.Average, stream=stream, device_output=True).wait()
+    check("grouped reducescatter: one call", collectives() - before == 1, str(collectives() - before))
+    want0 = (sum(values(12 * size, np.float32, r) for r in range(size)) / size).reshape(-1, 2)
+    want1 = sum(values(3 * size, np.float32, r) for r in range(size)) / size
+    check("grouped reducescatter 0", np.allclose(on_device(res[0]).numpy(stream), want0[6 * rank:6 * rank + 6]))
+    check("grouped reducescatter 1", np.allclose(on_device(res[1]).numpy(stream), want1[3 * rank:3 * rank + 3]))
+    # alltoall with splits (rank r sends r + p rows to p; some pairs send nothing)
+    splits = [(rank + p) % 3 for p in range(size)]
+    x = arr(np.concatenate([np.full(((rank + p) % 3, 2), 10 * rank + p, np.int32) for p in range(size)]).reshape(-1, 2))
+    before = collectives()
+    res = ops.alltoall_async(x, splits, stream=stream, device_output=True).wait()[0]
+    recv = [(p + rank) % 3 for p in range(size)]
+    want = np.concatenate([np.full((recv[p], 2), 10 * p + rank, np.int32) for p in range(size)]).reshape(-1, 2)
+    sends = sum(1 for n in splits if n) + sum(1 for n in recv if n)
+    check("nccl alltoall: one send/recv per non-empty pair", collectives() - before == sends, str(collectives() - before))
+    check("nccl alltoall", np.array_equal(on_device(res).numpy(stream), want))
+    check("nccl alltoall received splits", list(res.received_splits) == recv)
+    # without device_output the output is host memory (staged): adapters that predate NCCL
+    before = collectives()
+    g = ops.allgather_async(arr(np.full(3, rank, np.int16)), stream=stream).wait()[0]
+    check("no device_output: staged", collectives() == before and isinstance(g.output, np.ndarray))
+    # 6. one communicator per process set, made once.
     check("one communicator for the global set", nccl.standin_nccl_comms() == 1)
     members = [0, 1] if size > 2 else [0]
     ps = hvd.add_process_set(members)

@@ -859,6 +859,13 @@ NB_MODULE(_core, m) {
   m.def("nccl_built", [] { return device::nccl() != nullptr; });
   m.def("cuda_built", [] { return device::cuda_runtime_info().loaded; },
         "True when a CUDA runtime loaded, so that CUDA tensors can be passed to the core.");
+  // Requests NCCL carried in this process, by op (every op it can carry is a key): what
+  // --check-build lists and what a device check asserts to know NCCL really ran.
+  m.def("nccl_requests_run", [] {
+    nb::dict d;
+    for (const auto& [op, n] : device::nccl_requests_run()) d[op.c_str()] = n;
+    return d;
+  });
   // The libraries' folders of the nvidia-* wheels (hvdlite/_device.py finds them); before
   // the first CUDA tensor.
   m.def("set_device_library_dirs", &device::set_library_dirs, nb::arg("cudart"), nb::arg("nccl"));

@@ -78,6 +78,11 @@ std::vector<size_t> offsets_of(const std::vector<T>& sizes) {
   return at;
 }
 
+// Requests carried, by OpType (nccl_requests_run).
+std::atomic<long> g_run[16];
+
+void count_run(OpType op) { ++g_run[static_cast<int>(op) & 15]; }
+
 class NcclCollectives : public DeviceCollectives {
  public:
   NcclCollectives(Transport& transport, const Membership& members, Complete complete,
@@ -219,6 +224,7 @@ class NcclCollectives : public DeviceCollectives {
       }
     }
     for (TensorEntry* e : entries) {
+      if (error.empty()) count_run(e->request.op);
       complete_(e, error.empty() ? Outcome{} : Outcome{Status::Internal, error});
     }
   }
@@ -334,6 +340,7 @@ class NcclCollectives : public DeviceCollectives {
       return;
     }
     for (size_t i = 0; i < entries.size(); ++i) {
+      count_run(entries[i]->request.op);
       outcomes[i].output_device = device_;
       complete_(entries[i], std::move(outcomes[i]));
     }
@@ -603,6 +610,15 @@ bool nccl_can_run(const Request& r) {
   if (r.dtype == DataType::Bool || nccl_dtype(r.dtype) < 0) return false;
   // NCCL's average of integers truncates differently from the host path's: keep one answer.
   return r.reduce_op != ReduceOp::Average || is_floating(r.dtype);
+}
+
+std::vector<std::pair<std::string, long>> nccl_requests_run() {
+  std::vector<std::pair<std::string, long>> out;
+  for (OpType op : {OpType::Allreduce, OpType::Broadcast, OpType::Allgather, OpType::Reducescatter,
+                    OpType::Alltoall}) {
+    out.emplace_back(op_name(op), g_run[static_cast<int>(op) & 15].load());
+  }
+  return out;
 }
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Transport& transport,

@@ -561,7 +561,8 @@ class NcclCollectives : public DeviceCollectives {
         const char* message = api_->GetErrorString(error);
         abort();
         lk.unlock();
-        on_error_("NCCL reported an asynchronous error" + members_.where() + " (error " +
+        on_error_("NCCL reported an asynchronous error on rank " + std::to_string(members_.global(transport_.rank())) +
+                  members_.where() + " (error " +
                   std::to_string(error) + (message ? std::string(": ") + message : "") +
                   "); its communicator was aborted");
         return;

@@ -1,7 +1,9 @@
 """CUDA tensors over NCCL, against the stand-in CUDA runtime and NCCL (tests/gpu/
 test_standins.py; each rank has a stand-in GPU of its own). argv[1]: "ok" runs the checks,
 "mpi" checks that HVDLITE_GPU_OPERATIONS=mpi keeps NCCL out, "error" checks that an NCCL
-failure on one rank (injected by the stand-in) becomes an hvdlite error on every rank."""
+failure on one rank (injected by the stand-in) becomes an hvdlite error on every rank,
+"propagate" that the peers learn it from that rank (not from their own NCCL), and
+"rebuild" that after it an elastic rebuild gives NCCL collectives a fresh communicator."""
 import ctypes
 import os
 import sys
@@ -189,6 +191,78 @@ if mode == "error":
         time.sleep(0.05)
     check("an NCCL failure became an error", error is not None, f"after {time.time() - t0:.1f} s")
     print(f"rank {rank} error: {type(error).__name__}: {error}", flush=True)
+
+if mode in ("propagate", "rebuild"):
+    # Rank 1's 3rd NCCL collective fails (NCCL_STANDIN_FAIL_*); its peers' copies of it wait
+    # for rank 1 in vain, and their own NCCL would not notice for NCCL_STANDIN_TIMEOUT_S (set
+    # long): they must learn it from rank 1 through negotiation (a host collective here),
+    # abort their communicators and raise the same named error, within seconds.
+    x = arr(values(1000, np.float32, rank))
+    error, t0 = None, time.time()
+    for i in range(200):
+        try:
+            ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()  # the host does not wait
+            hvd.allreduce(np.ones(1), op=hvd.Sum, name=f"host.{i}")
+        except HvdliteError as e:
+            error = e
+            break
+        time.sleep(0.05)
+    elapsed = time.time() - t0
+    print(f"rank {rank} error after {elapsed:.1f} s: {type(error).__name__}: {error}", flush=True)
+    check("a named error on every rank", type(error).__name__ == "HvdliteInternalError")
+    check("within seconds", elapsed < 20, f"{elapsed:.1f} s")
+    check("naming NCCL", "NCCL" in str(error) and "abort" in str(error))
+    rt.sync(stream)  # the aborted collective's stream drains (no rank stays blocked in it)
+    check("the stream drained", True)
+    if mode == "rebuild":
+        # Elastic recovery (hvdlite.elastic.run does this on HvdliteInternalError): hvdlite is
+        # rebuilt over the same ranks and the next NCCL collective gets a fresh communicator.
+        from hvdlite import _core
+        lost = _core.rebuild()
+        check("no rank lost", lost == [], str(lost))
+        comms = nccl.standin_nccl_comms()
+        y = arr(values(500, np.float32, rank))
+        ops.allreduce_async(y, op=hvd.Sum, stream=stream).wait()
+        check("after the rebuild: exact", np.array_equal(y.numpy(stream), sum(values(500, np.float32, r) for r in range(size))))
+        check("a fresh communicator", nccl.standin_nccl_comms() == comms + 1, f"{comms} -> {nccl.standin_nccl_comms()}")
+        part = arr(np.full(2, rank, np.int32))  # alive until read: the stand-in's cudaFree does not wait for streams
+        g = ops.allgather_async(part, stream=stream, device_output=True).wait()[0]
+        got = DeviceArray.from_dlpack(rt, g.output).numpy(stream)
+        check("allgather on it", np.array_equal(got, np.repeat(np.arange(size), 2)), str(got))
+
+if mode == "lost":
+    # Elastic (hvdlite-run --min-np): the last rank dies after an NCCL all-reduce. The
+    # survivors' next collective fails with HvdliteRanksLostError, their communicators are
+    # aborted (no rank stays blocked in NCCL), and after the rebuild NCCL runs on a fresh one.
+    import signal
+    from hvdlite import _core
+    x = arr(values(100, np.float32, rank))
+    ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()
+    check("before: exact", np.array_equal(x.numpy(stream), sum(values(100, np.float32, r) for r in range(size))))
+    if rank == size - 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    error = None
+    try:
+        for i in range(100):
+            y = arr(values(100, np.float32, rank))
+            ops.allreduce_async(y, op=hvd.Sum, stream=stream).wait()
+            rt.sync(stream)
+            time.sleep(0.05)
+    except HvdliteError as e:
+        error = e
+    check("a lost rank is a named error", type(error).__name__ == "HvdliteRanksLostError", repr(error))
+    check("the communicator was aborted", nccl.standin_nccl_aborts() >= 1, str(nccl.standin_nccl_aborts()))
+    rt.sync(stream)
+    comms = nccl.standin_nccl_comms()
+    lost = _core.rebuild()
+    check("the dead rank is the one lost", lost == [size - 1], str(lost))
+    survivors = size - 1
+    dev = hvd.rank()
+    z = arr(values(300, np.float32, hvd.rank()))
+    ops.allreduce_async(z, op=hvd.Sum, stream=stream).wait()
+    check("after the rebuild: exact", np.array_equal(z.numpy(stream), sum(values(300, np.float32, r) for r in range(survivors))))
+    check("a fresh communicator", nccl.standin_nccl_comms() == comms + 1)
+    rank = hvd.rank()
 
 hvd.shutdown()
 print(f"rank {rank}: {len(checks)} checks passed", flush=True)

@@ -61,6 +61,7 @@ struct Comm {
 
 std::atomic<int> g_comms{0};
 std::atomic<long> g_collectives{0};
+std::atomic<int> g_aborts{0};
 
 struct CudaHooks {
   int (*push)(void*, void (*)(void*), void*);
@@ -459,6 +460,7 @@ int ncclCommAbort(void* comm) {
   // Collectives still queued see the flag and return; the memory stays (their streams may
   // still run them).
   static_cast<Comm*>(comm)->aborted = true;
+  ++g_aborts;
   return kSuccess;
 }
 int ncclCommGetAsyncError(void* comm, int* error) {
@@ -509,6 +511,7 @@ int ncclGroupEnd() {
 
 // Test hooks.
 int standin_nccl_comms() { return g_comms.load(); }
+int standin_nccl_aborts() { return g_aborts.load(); }
 long standin_nccl_collectives() { return g_collectives.load(); }
 
 }  // extern "C"

@@ -10,8 +10,12 @@
 #include <vector>
 
 #include "algorithms/collectives.h"
+#include "algorithms/hierarchical.h"
+#include "algorithms/reduce.h"
+#include "algorithms/ring_allreduce.h"
 #include "device/device_context.h"
 #include "device/nccl_library.h"
+#include "engine/config.h"
 
 namespace hvdlite {
 namespace device {
@@ -85,19 +89,18 @@ void count_run(OpType op) { ++g_run[static_cast<int>(op) & 15]; }
 
 class NcclCollectives : public DeviceCollectives {
  public:
-  NcclCollectives(Transport& transport, const Membership& members, Complete complete,
-                  OnError on_error)
-      : transport_(transport), members_(members), complete_(std::move(complete)),
+  NcclCollectives(Transport& transport, const Membership& members, DeviceStages stages,
+                  Complete complete, OnError on_error)
+      : transport_(transport), members_(members), stages_(stages), complete_(std::move(complete)),
         on_error_(std::move(on_error)) {}
 
   ~NcclCollectives() override {
     stop_watchdog();
-    if (comm_) {
-      // A healthy communicator is destroyed after its work; a failed one was aborted.
-      if (aborted_) return;
-      cuda_->StreamSynchronize(context_->stream());
-      api_->CommDestroy(comm_);
-    }
+    // Healthy communicators are destroyed after their work; failed ones were aborted.
+    if ((!comm_ && !local_) || aborted_) return;
+    cuda_->StreamSynchronize(context_->stream());
+    if (comm_) api_->CommDestroy(comm_);
+    if (local_) api_->CommDestroy(local_);
   }
 
   void add(const Response& r, TensorEntry* e) override {
@@ -107,7 +110,7 @@ class NcclCollectives : public DeviceCollectives {
                   "tensor '" + r.name + "' goes through NCCL, which hvdlite does not combine with "
                   "join() yet; set HVDLITE_GPU_OPERATIONS=mpi to use join with CUDA tensors");
     }
-    ensure_comm(e->input_device, r.name);
+    ensure_device(e->input_device, r.name);
     if (r.op == OpType::Allreduce) {
       const size_t bytes = e->bytes();
       for (auto& b : open_) {
@@ -126,7 +129,7 @@ class NcclCollectives : public DeviceCollectives {
         if (members_.global(m) == r.root) root = m;
       }
       const size_t count = e->bytes() / dtype_size(r.dtype);
-      issue(api_->Broadcast(e->input, e->output, count, nccl_dtype(r.dtype), root, comm_,
+      issue(api_->Broadcast(e->input, e->output, count, nccl_dtype(r.dtype), root, global(),
                             context_->stream()), "ncclBroadcast of tensor '" + r.name + "'", {e});
       return;
     }
@@ -164,9 +167,10 @@ class NcclCollectives : public DeviceCollectives {
 
   void abort() override {
     std::lock_guard<std::mutex> lk(comm_mu_);
-    if (comm_ && !aborted_) {
+    if ((comm_ || local_) && !aborted_) {
       aborted_ = true;
-      api_->CommAbort(comm_);
+      if (comm_) api_->CommAbort(comm_);
+      if (local_) api_->CommAbort(local_);
     }
   }
 
@@ -182,8 +186,8 @@ class NcclCollectives : public DeviceCollectives {
     std::vector<int64_t> first_dims;  // every member's dimension 0
   };
 
-  void ensure_comm(int device, const std::string& name) {
-    if (comm_) {
+  void ensure_device(int device, const std::string& name) {
+    if (context_) {
       if (device != device_) {
         throw Error(Status::InvalidArgument,
                     "tensor '" + name + "' is on CUDA device " + std::to_string(device) + ", but this "
@@ -197,20 +201,34 @@ class NcclCollectives : public DeviceCollectives {
     if (!api_ || !cuda_) throw Error(Status::Internal, "NCCL: " + nccl_library_info().error);
     device_ = device;
     context_ = &DeviceContext::get(*cuda_, device);
-    // Every member reaches its first NCCL response at the same point of the agreed order.
+  }
+
+  // The set's communicator, and the one of its ranks on this host (hierarchical), each made
+  // where first used: every member gets there at the same point of the agreed order.
+  NcclComm global() {
+    if (!comm_) comm_ = make_comm(transport_, "");
+    return comm_;
+  }
+  NcclComm local() {
+    if (!local_) local_ = make_comm(*stages_.hierarchy->intra, " (its ranks on this host)");
+    return local_;
+  }
+
+  NcclComm make_comm(Transport& t, const std::string& which) {
     NcclUniqueId id{};
-    if (transport_.rank() == 0) nccl_check(api_->GetUniqueId(&id), "ncclGetUniqueId");
-    transport_.broadcast(&id, sizeof id, 0);
-    DeviceGuard on(*cuda_, device);
+    if (t.rank() == 0) nccl_check(api_->GetUniqueId(&id), "ncclGetUniqueId");
+    t.broadcast(&id, sizeof id, 0);
+    DeviceGuard on(*cuda_, device_);
     NcclComm comm = nullptr;
-    nccl_check(api_->CommInitRank(&comm, transport_.size(), id, transport_.rank()),
-               "ncclCommInitRank" + members_.where() + " (rank " + std::to_string(transport_.rank()) +
-               " of " + std::to_string(transport_.size()) + ", CUDA device " + std::to_string(device) + ")");
+    nccl_check(api_->CommInitRank(&comm, t.size(), id, t.rank()),
+               "ncclCommInitRank" + members_.where() + which + " (rank " + std::to_string(t.rank()) +
+               " of " + std::to_string(t.size()) + ", CUDA device " + std::to_string(device_) + ")");
     {
       std::lock_guard<std::mutex> lk(comm_mu_);
-      comm_ = comm;
+      (&t == &transport_ ? comm_ : local_) = comm;
     }
-    watchdog_ = std::thread([this] { watch(); });
+    if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+    return comm;
   }
 
   // Checks a launch; the entries complete either way (with the error if it failed).
@@ -230,6 +248,11 @@ class NcclCollectives : public DeviceCollectives {
   }
 
   void run(Batch& b) {
+    if (stages_.hierarchy && stages_.config->hierarchical_allreduce != 0) {  // autotune may turn it off
+      run_hierarchical(b);
+      return;
+    }
+    const NcclComm comm = global();
     const int dt = nccl_dtype(b.dtype), op = nccl_op(b.op);
     const size_t es = dtype_size(b.dtype);
     const Stream stream = context_->stream();
@@ -237,7 +260,7 @@ class NcclCollectives : public DeviceCollectives {
                              (b.members.size() > 1 ? " and " + std::to_string(b.members.size() - 1) + " more" : "");
     if (b.members.size() == 1) {
       TensorEntry* e = b.members[0];
-      issue(api_->AllReduce(e->input, e->output, e->bytes() / es, dt, op, comm_, stream), what, b.members);
+      issue(api_->AllReduce(e->input, e->output, e->bytes() / es, dt, op, comm, stream), what, b.members);
       return;
     }
     DeviceGuard on(*cuda_, device_);
@@ -248,7 +271,7 @@ class NcclCollectives : public DeviceCollectives {
             "cudaMemcpyAsync (into the device fusion buffer)");
       at += e->bytes();
     }
-    const int rc = api_->AllReduce(fused.data, fused.data, b.bytes / es, dt, op, comm_, stream);
+    const int rc = api_->AllReduce(fused.data, fused.data, b.bytes / es, dt, op, comm, stream);
     at = static_cast<char*>(fused.data);
     for (TensorEntry* e : b.members) {
       check(cuda_->MemcpyAsync(e->output, at, e->bytes(), static_cast<int>(CopyKind::DeviceToDevice), stream),
@@ -293,8 +316,8 @@ class NcclCollectives : public DeviceCollectives {
   struct Scratch {
     DeviceContext* context = nullptr;
     std::vector<DeviceContext::Buffer> buffers;
-    void* take(size_t bytes) {
-      buffers.push_back(context->acquire(bytes, false));
+    void* take(size_t bytes, bool pinned = false) {
+      buffers.push_back(context->acquire(bytes, pinned));
       return buffers.back().data;
     }
     void give_back(const CudaRuntime& cuda, bool after_stream) {
@@ -346,6 +369,84 @@ class NcclCollectives : public DeviceCollectives {
     }
   }
 
+  // Blocks the group's thread until the work queued so far on hvdlite's stream is done, or
+  // throws once the communicators were aborted (the watchdog saw NCCL's error) meanwhile.
+  void wait_for_stream(const char* what) {
+    Event done = context_->new_event();
+    check(cuda_->EventRecord(done, context_->stream()), "cudaEventRecord (before the host stage)");
+    while (true) {
+      const int rc = cuda_->EventQuery(done);
+      if (rc == kSuccess) break;
+      bool aborted;
+      {
+        std::lock_guard<std::mutex> lk(comm_mu_);
+        aborted = aborted_;
+      }
+      if (rc != kErrorNotReady || aborted) {
+        cuda_->EventDestroy(done);
+        if (rc != kErrorNotReady) check(rc, what);
+        throw Error(Status::Internal, std::string("NCCL: ") + what + ": its communicator was aborted "
+                    "(an NCCL error) while the host waited for the device");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+    cuda_->EventDestroy(done);
+  }
+
+  // Note [NCCL hierarchical all-reduce]
+  // As Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE with NCCL: the batch, fused and padded with
+  // zeros to a multiple of the host's rank count L, is reduce-scattered within the host
+  // (ncclReduceScatter on the host's communicator); this rank's shard goes to pinned host
+  // memory and is all-reduced across hosts by the host ring among the ranks with its local
+  // rank (the hierarchy's cross transport); it comes back and the shards are all-gathered
+  // within the host (ncclAllGather, in place). Average sums on the device and divides once,
+  // in the cross-host ring. The group's thread waits for the device before the host stage.
+  void run_hierarchical(Batch& b) {
+    Hierarchy& h = *stages_.hierarchy;
+    const NcclComm comm = local();
+    const size_t local_size = static_cast<size_t>(h.intra->size()), lr = static_cast<size_t>(h.intra->rank());
+    const size_t es = dtype_size(b.dtype), count = b.bytes / es;
+    const size_t shard = (count + local_size - 1) / local_size, padded = shard * local_size;
+    const int dt = nccl_dtype(b.dtype), op = b.op == ReduceOp::Average ? kNcclSum : nccl_op(b.op);
+    const std::string what = batch_name("hierarchical all-reduce", b.members);
+    DeviceGuard on(*cuda_, device_);
+    const Stream stream = context_->stream();
+    Scratch scratch{context_};
+    char* fused = static_cast<char*>(scratch.take(padded * es));
+    char* mine = fused + lr * shard * es;
+    char* at = fused;
+    for (TensorEntry* e : b.members) {
+      copy(at, e->input, e->bytes(), "cudaMemcpyAsync (into the device fusion buffer)");
+      at += e->bytes();
+    }
+    if (padded > count) {
+      void* zeros = scratch.take((padded - count) * es, true);
+      std::memset(zeros, 0, (padded - count) * es);
+      check(cuda_->MemcpyAsync(at, zeros, (padded - count) * es, static_cast<int>(CopyKind::HostToDevice), stream),
+            "cudaMemcpyAsync (the fusion buffer's padding)");
+    }
+    int rc = shard ? api_->ReduceScatter(fused, mine, shard, dt, op, comm, stream) : kNcclSuccess;
+    if (rc == kNcclSuccess || rc == kNcclInProgress) {
+      void* host = scratch.take(shard * es, true);
+      check(cuda_->MemcpyAsync(host, mine, shard * es, static_cast<int>(CopyKind::DeviceToHost), stream),
+            "cudaMemcpyAsync (this rank's shard to pinned memory)");
+      wait_for_stream("the reduce-scatter within the host");
+      ring_allreduce(*h.cross, SpanBuffer({{host, shard}}, es), b.dtype, b.op,
+                     applied_postscale(b.op, 1.0, transport_.size()), cross_scratch_,
+                     stages_.config->ring_piece_bytes);
+      check(cuda_->MemcpyAsync(mine, host, shard * es, static_cast<int>(CopyKind::HostToDevice), stream),
+            "cudaMemcpyAsync (the shard back to the device)");
+      rc = shard ? api_->AllGather(mine, fused, shard, dt, comm, stream) : kNcclSuccess;
+    }
+    at = fused;
+    for (TensorEntry* e : b.members) {
+      copy(e->output, at, e->bytes(), "cudaMemcpyAsync (out of the device fusion buffer)");
+      at += e->bytes();
+    }
+    scratch.give_back(*cuda_, true);
+    issue(rc, what, b.members);
+  }
+
   // Note [NCCL all-gather]
   // Dimension 0 may differ across members (Horovod allows it). Each member's part is its
   // tensors back to back; when every member's part has the same size, one ncclAllGather moves
@@ -384,6 +485,7 @@ class NcclCollectives : public DeviceCollectives {
         }, "the all-gather's output")) {
       return;
     }
+    const NcclComm comm = global();
     DeviceGuard on(*cuda_, device_);
     const Stream stream = context_->stream();
     if (fused) {
@@ -395,12 +497,12 @@ class NcclCollectives : public DeviceCollectives {
     int rc = kNcclSuccess;
     if (total_out > 0) {
       if (all_equal(part)) {
-        rc = api_->AllGather(send, recv, part[me], kNcclUint8, comm_, stream);
+        rc = api_->AllGather(send, recv, part[me], kNcclUint8, comm, stream);
       } else {
         rc = grouped([&] {
           for (int r = 0; r < n; ++r) {
             if (part[r] == 0) continue;
-            const int one = api_->Broadcast(r == me ? send : recv + at[r], recv + at[r], part[r], kNcclUint8, r, comm_, stream);
+            const int one = api_->Broadcast(r == me ? send : recv + at[r], recv + at[r], part[r], kNcclUint8, r, comm, stream);
             if (one != kNcclSuccess && one != kNcclInProgress) return one;
           }
           return kNcclSuccess;
@@ -463,6 +565,7 @@ class NcclCollectives : public DeviceCollectives {
         }, "the reduce-scatter's output")) {
       return;
     }
+    const NcclComm comm = global();
     DeviceGuard on(*cuda_, device_);
     const Stream stream = context_->stream();
     if (fused) {
@@ -478,12 +581,12 @@ class NcclCollectives : public DeviceCollectives {
     int rc = kNcclSuccess;
     if (total > 0) {
       if (all_equal(segment)) {
-        rc = api_->ReduceScatter(send, recv, segment[me], dt, op, comm_, stream);
+        rc = api_->ReduceScatter(send, recv, segment[me], dt, op, comm, stream);
       } else {
         rc = grouped([&] {
           for (int r = 0; r < n; ++r) {
             if (segment[r] == 0) continue;
-            const int one = api_->Reduce(send + at[r] * es, r == me ? recv : send + at[r] * es, segment[r], dt, op, r, comm_, stream);
+            const int one = api_->Reduce(send + at[r] * es, r == me ? recv : send + at[r] * es, segment[r], dt, op, r, comm, stream);
             if (one != kNcclSuccess && one != kNcclInProgress) return one;
           }
           return kNcclSuccess;
@@ -523,6 +626,7 @@ class NcclCollectives : public DeviceCollectives {
         }, "the all-to-all's output")) {
       return;
     }
+    const NcclComm comm = global();
     DeviceGuard on(*cuda_, device_);
     const Stream stream = context_->stream();
     const char* in = static_cast<const char*>(e->input);
@@ -530,11 +634,11 @@ class NcclCollectives : public DeviceCollectives {
     const int rc = grouped([&] {
       for (int p = 0; p < n; ++p) {
         if (send_bytes[p]) {
-          const int one = api_->Send(in + send_at[p], send_bytes[p], kNcclUint8, p, comm_, stream);
+          const int one = api_->Send(in + send_at[p], send_bytes[p], kNcclUint8, p, comm, stream);
           if (one != kNcclSuccess && one != kNcclInProgress) return one;
         }
         if (recv_bytes[p]) {
-          const int one = api_->Recv(out + recv_at[p], recv_bytes[p], kNcclUint8, p, comm_, stream);
+          const int one = api_->Recv(out + recv_at[p], recv_bytes[p], kNcclUint8, p, comm, stream);
           if (one != kNcclSuccess && one != kNcclInProgress) return one;
         }
       }
@@ -555,7 +659,8 @@ class NcclCollectives : public DeviceCollectives {
       {
         std::lock_guard<std::mutex> c(comm_mu_);
         if (aborted_) break;
-        api_->CommGetAsyncError(comm_, &error);
+        if (comm_) api_->CommGetAsyncError(comm_, &error);
+        if (local_ && (error == kNcclSuccess || error == kNcclInProgress)) api_->CommGetAsyncError(local_, &error);
       }
       if (error != kNcclSuccess && error != kNcclInProgress) {
         const char* message = api_->GetErrorString(error);
@@ -581,6 +686,7 @@ class NcclCollectives : public DeviceCollectives {
 
   Transport& transport_;
   Membership members_;
+  DeviceStages stages_;
   Complete complete_;
   OnError on_error_;
   const NcclApi* api_ = nullptr;
@@ -588,11 +694,13 @@ class NcclCollectives : public DeviceCollectives {
   DeviceContext* context_ = nullptr;
   int device_ = -1;
   std::mutex comm_mu_;  // the communicator, between the group's thread and the watchdog
-  NcclComm comm_ = nullptr;
+  NcclComm comm_ = nullptr;   // the set's
+  NcclComm local_ = nullptr;  // its ranks on this host (hierarchical all-reduce)
   bool aborted_ = false;
   std::vector<Batch> open_;       // all-reduces, by dtype and op
   std::vector<Gathered> gathers_;  // all-gathers (moved as bytes: one batch)
   std::vector<Batch> scatters_;    // reduce-scatters, by dtype and op
+  std::vector<uint8_t> cross_scratch_;  // the cross-host ring's (hierarchical)
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   bool watch_stop_ = false;
@@ -624,9 +732,11 @@ std::vector<std::pair<std::string, long>> nccl_requests_run() {
 
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Transport& transport,
                                                          const Membership& members,
+                                                         DeviceStages stages,
                                                          DeviceCollectives::Complete complete,
                                                          DeviceCollectives::OnError on_error) {
-  return std::make_unique<NcclCollectives>(transport, members, std::move(complete), std::move(on_error));
+  return std::make_unique<NcclCollectives>(transport, members, stages, std::move(complete),
+                                           std::move(on_error));
 }
 
 }  // namespace device

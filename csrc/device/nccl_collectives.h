@@ -30,6 +30,7 @@ namespace device {
 // The factory bindings.cc registers (set_device_collectives_factory).
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Transport& transport,
                                                          const Membership& members,
+                                                         DeviceStages stages,
                                                          DeviceCollectives::Complete complete,
                                                          DeviceCollectives::OnError on_error);
 

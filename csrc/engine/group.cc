@@ -417,7 +417,7 @@ void Group::execute(const std::vector<Response>& responses) {
 DeviceCollectives* Group::device_collectives() {
   if (!device_) {
     device_ = make_device_collectives(
-        *transport_, members_, [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); },
+        *transport_, members_, DeviceStages{&config_, hierarchy_.get()}, [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); },
         [this](const std::string& reason) { request_failure_stop(Status::Internal, reason); });
   }
   return device_.get();

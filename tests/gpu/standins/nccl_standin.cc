@@ -62,6 +62,7 @@ struct Comm {
 std::atomic<int> g_comms{0};
 std::atomic<long> g_collectives{0};
 std::atomic<int> g_aborts{0};
+std::atomic<int> g_last_nranks{0};
 
 struct CudaHooks {
   int (*push)(void*, void (*)(void*), void*);
@@ -447,6 +448,7 @@ int ncclCommInitRank(void** out, int nranks, ncclUniqueId id, int rank) {
   }
   if (rank == 0) shm_unlink(c->name.c_str());  // everyone has it mapped now
   ++g_comms;
+  g_last_nranks = nranks;
   *out = c;
   return kSuccess;
 }
@@ -512,6 +514,7 @@ int ncclGroupEnd() {
 // Test hooks.
 int standin_nccl_comms() { return g_comms.load(); }
 int standin_nccl_aborts() { return g_aborts.load(); }
+int standin_nccl_last_comm_ranks() { return g_last_nranks.load(); }
 long standin_nccl_collectives() { return g_collectives.load(); }
 
 }  // extern "C"

@@ -312,10 +312,14 @@ class NcclCollectives : public DeviceCollectives {
     return OwnedBuffer(p, bytes, free_device);
   }
 
-  // Fusion buffers taken for one batch, returned after the stream's last use of them.
+  // Fusion buffers taken for one batch, returned after the stream's last use of them (or at
+  // once when an error leaves the batch: its communicators were aborted).
   struct Scratch {
     DeviceContext* context = nullptr;
     std::vector<DeviceContext::Buffer> buffers;
+    ~Scratch() {
+      for (auto& b : buffers) context->release(b, nullptr);
+    }
     void* take(size_t bytes, bool pinned = false) {
       buffers.push_back(context->acquire(bytes, pinned));
       return buffers.back().data;

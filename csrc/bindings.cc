@@ -361,8 +361,11 @@ bool use_nccl(const Engine& eng, const std::string& subject) {
 // hvdlite's stream waits for the caller's); the others are staged in pinned host memory
 // (asynchronously, after the work queued on `stream`). Returns each entry's device side
 // (null for host entries).
+// device_output: the caller takes core-allocated outputs (allgather, alltoall, reducescatter)
+// on the device (a DLPack CUDA array from wait()); without it those ops are staged and their
+// outputs are numpy arrays, as every adapter that predates NCCL expects.
 std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine& eng, EntryList& entries,
-                                                                   Stream stream) {
+                                                                   Stream stream, bool device_output = false) {
   std::vector<std::shared_ptr<device::DeviceResults>> sides(entries.size());
   std::vector<size_t> on_device;
   for (size_t i = 0; i < entries.size(); ++i) {
@@ -385,7 +388,9 @@ std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine&
   const auto producer = reinterpret_cast<device::Stream>(stream.value_or(0));
   std::vector<size_t> by_nccl, staged;
   for (size_t i : on_device) {
-    entries[i]->request.nccl = nccl && device::nccl_can_run(entries[i]->request);
+    const Request& r = entries[i]->request;
+    entries[i]->request.nccl = nccl && device::nccl_can_run(r) &&
+                               (writes_caller_output(r.op) || device_output);
     (entries[i]->request.nccl ? by_nccl : staged).push_back(i);
   }
   if (!by_nccl.empty()) {
@@ -415,8 +420,8 @@ std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine&
 // Enqueues `entries` (their CUDA tensors prepared first) and remembers each one's device
 // side under its handle for wait().
 std::vector<int64_t> submit(Engine& eng, int process_set, EntryList entries, Stream stream,
-                            bool wake = true) {
-  std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream);
+                            bool wake = true, bool device_output = false) {
+  std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream, device_output);
   std::vector<int64_t> handles = eng.enqueue(process_set, std::move(entries), wake);
   std::lock_guard<std::mutex> lk(g_staging_mu);
   for (size_t i = 0; i < handles.size(); ++i) {
@@ -579,11 +584,12 @@ void run_allreduce_one(const std::string& name, nb::handle input, nb::handle out
               nb::make_tuple(input, output));
 }
 
-int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e, Stream stream) {
+int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e, Stream stream,
+                    bool device_output = false) {
   std::shared_ptr<Engine> eng = context_ref();
   EntryList list;
   list.push_back(std::move(e));
-  return submit(*eng, process_set, std::move(list), stream)[0];
+  return submit(*eng, process_set, std::move(list), stream, true, device_output)[0];
 }
 
 void check_group(const std::vector<std::string>& names, size_t inputs, const char* op) {
@@ -613,21 +619,22 @@ int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle 
 // Grouped forms enqueue their members together, so the group negotiates in one round.
 std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
                                                const std::vector<nb::object>& inputs,
-                                               int process_set, Stream stream) {
+                                               int process_set, Stream stream, bool device_output) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "allgather");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
-  return submit(*eng, process_set, std::move(entries), stream);
+  return submit(*eng, process_set, std::move(entries), stream, true, device_output);
 }
 
-int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set, Stream stream) {
+int64_t enqueue_allgather(const std::string& name, nb::handle input, int process_set, Stream stream,
+                          bool device_output) {
   context_ref();
-  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input), stream);
+  return enqueue_one(process_set, make_entry(name, OpType::Allgather, input), stream, device_output);
 }
 
 int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<int64_t> splits,
-                         int process_set, Stream stream) {
+                         int process_set, Stream stream, bool device_output) {
   const int size = static_cast<int>(context_ref()->process_set(process_set).ranks.size());
   auto e = make_entry(name, OpType::Alltoall, input);
   if (e->request.shape.empty()) {
@@ -656,7 +663,7 @@ int64_t enqueue_alltoall(const std::string& name, nb::handle input, std::vector<
                 (overflow ? " (their sum overflows 64 bits)" : ""));
   }
   e->splits = std::move(splits);
-  return enqueue_one(process_set, std::move(e), stream);
+  return enqueue_one(process_set, std::move(e), stream, device_output);
 }
 
 std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::handle input, int op,
@@ -673,22 +680,25 @@ std::unique_ptr<TensorEntry> make_reducescatter(const std::string& name, nb::han
 }
 
 int64_t enqueue_reducescatter(const std::string& name, nb::handle input, int op,
-                              double prescale, double postscale, int process_set, Stream stream) {
+                              double prescale, double postscale, int process_set, Stream stream,
+                              bool device_output) {
   context_ref();
-  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale), stream);
+  return enqueue_one(process_set, make_reducescatter(name, input, op, prescale, postscale), stream,
+                     device_output);
 }
 
 std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string>& names,
                                                    const std::vector<nb::object>& inputs, int op,
                                                    double prescale, double postscale,
-                                                   int process_set, Stream stream) {
+                                                   int process_set, Stream stream,
+                                                   bool device_output) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "reducescatter");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
   }
-  return submit(*eng, process_set, std::move(entries), stream);
+  return submit(*eng, process_set, std::move(entries), stream, true, device_output);
 }
 
 int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
@@ -700,6 +710,13 @@ int64_t enqueue_marker(const std::string& name, OpType op, int process_set) {
   e->request.dtype = DataType::UInt8;
   return enqueue_one(process_set, std::move(e), stream);
 }
+
+// A core-allocated output in CUDA memory (NCCL's allgather, alltoall, reducescatter): a
+// DLPack producer (torch.from_dlpack and the like take it; each __dlpack__ is a new capsule).
+// The caller's stream already waits for it (wait(stream=...)): the stream asked for is moot.
+struct DeviceOutput {
+  nb::ndarray<> array;
+};
 
 // wait() result: (output array or None, output is bfloat16 bits, received splits or None,
 // last joined rank or None).
@@ -716,7 +733,16 @@ nb::tuple wait(int64_t handle, Stream stream, std::optional<double> timeout) {
   if (o.status != Status::Success) throw Error(o.status, o.error);
   nb::object output = nb::none();
   const bool is_bf16 = o.output.data && o.output_dtype == DataType::BFloat16;
-  if (o.output.data) {
+  if (o.output.data && o.output_device >= 0) {
+    // A device output (NCCL): a DLPack CUDA array, freed with cudaFree when its last user goes.
+    std::vector<size_t> shape(o.output_shape.begin(), o.output_shape.end());
+    void* data = o.output.release();
+    nb::capsule owner(data, [](void* p) noexcept {
+      if (const device::CudaRuntime* cuda = device::cuda_runtime()) cuda->Free(p);
+    });
+    output = nb::cast(DeviceOutput{nb::ndarray<>(data, shape.size(), shape.data(), owner, nullptr,
+                                                 to_dlpack(o.output_dtype), kDLCUDA, o.output_device)});
+  } else if (o.output.data) {
     std::vector<size_t> shape(o.output_shape.begin(), o.output_shape.end());
     void* data = o.output.release();
     nb::capsule owner(data, [](void* p) noexcept { std::free(p); });
@@ -833,6 +859,13 @@ NB_MODULE(_core, m) {
   m.def("nccl_built", [] { return device::nccl() != nullptr; });
   m.def("cuda_built", [] { return device::cuda_runtime_info().loaded; },
         "True when a CUDA runtime loaded, so that CUDA tensors can be passed to the core.");
+  // Requests NCCL carried in this process, by op (every op it can carry is a key): what
+  // --check-build lists and what a device check asserts to know NCCL really ran.
+  m.def("nccl_requests_run", [] {
+    nb::dict d;
+    for (const auto& [op, n] : device::nccl_requests_run()) d[op.c_str()] = n;
+    return d;
+  });
   // The libraries' folders of the nvidia-* wheels (hvdlite/_device.py finds them); before
   // the first CUDA tensor.
   m.def("set_device_library_dirs", &device::set_library_dirs, nb::arg("cudart"), nb::arg("nccl"));
@@ -920,17 +953,22 @@ NB_MODULE(_core, m) {
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
-        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
+        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
+        nb::arg("device_output") = false);
   m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"),
-        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
+        nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
+        nb::arg("device_output") = false);
   m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
-        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
+        nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
+        nb::arg("device_output") = false);
   m.def("enqueue_reducescatter", &enqueue_reducescatter, nb::arg("name"), nb::arg("input"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::kw_only(),
-        nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
+        nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
+        nb::arg("device_output") = false);
   m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
         nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
+        nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
+        nb::arg("device_output") = false);
   m.def("enqueue_barrier",
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
@@ -938,6 +976,16 @@ NB_MODULE(_core, m) {
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Join, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);
   m.def("poll", [](int64_t h) { return context_ref()->poll(h); });
+  nb::class_<DeviceOutput>(m, "DeviceOutput")
+      .def("__dlpack__", [](const DeviceOutput& d, nb::kwargs) { return nb::cast(d.array); })
+      .def("__dlpack_device__", [](const DeviceOutput& d) {
+        return nb::make_tuple(d.array.device_type(), d.array.device_id());
+      })
+      .def_prop_ro("shape", [](const DeviceOutput& d) {
+        std::vector<int64_t> shape(d.array.ndim());
+        for (size_t i = 0; i < d.array.ndim(); ++i) shape[i] = static_cast<int64_t>(d.array.shape(i));
+        return nb::tuple(nb::cast(shape));
+      });
 
   m.def("start_timeline", [](const std::string& path, bool mark_cycles) {
     std::shared_ptr<Engine> ctx = context_ref();

@@ -13,6 +13,9 @@ Who owns the output:
   itself, for the in-place forms);
 - allgather, alltoall and reducescatter produce outputs whose size only the negotiation
   knows, so the core allocates them (``Result.output``; ``Result.array()`` views bfloat16).
+  With ``device_output=True`` a caller that can take a CUDA array (a DLPack producer, e.g.
+  for ``torch.from_dlpack``) lets CUDA tensors go through NCCL, and their output stays on
+  the device; otherwise those are staged and the output is a numpy array.
 
 The Work keeps every array passed in referenced until the core is done with it, so
 callers may drop theirs. Policies (op resolution, names, compression) live in
@@ -153,34 +156,38 @@ def grouped_broadcast_async(tensors, root_rank: int, outputs=None, names=None,
 
 
 def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish=None,
-                    stream=None) -> Work:
+                    stream=None, *, device_output: bool = False) -> Work:
     """Concatenate every rank's ``tensor`` along dimension 0 (first dims may differ)."""
     h = _core.enqueue_allgather(auto_name("allgather", name, _set_id(process_set)), tensor, **_set_kw(process_set),
-                                **_stream_kw(stream))
+                                **_stream_kw(stream), **_device_kw(device_output))
     return Work([h], tensor, finish, stream=stream)
 
 
 def grouped_allgather_async(tensors, names=None, process_set=None, finish=None,
-                            stream=None) -> Work:
+                            stream=None, *, device_output: bool = False) -> Work:
     """All-gather many tensors as one group."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather", process_set), tensors,
-                                              **_set_kw(process_set), **_stream_kw(stream))
+                                              **_set_kw(process_set), **_stream_kw(stream),
+                                              **_device_kw(device_output))
     return Work(handles, tensors, finish, stream=stream)
 
 
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
-                   process_set=None, finish=None, stream=None) -> Work:
+                   process_set=None, finish=None, stream=None, *,
+                   device_output: bool = False) -> Work:
     """Send ``splits[i]`` rows of ``tensor`` to rank i (default: equal parts); receive likewise."""
     split_list = [] if splits is None else splits_arg(splits)
     h = _core.enqueue_alltoall(auto_name("alltoall", name, _set_id(process_set)), tensor, split_list,
-                               **_set_kw(process_set), **_stream_kw(stream))
+                               **_set_kw(process_set), **_stream_kw(stream),
+                               **_device_kw(device_output))
     return Work([h], tensor, finish, stream=stream)
 
 
 def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
                         prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                        process_set=None, finish=None, stream=None) -> Work:
+                        process_set=None, finish=None, stream=None, *,
+                        device_output: bool = False) -> Work:
     """Reduce ``tensor`` across ranks and give rank r its share of dimension 0.
 
     Dimension 0 is split as in Horovod: every rank gets ``n // size`` rows and the first
@@ -188,19 +195,21 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
     """
     h = _core.enqueue_reducescatter(auto_name("reducescatter", name, _set_id(process_set)), tensor, resolve_op(op),
                                     float(prescale_factor), float(postscale_factor),
-                                    **_set_kw(process_set), **_stream_kw(stream))
+                                    **_set_kw(process_set), **_stream_kw(stream),
+                                    **_device_kw(device_output))
     return Work([h], tensor, finish, stream=stream)
 
 
 def grouped_reducescatter_async(tensors, names=None, op: int = Average,
                                 prescale_factor: float = 1.0, postscale_factor: float = 1.0,
-                                process_set=None, finish=None, stream=None) -> Work:
+                                process_set=None, finish=None, stream=None, *,
+                                device_output: bool = False) -> Work:
     """Reduce-scatter many tensors as one group."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_reducescatter(
         _names(names, len(tensors), "reducescatter", process_set), tensors, resolve_op(op),
         float(prescale_factor), float(postscale_factor), **_set_kw(process_set),
-        **_stream_kw(stream))
+        **_stream_kw(stream), **_device_kw(device_output))
     return Work(handles, tensors, finish, stream=stream)
 
 
@@ -259,6 +268,11 @@ def _stream_kw(stream):
     """``stream=`` for the core: the CUDA stream that produced CUDA inputs (an int, or a
     callable giving one), passed only when given. Host tensors ignore it."""
     return {} if stream is None else {"stream": int(stream() if callable(stream) else stream)}
+
+
+def _device_kw(device_output):
+    """``device_output=`` for the core, passed only when the caller takes CUDA outputs."""
+    return {"device_output": True} if device_output else {}
 
 
 def _set_kw(process_set):

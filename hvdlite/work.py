@@ -30,7 +30,9 @@ from .exceptions import HvdliteError, HvdliteInvalidArgumentError, HvdliteTimeou
 
 class Result(NamedTuple):
     """What the core reports for one request. Fields that do not apply to the op are None."""
-    output: Any                           # core-allocated numpy array (allgather, alltoall, reducescatter)
+    output: Any                           # core-allocated numpy array (allgather, alltoall, reducescatter),
+                                          # or a CUDA DLPack array (_core.DeviceOutput) where the
+                                          # request asked for device_output and NCCL carried it
     bfloat16: bool                        # output holds bfloat16 bits in a uint16 array
     received_splits: Optional[List[int]]  # alltoall: rows received from each rank
     last_joined_rank: Optional[int]       # join: the rank that joined last

@@ -1,5 +1,7 @@
 #include "algorithms/collectives.h"
 
+// Note [agreed allocations]: see collectives.h.
+
 #include <cstring>
 #include <new>
 #include <string>
@@ -25,21 +27,16 @@ std::vector<int64_t> with_rows(const std::vector<int64_t>& shape, int64_t rows) 
   return out;
 }
 
-// Note [agreed allocations]
-// An all-gather's or all-to-all's output, and a reduce-scatter's work buffer, are the
-// allocations one rank may fail while its peers succeed. When they are large the ranks agree
-// on them before any data moves (one small control AND): if any rank could not allocate,
-// every rank fails the request naming them, and the job goes on. Whether to agree must be
-// decided the same way on every rank (from sizes every rank knows). Small allocations skip
-// the extra round; a process that cannot find 1 MiB is not going to continue anyway.
-constexpr size_t kAgreedAllocationBytes = size_t(1) << 20;
+// e.g. sized("the", 100663296, "output", Float64): "the 96 MiB output (100663296 bytes of float64)"
+std::string sized(const std::string& before, size_t bytes, const std::string& noun, DataType dtype) {
+  return before + " " + std::to_string(bytes >> 20) + " MiB" + (noun.empty() ? "" : " " + noun) + " (" +
+         std::to_string(bytes) + " bytes of " + dtype_name(dtype) + ")";
+}
 
-// Runs `allocate` (which throws Error or std::bad_alloc when memory runs out). Where `agree`,
-// returns the (global) ranks on which it failed, the same list on every rank; else a failure
-// is thrown on as before.
-template <typename Allocate>
+}  // namespace
+
 std::vector<int> allocate_agreed(Transport& t, bool agree, const Membership& members,
-                                 Allocate&& allocate) {
+                                 const std::function<void()>& allocate) {
   if (!agree) {
     allocate();
     return {};
@@ -64,7 +61,6 @@ std::vector<int> allocate_agreed(Transport& t, bool agree, const Membership& mem
   return failed;
 }
 
-// The request's failure on every rank: `failed` could not allocate `what`.
 Outcome out_of_memory(const std::vector<int>& failed, const std::string& what,
                       const Request& request, const Membership& members) {
   std::string ranks = failed.size() == 1 ? "rank " : "ranks ";
@@ -74,14 +70,6 @@ Outcome out_of_memory(const std::vector<int>& failed, const std::string& what,
                  " could not allocate " + what + ": out of memory; the request failed on every "
                  "rank" + members.where() + " before any data was sent"};
 }
-
-// e.g. sized("the", 100663296, "output", Float64): "the 96 MiB output (100663296 bytes of float64)"
-std::string sized(const std::string& before, size_t bytes, const std::string& noun, DataType dtype) {
-  return before + " " + std::to_string(bytes >> 20) + " MiB" + (noun.empty() ? "" : " " + noun) + " (" +
-         std::to_string(bytes) + " bytes of " + dtype_name(dtype) + ")";
-}
-
-}  // namespace
 
 std::vector<int64_t> reducescatter_rows(int64_t rows, int size) {
   std::vector<int64_t> out(size, rows / size);

@@ -2,6 +2,8 @@
 // Each returns the Outcome for the local request (outputs allocated here when needed).
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/handle.h"
@@ -20,6 +22,25 @@ Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Memb
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
                           size_t piece_bytes, const Membership& members);
+
+// Note [agreed allocations]
+// An all-gather's or all-to-all's output, and a reduce-scatter's work buffer, are the
+// allocations one rank may fail while its peers succeed. When they are large the ranks agree
+// on them before any data moves (one small control AND): if any rank could not allocate,
+// every rank fails the request naming them, and the job goes on. Whether to agree must be
+// decided the same way on every rank (from sizes every rank knows). Small allocations skip
+// the extra round; a process that cannot find 1 MiB is not going to continue anyway.
+// The same on the device path (device/nccl_collectives.cc), for its device outputs.
+constexpr size_t kAgreedAllocationBytes = size_t(1) << 20;
+
+// Runs `allocate` (which throws Error or std::bad_alloc when memory runs out). Where `agree`,
+// returns the (global) ranks on which it failed, the same list on every rank; else a failure
+// is thrown on as before. Collective where `agree`.
+std::vector<int> allocate_agreed(Transport& t, bool agree, const Membership& members,
+                                 const std::function<void()>& allocate);
+// The request's failure on every rank: `failed` could not allocate `what`.
+Outcome out_of_memory(const std::vector<int>& failed, const std::string& what,
+                      const Request& request, const Membership& members);
 
 // Rows of dimension 0 that reducescatter gives each rank (Horovod's split: the first
 // n % size ranks get one extra row).

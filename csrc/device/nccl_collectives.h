@@ -4,7 +4,12 @@
 // for the caller's at submission, staging.h's DeviceOrder):
 //   - all-reduce: the batch is fused with device-to-device copies into a device fusion
 //     buffer, reduced by one ncclAllReduce, and copied out (a lone tensor: in place);
-//   - broadcast: ncclBroadcast into the output.
+//   - broadcast: ncclBroadcast into the output;
+//   - allgather, reducescatter: fused likewise into one NCCL call, or one group of calls
+//     where members' sizes differ (Note [NCCL all-gather], Note [NCCL reduce-scatter]);
+//   - alltoall: one group of ncclSend/ncclRecv, its counts exchanged over the host transport.
+// Outputs whose size negotiation decides are allocated on the device (cudaMalloc, agreed
+// across members when large) and handed to the caller, who frees them.
 // Entries complete once their work is queued; the consumer's stream waits for the event
 // recorded after it (DeviceOrder::after).
 // A watchdog polls ncclCommGetAsyncError while the communicator lives; an error aborts the
@@ -13,6 +18,9 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/device_collectives.h"
 
@@ -22,11 +30,16 @@ namespace device {
 // The factory bindings.cc registers (set_device_collectives_factory).
 std::unique_ptr<DeviceCollectives> make_nccl_collectives(Transport& transport,
                                                          const Membership& members,
+                                                         DeviceStages stages,
                                                          DeviceCollectives::Complete complete,
                                                          DeviceCollectives::OnError on_error);
 
 // Whether NCCL carries this request (dtype and reduction it can do without a kernel of ours).
 bool nccl_can_run(const Request& request);
+
+// Requests NCCL has carried in this process, by op name ("allreduce", ...): what tells a
+// device check that a collective really ran on NCCL.
+std::vector<std::pair<std::string, long>> nccl_requests_run();
 
 }  // namespace device
 }  // namespace hvdlite

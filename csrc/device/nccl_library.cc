@@ -47,6 +47,7 @@ void load_locked() {
   bind(lib, "ncclGetErrorString", &a.GetErrorString, &missing);
   bind(lib, "ncclAllReduce", &a.AllReduce, &missing);
   bind(lib, "ncclBroadcast", &a.Broadcast, &missing);
+  bind(lib, "ncclReduce", &a.Reduce, &missing);
   bind(lib, "ncclAllGather", &a.AllGather, &missing);
   bind(lib, "ncclReduceScatter", &a.ReduceScatter, &missing);
   bind(lib, "ncclSend", &a.Send, &missing);

@@ -32,6 +32,7 @@ struct NcclApi {
   const char* (*GetErrorString)(int);
   int (*AllReduce)(const void*, void*, size_t, int, int, NcclComm, Stream);
   int (*Broadcast)(const void*, void*, size_t, int, int root, NcclComm, Stream);
+  int (*Reduce)(const void*, void*, size_t, int, int, int root, NcclComm, Stream);
   int (*AllGather)(const void*, void*, size_t, int, NcclComm, Stream);
   int (*ReduceScatter)(const void*, void*, size_t, int, int, NcclComm, Stream);
   int (*Send)(const void*, size_t, int, int peer, NcclComm, Stream);

@@ -19,6 +19,7 @@ constexpr uint64_t kNoNewRequests = 1;  // AND = 0 when any rank needs the coord
 constexpr uint64_t kNoShutdown = 2;     // AND = 0 when any rank is shutting down
 constexpr uint64_t kJoined = 4;         // AND = 1 when every rank has joined
 constexpr uint64_t kNoTracing = 8;      // AND = 0 when some rank's timeline is on
+constexpr uint64_t kNoFailure = 64;     // AND = 0 when a rank stops because something failed (16, 32: deadlock.h)
 
 void set_bit(uint64_t* words, size_t i) { words[i / 64] |= uint64_t(1) << (i % 64); }
 void clear_bit(uint64_t* words, size_t i) { words[i / 64] &= ~(uint64_t(1) << (i % 64)); }
@@ -111,7 +112,7 @@ void Controller::check_settings_agree() {
 
 std::optional<RoundOutcome> Controller::negotiate(EntryList& pending, bool shutdown_requested,
                                                   const RoundOptions& options) {
-  if (!open_) begin_round(pending, shutdown_requested, options.blocked);
+  if (!open_) begin_round(pending, shutdown_requested, options.blocked, options.failed);
   if (!wait_for_round(pending, options.patient, options.leave_at)) return std::nullopt;
   open_ = false;
   return end_round(pending);
@@ -130,7 +131,7 @@ std::string Controller::agree_on_deadlock(const RankWaits& mine) {
   return std::string(text.begin(), text.end());
 }
 
-void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool blocked) {
+void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool blocked, bool failed) {
   open_ = true;
   const size_t span = span_ = cache_.span();
   const size_t nwords = nwords_ = (span + 63) / 64;
@@ -175,6 +176,7 @@ void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool b
   }
   if (!need_coordinator) words[0] |= kNoNewRequests;
   if (!shutdown_requested) words[0] |= kNoShutdown;
+  if (!failed) words[0] |= kNoFailure;
   Timeline& timeline = Timeline::get();
   if (!timeline.active()) words[0] |= kNoTracing;
   words[0] |= deadlock_.flags(blocked, std::chrono::steady_clock::now());
@@ -211,6 +213,7 @@ RoundOutcome Controller::end_round(EntryList& pending) {
 
   RoundOutcome out;
   out.shutdown = !(words[0] & kNoShutdown);
+  out.failure = !(words[0] & kNoFailure);
   for (int r = 0; out.shutdown && r < transport_.size(); ++r) {
     if (!bit(staying, static_cast<size_t>(r))) out.shutdown_ranks.push_back(r);
   }

@@ -47,6 +47,7 @@ struct RoundOutcome {
   const void* reduced = nullptr;
   bool shutdown = false;            // some rank asked to shut down
   std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
+  bool failure = false;             // some of them stop because something failed there (not shutdown())
   bool deadlock = false;            // the members agree: deadlocked (deadlock.h)
 };
 
@@ -56,6 +57,9 @@ struct RoundOptions {
   bool patient = false;
   // A thread of this rank is blocked waiting on a pending request (deadlock.h).
   bool blocked = false;
+  // This rank stops because something failed here (with shutdown_requested): NCCL's
+  // asynchronous error. The others then fail their requests as an error, not a shutdown.
+  bool failed = false;
   // Past this, a round whose peers have not all answered is left open (negotiate).
   std::chrono::steady_clock::time_point leave_at = std::chrono::steady_clock::time_point::max();
 };
@@ -95,7 +99,7 @@ class Controller {
   std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
 
  private:
-  void begin_round(EntryList& pending, bool shutdown_requested, bool blocked);
+  void begin_round(EntryList& pending, bool shutdown_requested, bool blocked, bool failed);
   // False when leave_at passed first.
   bool wait_for_round(const EntryList& pending, bool patient,
                       std::chrono::steady_clock::time_point leave_at);

@@ -16,6 +16,17 @@
 
 namespace hvdlite {
 
+struct Config;
+struct Hierarchy;
+
+// What the device collectives of a group may use besides its transport: its live settings and,
+// where the group runs hierarchical all-reduce, its stages (algorithms/hierarchical.h): NCCL
+// then reduces within each host and the host transport across hosts.
+struct DeviceStages {
+  const Config* config = nullptr;
+  Hierarchy* hierarchy = nullptr;  // null: flat
+};
+
 class DeviceCollectives {
  public:
   using Complete = std::function<void(TensorEntry*, Outcome)>;
@@ -33,12 +44,13 @@ class DeviceCollectives {
 };
 
 using DeviceCollectivesFactory = std::function<std::unique_ptr<DeviceCollectives>(
-    Transport&, const Membership&, DeviceCollectives::Complete, DeviceCollectives::OnError)>;
+    Transport&, const Membership&, DeviceStages, DeviceCollectives::Complete, DeviceCollectives::OnError)>;
 
 // Set once by the Python module (bindings.cc); null in the unit tests.
 void set_device_collectives_factory(DeviceCollectivesFactory factory);
 std::unique_ptr<DeviceCollectives> make_device_collectives(Transport& transport,
                                                            const Membership& members,
+                                                           DeviceStages stages,
                                                            DeviceCollectives::Complete complete,
                                                            DeviceCollectives::OnError on_error);
 

@@ -29,6 +29,15 @@ std::string stop_message(const Membership& members, const std::vector<int>& who)
          "collectives before either";
 }
 
+// Why pending requests fail when a member stopped because something failed there.
+std::string failure_message(const Membership& members, const std::vector<int>& who) {
+  std::string ranks = who.size() > 1 ? "ranks " : "rank ";
+  for (size_t i = 0; i < who.size(); ++i) ranks += (i ? ", " : "") + std::to_string(members.global(who[i]));
+  return "hvdlite stopped" + members.where() + ": " + ranks + " stopped after a failure there "
+         "(NCCL's asynchronous error: its message is on that rank); this rank's NCCL communicator "
+         "was aborted too. In an elastic job, hvdlite is rebuilt with fresh communicators";
+}
+
 // The settings a group runs with. Autotune tunes the global set only: its rank 0 writes the
 // log, and a set's traffic says little about the whole job's.
 Config own_config(const Config& config, const Membership& members) {
@@ -156,6 +165,19 @@ void Group::request_stop(const std::string& reason) {
   cv_.notify_one();
 }
 
+void Group::request_failure_stop(Status status, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!stop_requested_) {
+      stop_requested_ = true;
+      stop_reason_ = reason;
+      failure_status_ = status;
+    }
+    work_queued_ = true;
+  }
+  cv_.notify_one();
+}
+
 void Group::join() {
   std::lock_guard<std::mutex> lk(join_mu_);
   if (thread_.joinable()) thread_.join();
@@ -235,6 +257,7 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
   options.patient = caller;
   options.leave_at = leave_at;
   bool stop_requested;
+  Status failure = Status::Success;
   size_t drained = 0;  // entries moved from the queue to pending_ in this call
   const bool open = controller_.round_open();
   {
@@ -249,6 +272,8 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
     }
     work_queued_ = stop_requested_ || !queue_.empty();
     stop_requested = stop_requested_;
+    failure = failure_status_;
+    options.failed = failure != Status::Success;
     for (size_t i = 0; !waited_.empty() && config_.deadlock_s > 0 && i < pending_.size(); ++i) {
       if (waited_.count(pending_[i]->handle)) {
         options.blocked = true;
@@ -279,7 +304,13 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
         std::lock_guard<std::mutex> lk(mu_);
         reason = stop_reason_;
       }
-      fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
+      if (failure != Status::Success) {
+        fail_pending(failure, reason);
+      } else if (round.failure) {
+        fail_pending(Status::Internal, failure_message(members_, round.shutdown_ranks));
+      } else {
+        fail_pending(Status::ShutDown, reason.empty() ? stop_message(members_, round.shutdown_ranks) : reason);
+      }
       return false;
     }
   } catch (const Error& e) {
@@ -386,8 +417,8 @@ void Group::execute(const std::vector<Response>& responses) {
 DeviceCollectives* Group::device_collectives() {
   if (!device_) {
     device_ = make_device_collectives(
-        *transport_, members_, [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); },
-        [this](const std::string& reason) { request_stop(reason); });
+        *transport_, members_, DeviceStages{&config_, hierarchy_.get()}, [this](TensorEntry* e, Outcome o) { complete(e, std::move(o)); },
+        [this](const std::string& reason) { request_failure_stop(Status::Internal, reason); });
   }
   return device_.get();
 }

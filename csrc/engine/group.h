@@ -81,6 +81,9 @@ class Group {
   // empty). request_stop returns at once; join waits for this rank's loop to end (from any
   // number of threads); stop does both.
   void request_stop(const std::string& reason = "");
+  // The same because something failed on this rank (NCCL's asynchronous error): requests fail
+  // with `status` and `reason` here, and with Internal naming this rank on the others.
+  void request_failure_stop(Status status, const std::string& reason);
   void join();
   void stop(const std::string& reason = "") {
     request_stop(reason);
@@ -127,6 +130,7 @@ class Group {
   std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
   bool stop_requested_ = false;                // guarded by mu_
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
+  Status failure_status_ = Status::Success;    // guarded by mu_: request_failure_stop's
   std::atomic<bool> work_queued_{false};       // set with queue_/stop, read without the lock
   bool driving_ = false;                       // guarded by mu_: some thread is running rounds
   std::unordered_map<int64_t, int> waited_;    // guarded by mu_: handle -> threads waiting on it

@@ -15,14 +15,16 @@ OwnedBuffer::OwnedBuffer(size_t n) : bytes(n) {
 
 OwnedBuffer& OwnedBuffer::operator=(OwnedBuffer&& o) noexcept {
   if (this != &o) {
-    std::free(data);
-    data = o.data; bytes = o.bytes;
+    if (data) (free ? free : std::free)(data);
+    data = o.data; bytes = o.bytes; free = o.free;
     o.data = nullptr; o.bytes = 0;
   }
   return *this;
 }
 
-OwnedBuffer::~OwnedBuffer() { std::free(data); }
+OwnedBuffer::~OwnedBuffer() {
+  if (data) (free ? free : std::free)(data);
+}
 
 int64_t HandleTable::create(int owner) {
   std::lock_guard<std::mutex> lk(mu_);

@@ -15,13 +15,17 @@
 
 namespace hvdlite {
 
-// A buffer the core allocated for an op whose output size only negotiation knows.
+// A buffer the core allocated for an op whose output size only negotiation knows: host
+// memory, or (with a `free` of the device code's) device memory the engine never touches.
 struct OwnedBuffer {
+  using Free = void (*)(void*);
   void* data = nullptr;
   size_t bytes = 0;
+  Free free = nullptr;  // null: std::free
   OwnedBuffer() = default;
   explicit OwnedBuffer(size_t n);
-  OwnedBuffer(OwnedBuffer&& o) noexcept : data(o.data), bytes(o.bytes) { o.data = nullptr; o.bytes = 0; }
+  OwnedBuffer(void* adopted, size_t n, Free how) : data(adopted), bytes(n), free(how) {}
+  OwnedBuffer(OwnedBuffer&& o) noexcept : data(o.data), bytes(o.bytes), free(o.free) { o.data = nullptr; o.bytes = 0; }
   OwnedBuffer& operator=(OwnedBuffer&& o) noexcept;
   ~OwnedBuffer();
   void* release() { void* d = data; data = nullptr; bytes = 0; return d; }
@@ -33,6 +37,7 @@ struct Outcome {
   OwnedBuffer output;                  // allgather / alltoall / reducescatter
   std::vector<int64_t> output_shape;
   DataType output_dtype = DataType::Float32;
+  int output_device = -1;                // the CUDA device `output` lives on; -1: host memory
   std::vector<int64_t> received_splits;  // alltoall
   int last_joined_rank = -1;             // join
   int process_set_id = -1;               // add_process_set: the new set's id

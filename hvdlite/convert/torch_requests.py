@@ -58,7 +58,7 @@ def start_allgather(tensors, names, process_set, opname, single):
         outs = [from_core(r, d) for r, d in zip(results, devices)]
         return outs[0] if single else outs
     return ops.grouped_allgather_async(hosts, core_names("allgather", names, process_set),
-                                       process_set, finish, stream=stream(hosts))
+                                       process_set, finish, stream=stream(hosts), device_output=True)
 
 
 def start_broadcast(tensor, root_rank, name, process_set, inplace, opname):
@@ -88,7 +88,7 @@ def start_alltoall(tensor, splits, name, process_set, opname):
         return from_core(results[0], device), received
     buf = host(tensor)[0]
     return ops.alltoall_async(buf, splits_list(splits, opname), name, process_set, finish,
-                              stream=stream([buf]))
+                              stream=stream([buf]), device_output=True)
 
 
 def start_reducescatter(tensors, names, op, pre, post, process_set, opname, single):
@@ -106,4 +106,4 @@ def start_reducescatter(tensors, names, op, pre, post, process_set, opname, sing
     bufs = [host(t)[0] for t in tensors]
     return ops.grouped_reducescatter_async(bufs, core_names("reducescatter", names, process_set),
                                            op, pre, post, process_set, finish,
-                                           stream=stream(bufs))
+                                           stream=stream(bufs), device_output=True)

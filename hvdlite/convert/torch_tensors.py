@@ -78,8 +78,10 @@ def stream(tensors):
 
 
 def from_core(result, device):
-    """Wrap a core-allocated numpy output as a torch tensor (no copy on the CPU)."""
-    t = torch.from_numpy(result.output)
+    """Wrap a core-allocated output as a torch tensor without a copy: a numpy array, or the
+    CUDA array NCCL left on the device (requests made with ``device_output=True``)."""
+    out = result.output
+    t = torch.from_numpy(out) if hasattr(out, "__array_interface__") else torch.from_dlpack(out)
     if result.bfloat16:
         t = t.view(torch.bfloat16)
     return t if device.type == "cpu" else t.to(device)

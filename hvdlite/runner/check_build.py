@@ -78,6 +78,13 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{v % 1000 // 10}"
 
 
+def _nccl_ops() -> str:
+    """The collectives the core runs on NCCL, as the core lists them."""
+    from hvdlite import _core
+    names = list(_core.nccl_requests_run())
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else "".join(names)
+
+
 def _nccl_version(v: int) -> str:
     if v >= 20900:  # NCCL 2.9 on: major * 10000 + minor * 100 + patch
         return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
@@ -99,7 +106,7 @@ def _devices() -> List[str]:
         lines = [f"    [ ] CUDA runtime: {cuda['error']}"]
     if nccl["loaded"]:
         lines += [f"    [X] NCCL {_nccl_version(nccl['version'])}: {nccl['path']}",
-                  "        all-reduce and broadcast of CUDA tensors run on it (HVDLITE_GPU_OPERATIONS)"]
+                  f"        {_nccl_ops()} of CUDA tensors run on it (HVDLITE_GPU_OPERATIONS)"]
     else:
         lines.append(f"    [ ] NCCL: {nccl['error']}")
     return lines

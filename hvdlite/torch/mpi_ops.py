@@ -10,9 +10,10 @@ the tensor is a contiguous CPU tensor. Other tensors are staged:
 - a CUDA tensor goes to the core as it is, with the current stream of its device, when the
   core loaded a CUDA runtime (``hvdlite.cuda_built()``): the core stages it through pinned
   host memory asynchronously (Note [device staging] in csrc/device/staging.h) and ``wait()``
-  makes the then-current stream wait for the results, as c10d's ``Work.wait()``; the host
-  waits only for results the core returns on the host (allgather, alltoall, reducescatter),
-  which are then moved to the device. Without a CUDA runtime it is copied to the CPU.
+  makes the then-current stream wait for the results, as c10d's ``Work.wait()``. Over NCCL
+  the allgather, alltoall and reducescatter outputs are allocated on the device; staged, the
+  host waits for them and they are then moved to the device. Without a CUDA runtime it is
+  copied to the CPU.
 
 The synchronous ops are autograd functions whose gradients follow
 :data:`hvdlite.policy.GRADIENTS` (Horovod's rules, shared with the TensorFlow adapter).

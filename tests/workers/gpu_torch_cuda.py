@@ -5,6 +5,7 @@ import os
 import torch
 
 import hvdlite.torch as hvd
+from hvdlite import _core
 
 torch.set_num_threads(1)
 hvd.init()
@@ -55,6 +56,34 @@ expect("alltoall", a, torch.cat([torch.arange(2 * rank, 2 * rank + 2) + 100.0 * 
                                  for r in range(size)]).to(dev))
 rs = hvd.reducescatter(torch.ones(2 * size, 3, device=dev) * (rank + 1), op=hvd.Sum)
 expect("reducescatter", rs, torch.full((2, 3), float(sum(range(1, size + 1))), device=dev))
+# The same with more shapes: groups (fused on the device under NCCL), bfloat16, int64,
+# uneven rows and splits, an empty part, Average.
+gs = hvd.grouped_allgather([torch.full((rank + 2, 3), float(rank), device=dev),
+                            torch.full((rank % 2,), rank, device=dev, dtype=torch.int64),
+                            ramp(4, torch.bfloat16, rank)])
+expect("grouped allgather 0", gs[0], torch.cat([torch.full((r + 2, 3), float(r)) for r in range(size)]).to(dev))
+expect("grouped allgather 1", gs[1], torch.cat([torch.full((r % 2,), r, dtype=torch.int64) for r in range(size)]).to(dev))
+expect("grouped allgather 2", gs[2], torch.cat([ramp(4, torch.float64, r) for r in range(size)]))
+rows = 3 * size + 1  # uneven: the first rank gets one more row
+rss = hvd.grouped_reducescatter([ramp(rows * 2, torch.float32, rank).reshape(rows, 2),
+                                 ramp(5 * size, torch.float64, rank)], op=hvd.Average)
+share = [rows // size + (1 if r < rows % size else 0) for r in range(size)]
+start = sum(share[:rank])
+mean0 = (sum(ramp(rows * 2, torch.float64, r) for r in range(size)) / size).reshape(rows, 2)
+expect("grouped reducescatter 0", rss[0], mean0[start:start + share[rank]], 1e-6)
+expect("grouped reducescatter 1", rss[1], (sum(ramp(5 * size, torch.float64, r) for r in range(size)) / size)[5 * rank:5 * rank + 5], 1e-12)
+splits = [(rank + p) % 3 + 1 for p in range(size)]
+x = torch.cat([torch.full((n, 2), 10.0 * rank + p, device=dev) for p, n in enumerate(splits)])
+a2, received = hvd.alltoall(x, splits=splits)
+expect("alltoall splits", a2, torch.cat([torch.full(((p + rank) % 3 + 1, 2), 10.0 * p + rank)
+                                        for p in range(size)]).to(dev))
+assert received.tolist() == [(p + rank) % 3 + 1 for p in range(size)], received
+if os.environ.get("HVDLITE_GPU_OPERATIONS") == "nccl":
+    # Every collective above ran on NCCL, not staged through the host.
+    ran = _core.nccl_requests_run()
+    for op in ("allreduce", "broadcast", "allgather", "reducescatter", "alltoall"):
+        assert ran[op] > 0, f"rank {rank}: no {op} ran on NCCL: {dict(ran)}"
+    checks += 1
 
 # DistributedOptimizer against one process on the global batch.
 torch.manual_seed(0)
@@ -81,7 +110,8 @@ for p, q in zip(model.parameters(), reference.parameters()):
 torch.cuda.synchronize()
 if rank == 0:
     print(f"GPU operations: {os.environ.get('HVDLITE_GPU_OPERATIONS', 'default')}, "
-          f"nccl_built {hvd.nccl_built()}, {size} rank(s) on {torch.cuda.device_count()} GPU(s)",
+          f"nccl_built {hvd.nccl_built()}, {size} rank(s) on {torch.cuda.device_count()} GPU(s), "
+          f"requests on NCCL {dict(_core.nccl_requests_run())}",
           flush=True)
 hvd.shutdown()
 print(f"rank {rank}: {checks} checks passed", flush=True)

@@ -33,6 +33,10 @@ _PyCapsule_New = ctypes.pythonapi.PyCapsule_New
 _PyCapsule_New.restype = ctypes.py_object
 _PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _CAPSULE_NAME = ctypes.create_string_buffer(b"dltensor")
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_NUMPY_KINDS = {0: "i", 1: "u", 2: "f"}
 
 
 class StandinRuntime:
@@ -116,6 +120,27 @@ class DeviceArray:
         a.upload(values)
         return a
 
+    @classmethod
+    def from_dlpack(cls, runtime, obj):
+        """A view of a CUDA array the core returned (a DLPack producer), without owning it.
+        Raises AssertionError unless it reports a CUDA device and lies in device memory."""
+        device_type, device_id = obj.__dlpack_device__()
+        assert device_type == kDLCUDA, f"not a CUDA array: DLPack device type {device_type}"
+        capsule = obj.__dlpack__()
+        mt = DLManagedTensor.from_address(_PyCapsule_GetPointer(capsule, b"dltensor"))
+        t = mt.dl_tensor
+        shape = tuple(t.shape[i] for i in range(t.ndim))
+        dtype = np.dtype(f"{_NUMPY_KINDS[t.dtype.code]}{t.dtype.bits // 8}")
+        a = cls.__new__(cls)
+        a.rt, a.shape, a.dtype, a.device = runtime, shape, dtype, device_id
+        a.nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        a.ptr = t.data + t.byte_offset
+        a._exports = []
+        a._owner = (obj, capsule)  # the core frees the memory when these go
+        assert runtime.lib.standin_is_device(ctypes.c_void_p(a.ptr), ctypes.c_size_t(max(a.nbytes, 1))), \
+            "the array's data is not stand-in device memory"
+        return a
+
     def upload(self, values, stream=0):
         values = np.ascontiguousarray(values, dtype=self.dtype)
         self.rt.check(self.rt.lib.cudaMemcpyAsync(self.ptr, values.ctypes.data, self.nbytes, 1,
@@ -151,6 +176,8 @@ class DeviceArray:
         return _PyCapsule_New(ctypes.addressof(mt), _CAPSULE_NAME, None)
 
     def __del__(self):
+        if getattr(self, "_owner", None) is not None:
+            return  # a view of the core's output: not ours to free
         try:
             self.rt.lib.cudaFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown

@@ -2,7 +2,12 @@
 // point HVDLITE_NCCL_LIBRARY at it). Its communicators are POSIX shared-memory segments named
 // by the unique id, so ranks that are separate processes (mpirun) meet there; collectives
 // run in stream order on the stand-in CUDA runtime's streams, in chunks through one slot per
-// rank, between barriers. It checks what real NCCL would refuse (host pointers, two ranks
+// rank, between barriers. Point-to-point (ncclSend / ncclRecv) goes through one ring buffer
+// per ordered pair of ranks, without barriers, so a rank only waits for the peers it names.
+// ncclGroupStart / ncclGroupEnd: the calls between them are checked at once and queued as one
+// stream operation at the end, collectives first (in call order), then every send and
+// receive of the group progressed together (so that a rank may send to and receive from the
+// same peer, or itself, in one group without deadlock). It checks what real NCCL would refuse (host pointers, two ranks
 // claiming one rank number) and fails like it: a barrier that waits longer than
 // NCCL_STANDIN_TIMEOUT_S (a lost rank) sets the communicator's asynchronous error, and
 // ncclCommAbort makes every collective of the communicator return at once.
@@ -12,6 +17,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -19,6 +25,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -26,10 +33,18 @@ constexpr int kSuccess = 0, kSystemError = 2, kInternalError = 3, kInvalidArgume
               kRemoteError = 6;
 constexpr size_t kSlot = 1 << 20;  // bytes each rank stages per chunk
 
+constexpr size_t kChannel = 64 << 10;  // bytes in flight per ordered pair (send/recv)
+
 struct Header {
   std::atomic<uint64_t> arrived;  // barrier: total arrivals so far
   std::atomic<int> ranks_joined;
   std::atomic<int> claimed[64];
+};
+
+// One direction between two ranks: a single-producer single-consumer ring.
+struct Channel {
+  std::atomic<uint64_t> written, read;
+  char data[kChannel];
 };
 
 struct Comm {
@@ -37,6 +52,7 @@ struct Comm {
   int nranks, rank;
   Header* header;
   char* slots;
+  Channel* channels;  // [from * nranks + to]
   size_t bytes;
   uint64_t barriers = 0;  // this rank's barriers so far (stream-ordered: one thread at a time)
   std::atomic<int> async_error{kSuccess};
@@ -45,6 +61,8 @@ struct Comm {
 
 std::atomic<int> g_comms{0};
 std::atomic<long> g_collectives{0};
+std::atomic<int> g_aborts{0};
+std::atomic<int> g_last_nranks{0};
 
 struct CudaHooks {
   int (*push)(void*, void (*)(void*), void*);
@@ -191,29 +209,121 @@ void reduce_chunk(Comm* c, char* out, size_t count, int dt, int op) {
 
 struct Task {
   Comm* comm;
-  enum Kind { AllReduce, Broadcast } kind;
+  enum Kind { AllReduce, Broadcast, Reduce, AllGather, ReduceScatter, Send, Recv } kind;
   const char* send;
   char* recv;
-  size_t count;
-  int dt, op, root;
+  size_t count;  // elements: per rank for AllGather (sent) and ReduceScatter (received)
+  int dt, op, root;  // root: the peer for Send / Recv
 };
 
-void run_task(void* arg) {
-  Task* t = static_cast<Task*>(arg);
+bool live(Comm* c) { return !c->aborted && c->async_error == kSuccess; }
+
+// Every rank puts its chunk into its slot; after a barrier each takes what it needs.
+void run_collective(Task* t) {
   Comm* c = t->comm;
-  const size_t es = type_size(t->dt), per = kSlot / es, total = t->count;
-  for (size_t at = 0; at < total && !c->aborted && c->async_error == kSuccess; at += per) {
-    const size_t n = std::min(per, total - at);
-    if (t->kind == Task::AllReduce || c->rank == t->root) {
-      std::memcpy(c->slots + c->rank * kSlot, t->send + at * es, n * es);
+  const size_t es = type_size(t->dt), per = kSlot / es;
+  char* mine = c->slots + c->rank * kSlot;
+  if (t->kind == Task::ReduceScatter) {
+    // Segment s of every rank's input is reduced into rank s's output.
+    for (int s = 0; s < c->nranks; ++s) {
+      for (size_t at = 0; at < t->count && live(c); at += per) {
+        const size_t n = std::min(per, t->count - at);
+        std::memcpy(mine, t->send + (s * t->count + at) * es, n * es);
+        if (!barrier(c)) return;
+        if (c->rank == s) reduce_chunk(c, t->recv + at * es, n, t->dt, t->op);
+        if (!barrier(c)) return;
+      }
     }
-    if (!barrier(c)) break;
-    if (t->kind == Task::AllReduce) reduce_chunk(c, t->recv + at * es, n, t->dt, t->op);
-    else std::memcpy(t->recv + at * es, c->slots + t->root * kSlot, n * es);
-    if (!barrier(c)) break;
+    return;
   }
-  delete t;
+  for (size_t at = 0; at < t->count && live(c); at += per) {
+    const size_t n = std::min(per, t->count - at);
+    if (t->kind != Task::Broadcast || c->rank == t->root) std::memcpy(mine, t->send + at * es, n * es);
+    if (!barrier(c)) return;
+    switch (t->kind) {
+      case Task::AllReduce: reduce_chunk(c, t->recv + at * es, n, t->dt, t->op); break;
+      case Task::Reduce: if (c->rank == t->root) reduce_chunk(c, t->recv + at * es, n, t->dt, t->op); break;
+      case Task::Broadcast: std::memcpy(t->recv + at * es, c->slots + t->root * kSlot, n * es); break;
+      case Task::AllGather:
+        for (int r = 0; r < c->nranks; ++r) {
+          std::memcpy(t->recv + (r * t->count + at) * es, c->slots + r * kSlot, n * es);
+        }
+        break;
+      default: break;
+    }
+    if (!barrier(c)) return;
+  }
 }
+
+// Moves every send and receive of a group forward until all are done (or the communicator
+// fails: a peer that never sends or drains within NCCL_STANDIN_TIMEOUT_S sets the error).
+void run_p2p(Comm* c, std::vector<Task*>& ops) {
+  std::vector<size_t> done(ops.size(), 0);
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s());
+  while (live(c)) {
+    bool left = false, moved = false;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      Task* t = ops[i];
+      const size_t bytes = t->count * type_size(t->dt);
+      if (done[i] == bytes) continue;
+      // One operation per pair and direction at a time, in call order (NCCL's matching).
+      bool earlier = false;
+      for (size_t j = 0; j < i; ++j) {
+        earlier = earlier || (ops[j]->kind == t->kind && ops[j]->root == t->root &&
+                              done[j] < ops[j]->count * type_size(ops[j]->dt));
+      }
+      left = true;
+      if (earlier) continue;
+      const bool sending = t->kind == Task::Send;
+      Channel& ch = c->channels[sending ? c->rank * c->nranks + t->root : t->root * c->nranks + c->rank];
+      const uint64_t w = ch.written.load(), r = ch.read.load();
+      size_t n = sending ? std::min<size_t>(kChannel - (w - r), bytes - done[i])
+                         : std::min<size_t>(w - r, bytes - done[i]);
+      const uint64_t pos = sending ? w : r;
+      for (size_t k = 0; k < n;) {
+        const size_t off = (pos + k) % kChannel, piece = std::min(n - k, kChannel - off);
+        if (sending) std::memcpy(ch.data + off, t->send + done[i] + k, piece);
+        else std::memcpy(t->recv + done[i] + k, ch.data + off, piece);
+        k += piece;
+      }
+      if (n) {
+        (sending ? ch.written : ch.read).fetch_add(n);
+        done[i] += n;
+        moved = true;
+      }
+    }
+    if (!left) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) until = now + std::chrono::duration<double>(timeout_s());
+    else if (now > until) {
+      c->async_error = kRemoteError;
+      return;
+    }
+    else std::this_thread::yield();
+  }
+}
+
+// What one stream operation runs: one call, or a whole group.
+struct Work {
+  std::vector<Task*> collectives, p2p;
+  ~Work() {
+    for (Task* t : collectives) delete t;
+    for (Task* t : p2p) delete t;
+  }
+};
+
+void run_work(void* arg) {
+  Work* w = static_cast<Work*>(arg);
+  for (Task* t : w->collectives) {
+    if (live(t->comm)) run_collective(t);
+  }
+  if (!w->p2p.empty()) run_p2p(w->p2p[0]->comm, w->p2p);
+  delete w;
+}
+
+thread_local int t_group_depth = 0;
+thread_local Work* t_group = nullptr;
+thread_local void* t_group_stream = nullptr;
 
 // NCCL_STANDIN_FAIL_RANK / NCCL_STANDIN_FAIL_AT: that rank's n-th collective fails
 // asynchronously (as a broken link would), without reaching its peers.
@@ -225,14 +335,33 @@ bool injected_failure(Comm* c) {
 
 int launch(Task* t, void* stream) {
   if (!cuda().push || !cuda().is_device) return kSystemError;
-  const size_t bytes = t->count * type_size(t->dt);
-  if (type_size(t->dt) == 0 || (t->op < 0 || t->op > 4)) {
+  const size_t es = type_size(t->dt), n = static_cast<size_t>(t->comm->nranks);
+  if (es == 0 || (t->op < 0 || t->op > 4) || ((t->kind == Task::Send || t->kind == Task::Recv) &&
+                                               (t->root < 0 || t->root >= t->comm->nranks))) {
     delete t;
     return kInvalidArgument;
   }
-  const bool needs_send = t->kind == Task::AllReduce || t->comm->rank == t->root;
-  if ((needs_send && !cuda().is_device(t->send, bytes)) || !cuda().is_device(t->recv, bytes)) {
-    std::fprintf(stderr, "nccl stand-in: a buffer of %zu bytes is not device memory\n", bytes);
+  // What each call reads and writes, as NCCL documents it (sendbuff / recvbuff on the root only
+  // for Broadcast / Reduce).
+  size_t send_bytes = t->count * es, recv_bytes = t->count * es;
+  const bool root = t->comm->rank == t->root;
+  switch (t->kind) {
+    case Task::Broadcast: send_bytes = root ? send_bytes : 0; break;
+    case Task::Reduce: recv_bytes = root ? recv_bytes : 0; break;
+    case Task::AllGather: recv_bytes *= n; break;
+    case Task::ReduceScatter: send_bytes *= n; break;
+    case Task::Send: recv_bytes = 0; break;
+    case Task::Recv: send_bytes = 0; break;
+    default: break;
+  }
+  if ((send_bytes && !cuda().is_device(t->send, send_bytes)) || (recv_bytes && !cuda().is_device(t->recv, recv_bytes))) {
+    std::fprintf(stderr, "nccl stand-in: a buffer of %zu bytes is not device memory\n",
+                 send_bytes && !cuda().is_device(t->send, send_bytes) ? send_bytes : recv_bytes);
+    delete t;
+    return kInvalidArgument;
+  }
+  if (t_group_depth > 0 && t_group && t_group_stream != stream) {
+    std::fprintf(stderr, "nccl stand-in: one group on two streams is not modelled\n");
     delete t;
     return kInvalidArgument;
   }
@@ -246,7 +375,18 @@ int launch(Task* t, void* stream) {
     delete t;
     return kSuccess;
   }
-  cuda().push(stream, run_task, t);
+  const bool p2p = t->kind == Task::Send || t->kind == Task::Recv;
+  if (t_group_depth > 0) {
+    if (!t_group) {
+      t_group = new Work();
+      t_group_stream = stream;
+    }
+    (p2p ? t_group->p2p : t_group->collectives).push_back(t);
+    return kSuccess;
+  }
+  Work* w = new Work();
+  (p2p ? w->p2p : w->collectives).push_back(t);
+  cuda().push(stream, run_work, w);
   return kSuccess;
 }
 
@@ -280,7 +420,7 @@ int ncclCommInitRank(void** out, int nranks, ncclUniqueId id, int rank) {
   c->name = std::string(id.internal, strnlen(id.internal, sizeof id.internal));
   c->nranks = nranks;
   c->rank = rank;
-  c->bytes = 4096 + static_cast<size_t>(nranks) * kSlot;
+  c->bytes = 4096 + static_cast<size_t>(nranks) * kSlot + static_cast<size_t>(nranks) * nranks * sizeof(Channel);
   const int fd = shm_open(c->name.c_str(), O_CREAT | O_RDWR, 0600);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(c->bytes)) != 0) {
     delete c;
@@ -294,6 +434,7 @@ int ncclCommInitRank(void** out, int nranks, ncclUniqueId id, int rank) {
   }
   c->header = static_cast<Header*>(p);
   c->slots = static_cast<char*>(p) + 4096;
+  c->channels = reinterpret_cast<Channel*>(c->slots + static_cast<size_t>(nranks) * kSlot);
   if (c->header->claimed[rank].exchange(1) != 0) {  // real NCCL: "Duplicate GPU detected"-like refusal
     munmap(p, c->bytes);
     delete c;
@@ -307,6 +448,7 @@ int ncclCommInitRank(void** out, int nranks, ncclUniqueId id, int rank) {
   }
   if (rank == 0) shm_unlink(c->name.c_str());  // everyone has it mapped now
   ++g_comms;
+  g_last_nranks = nranks;
   *out = c;
   return kSuccess;
 }
@@ -320,6 +462,7 @@ int ncclCommAbort(void* comm) {
   // Collectives still queued see the flag and return; the memory stays (their streams may
   // still run them).
   static_cast<Comm*>(comm)->aborted = true;
+  ++g_aborts;
   return kSuccess;
 }
 int ncclCommGetAsyncError(void* comm, int* error) {
@@ -334,16 +477,44 @@ int ncclBroadcast(const void* send, void* recv, size_t count, int dt, int root, 
   return launch(new Task{static_cast<Comm*>(comm), Task::Broadcast, static_cast<const char*>(send),
                          static_cast<char*>(recv), count, dt, 0, root}, stream);
 }
-// Entry points hvdlite binds but does not call through this stand-in.
-int ncclAllGather(const void*, void*, size_t, int, void*, void*) { return kInvalidArgument; }
-int ncclReduceScatter(const void*, void*, size_t, int, int, void*, void*) { return kInvalidArgument; }
-int ncclSend(const void*, size_t, int, int, void*, void*) { return kInvalidArgument; }
-int ncclRecv(void*, size_t, int, int, void*, void*) { return kInvalidArgument; }
-int ncclGroupStart() { return kSuccess; }
-int ncclGroupEnd() { return kSuccess; }
+int ncclReduce(const void* send, void* recv, size_t count, int dt, int op, int root, void* comm, void* stream) {
+  return launch(new Task{static_cast<Comm*>(comm), Task::Reduce, static_cast<const char*>(send),
+                         static_cast<char*>(recv), count, dt, op, root}, stream);
+}
+int ncclAllGather(const void* send, void* recv, size_t count, int dt, void* comm, void* stream) {
+  return launch(new Task{static_cast<Comm*>(comm), Task::AllGather, static_cast<const char*>(send),
+                         static_cast<char*>(recv), count, dt, 0, 0}, stream);
+}
+int ncclReduceScatter(const void* send, void* recv, size_t count, int dt, int op, void* comm, void* stream) {
+  return launch(new Task{static_cast<Comm*>(comm), Task::ReduceScatter, static_cast<const char*>(send),
+                         static_cast<char*>(recv), count, dt, op, 0}, stream);
+}
+int ncclSend(const void* send, size_t count, int dt, int peer, void* comm, void* stream) {
+  return launch(new Task{static_cast<Comm*>(comm), Task::Send, static_cast<const char*>(send),
+                         nullptr, count, dt, 0, peer}, stream);
+}
+int ncclRecv(void* recv, size_t count, int dt, int peer, void* comm, void* stream) {
+  return launch(new Task{static_cast<Comm*>(comm), Task::Recv, nullptr, static_cast<char*>(recv),
+                         count, dt, 0, peer}, stream);
+}
+int ncclGroupStart() {
+  ++t_group_depth;
+  return kSuccess;
+}
+int ncclGroupEnd() {
+  if (t_group_depth == 0) return kInvalidArgument;
+  if (--t_group_depth > 0 || !t_group) return kSuccess;
+  Work* w = t_group;
+  void* stream = t_group_stream;
+  t_group = nullptr;
+  cuda().push(stream, run_work, w);
+  return kSuccess;
+}
 
 // Test hooks.
 int standin_nccl_comms() { return g_comms.load(); }
+int standin_nccl_aborts() { return g_aborts.load(); }
+int standin_nccl_last_comm_ranks() { return g_last_nranks.load(); }
 long standin_nccl_collectives() { return g_collectives.load(); }
 
 }  // extern "C"

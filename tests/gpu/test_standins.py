@@ -181,3 +181,22 @@ def test_pipelined_staging_overlaps_copies_and_reduction(standin):
     assert one_piece > copies, serial  # the stand-in really charges for the copies
     assert pipelined < 0.8 * (copies + host), (pipelined, copies, host, piped)
     assert pipelined < 0.8 * one_piece, (pipelined, one_piece, serial, piped)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_framework_arrays_through_dlpack(standin, np_):
+    # TensorFlow / JAX style arrays (hvdlite/convert/dlpack_arrays.py): the stream hand-off
+    # and the sync hand-off, the consumer's kernel after the call without a host sync.
+    proc = run_mpi(np_, "workers/gpu_standin_dlpack.py", "ok", timeout=240,
+                   env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "CUDA_STANDIN_COPY_DELAY_US": "2000"})
+    assert proc.stdout.count("checks passed") == np_ and "rank 0: 0 checks" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("handoff", ["stream", "sync"])
+def test_framework_without_its_handoff_reads_stale_data(standin, handoff):
+    # The same frameworks with a hand-off that does nothing (a __dlpack__ that ignores the
+    # stream, a sync that does not wait): the core reads the array before the framework's
+    # kernel wrote it. What the previous test relies on is thus really checked.
+    proc = run_mpi(2, "workers/gpu_standin_dlpack.py", f"broken-{handoff}", timeout=120,
+                   env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "CUDA_STANDIN_COPY_DELAY_US": "2000"})
+    assert proc.stdout.count("1 checks passed") == 2, proc.stdout

@@ -81,6 +81,11 @@ if mode == "check":
         if out_of_place:
             for (d, n), x in zip(specs, xs):
                 check(f"{label} input kept", np.array_equal(x.numpy(stream), data(n, d, rank, seed)))
+    # Host arrays take the same pieces (the choice must not depend on where tensors live).
+    for dtype in (np.float32, np.float16):
+        h = data(1_000_003, dtype, rank, 99)
+        ops.allreduce_async(h, op=hvd.Average).wait()
+        digest.update(h.tobytes())
     rt.sync(stream)
     hvd.barrier()
     check("no copy of the wrong kind", rt.violations() == "", rt.violations())

@@ -402,11 +402,15 @@ std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine&
   }
   if (!staged.empty()) {
     std::vector<device::DeviceStaging::Tensor> tensors;
+    bool all_reductions = true;  // only the all-reduce reads a staging piece by piece
     for (size_t i : staged) {
       TensorEntry& e = *entries[i];
       tensors.push_back({e.input, writes_caller_output(e.request.op) ? e.output : nullptr, e.bytes()});
+      all_reductions = all_reductions && e.request.op == OpType::Allreduce;
     }
-    auto staging = std::make_shared<device::DeviceStaging>(cuda, first.input_device, producer, std::move(tensors));
+    const size_t piece = all_reductions ? eng.config().pipeline_piece_bytes : 0;
+    auto staging = std::make_shared<device::DeviceStaging>(cuda, first.input_device, producer,
+                                                           std::move(tensors), piece);
     for (size_t k = 0; k < staged.size(); ++k) {
       TensorEntry& e = *entries[staged[k]];
       e.input = e.output = staging->host(k);

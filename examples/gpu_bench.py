@@ -8,7 +8,9 @@ MLP (25.2 M parameters by default: --mlp-width 2048 --mlp-layers 7), batch 64 pe
 with momentum. Columns: hvdlite (CUDA tensors given to the core), torch.distributed over gloo
 (CUDA tensors), the D2H + H2D copy of the same bytes through pinned memory alone, hvdlite on a
 CPU tensor of the same size (the host reduction alone), and for the step: no communication at
-all, and DDP over gloo.
+all, and DDP over gloo. A second table times the same all-reduces after a fresh ``hvd.init()``
+with HVDLITE_PIPELINE_PIECE_BYTES=0 (staging, reduction and copy back in one piece each):
+what the pipelined staging gains on CUDA tensors, and what reducing in pieces costs CPU ones.
 
 Honest baselines: every baseline is timed before ``hvd.init()`` (hvdlite's thread would slow
 them) and gloo's group is destroyed before hvdlite starts. The ranks meet through mpi4py. Each
@@ -135,6 +137,20 @@ def main():
                                    named_parameters=model.named_parameters())
     rows["step"]["hvdlite"] = timed(step_fn(model, opt, batch), args.step_iters)
     hvd.shutdown()
+    # The same all-reduces reduced in one piece (no pipelined staging), read at init().
+    piece = os.environ.get("HVDLITE_PIPELINE_PIECE_BYTES")
+    os.environ["HVDLITE_PIPELINE_PIECE_BYTES"] = "0"
+    hvd.init()
+    for label, nbytes in SIZES:
+        t = torch.ones(nbytes // 4, device=device)
+        rows[label]["hvdlite one piece"] = timed(lambda: hvd.allreduce_(t, op=hvd.Sum), args.iters)
+        host = torch.ones(nbytes // 4)
+        rows[label]["hvdlite cpu one piece"] = timed(lambda: hvd.allreduce_(host, op=hvd.Sum), args.iters)
+    hvd.shutdown()
+    if piece is None:
+        del os.environ["HVDLITE_PIPELINE_PIECE_BYTES"]
+    else:
+        os.environ["HVDLITE_PIPELINE_PIECE_BYTES"] = piece
 
     if RANK == 0:
         us = lambda s: f"{s * 1e6:.0f} us" if s < 1e-3 else f"{s * 1e3:.1f} ms"  # noqa: E731
@@ -148,6 +164,14 @@ def main():
             r = rows[label]
             print(f"| {label} | {us(r['hvdlite'])} | {us(r['gloo'])} | {us(r['copy floor'])} "
                   f"| {us(r['hvdlite cpu'])} | {r['hvdlite'] / r['gloo']:.2f} |")
+        print(f"\nPipelined staging (HVDLITE_PIPELINE_PIECE_BYTES={piece or 'default'}) against "
+              f"one piece (=0), same run:\n")
+        print("| all-reduce | CUDA, pieces | CUDA, one piece | CPU, pieces | CPU, one piece |")
+        print("|---|---|---|---|---|")
+        for label, _ in SIZES:
+            r = rows[label]
+            print(f"| {label} | {us(r['hvdlite'])} | {us(r['hvdlite one piece'])} "
+                  f"| {us(r['hvdlite cpu'])} | {us(r['hvdlite cpu one piece'])} |")
         r = rows["step"]
         print(f"\nTraining step, MLP of {params / 1e6:.1f} M parameters, batch {args.batch} per "
               f"rank, SGD with momentum:\n")

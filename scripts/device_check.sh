@@ -71,7 +71,12 @@ gpu_checks() {
   local standin
   standin=$("$PY" -c "import sys; sys.path.insert(0, 'tests/gpu'); from standins.build import cudart_standin; print(cudart_standin())") &&
     HVDLITE_CUDA_RUNTIME_LIBRARY=$standin CUDA_STANDIN_COPY_DELAY_US=2000 HVDLITE_DYNAMIC_PROCESS_SETS=1 \
-      gpu_run 2 120 tests/workers/gpu_standin_core.py
+      gpu_run 2 120 tests/workers/gpu_standin_core.py &&
+    HVDLITE_CUDA_RUNTIME_LIBRARY=$standin CUDA_STANDIN_COPY_DELAY_US=2000 HVDLITE_PIPELINE_PIECE_BYTES=300000 \
+      gpu_run 2 120 tests/workers/gpu_standin_pipeline.py check
+  # TensorFlow and JAX arrays on the GPU through DLPack, and Keras on them, where the image
+  # has them (the worker says what it skipped).
+  gpu_run 2 180 tests/workers/gpu_frameworks_cuda.py
 }
 
 gpu_bench() {

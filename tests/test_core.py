@@ -25,6 +25,10 @@ def test_collectives(np_):
          "HVDLITE_SHM_ALLREDUCE_MIN_BYTES": "0"}),
     # No response cache: every tensor goes through the coordinator.
     (2, {"HVDLITE_CACHE_CAPACITY": "0"}),
+    # All-reduces in pieces of 1000 bytes (Note [pipelined staging]), through shared memory
+    # and through the ring.
+    (2, {"HVDLITE_PIPELINE_PIECE_BYTES": "1000"}),
+    (2, {"HVDLITE_PIPELINE_PIECE_BYTES": "1000", "HVDLITE_SHM_ALLREDUCE_MIN_BYTES": "0"}),
 ])
 def test_collectives_engine_settings(np_, env):
     out = run_mpi(np_, "workers/core_collectives.py", env=env, timeout=240).stdout
@@ -80,3 +84,12 @@ def test_min_max_propagate_nan(np_):
     env = {"HVDLITE_EXCHANGE_MAX_BYTES": 1024, "HVDLITE_SHM_ALLREDUCE_MIN_BYTES": 262144}
     out = run_mpi(np_, "workers/nan_min_max.py", env=env, timeout=240).stdout
     assert out.count(f"nan_min_max OK at {np_} ranks") == np_, out
+
+
+def test_min_max_propagate_nan_in_pieces():
+    # At 2 ranks batches are reduced in pieces (here of 512 bytes): NaN still wins, alike on
+    # both ranks, whichever rank reduces each piece.
+    env = {"HVDLITE_EXCHANGE_MAX_BYTES": 1024, "HVDLITE_SHM_ALLREDUCE_MIN_BYTES": 262144,
+           "HVDLITE_PIPELINE_PIECE_BYTES": 512}
+    out = run_mpi(2, "workers/nan_min_max.py", env=env, timeout=240).stdout
+    assert out.count("nan_min_max OK at 2 ranks") == 2, out

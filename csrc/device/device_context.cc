@@ -30,6 +30,7 @@ DeviceContext::DeviceContext(const CudaRuntime& cuda, int device) : cuda_(cuda),
   DeviceGuard on(cuda_, device_);
   // Non-blocking: hvdlite's copies never serialise with the legacy default stream.
   check(cuda_.StreamCreateWithFlags(&stream_, kStreamNonBlocking), "cudaStreamCreateWithFlags");
+  check(cuda_.StreamCreateWithFlags(&upload_stream_, kStreamNonBlocking), "cudaStreamCreateWithFlags (uploads)");
 }
 
 Event DeviceContext::new_event() {

@@ -39,6 +39,9 @@ class DeviceContext {
 
   int device() const { return device_; }
   Stream stream() const { return stream_; }
+  // A second stream for copies back to the device while stream() still copies to the host:
+  // a GPU runs the two directions at once only from different streams.
+  Stream upload_stream() const { return upload_stream_; }
   // A buffer of at least `bytes`, reused from the pool when one is free.
   Buffer acquire(size_t bytes, bool pinned);
   // Back to the pool, free once `after` (owned from now on; may be null: free now) completes.
@@ -56,6 +59,7 @@ class DeviceContext {
   const CudaRuntime& cuda_;
   int device_;
   Stream stream_ = nullptr;
+  Stream upload_stream_ = nullptr;
   std::mutex mu_;
   std::vector<Slot> slots_;  // guarded by mu_
 };

@@ -86,6 +86,12 @@ const std::vector<Setting>& settings() {
         "through shared memory they all map (each rank reduces its share straight from its peers' "
         "staged copies) rather than by the exchange or the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_allreduce_min_bytes = parse_count(v, t); }},
+      {{"HVDLITE_PIPELINE_PIECE_BYTES", "", "4194304",
+        "at 2 ranks, all-reduce batches of at least twice this many bytes are reduced in pieces "
+        "of this size; for CUDA tensors staged through pinned host memory, the device-to-host "
+        "copy of one piece, the host reduction of another and the copy back of a third overlap "
+        "(results are bitwise the same); 0 reduces every batch in one piece"},
+       [](Config& c, const std::string& t, const std::string& v) { c.pipeline_piece_bytes = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
         "that do not answer, such as a stopped one), after this many seconds; the lowest rank "

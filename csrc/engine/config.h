@@ -20,6 +20,10 @@ struct Config {
   // All ranks on one host: batches at least this large go through shared memory
   // (shm_allreduce.h) instead of the exchange or the ring (0: never).
   size_t shm_allreduce_min_bytes = 1;
+  // At 2 ranks, all-reduce batches of at least twice this are reduced in pieces of this
+  // size, so that staged CUDA tensors copy one piece while the host reduces another
+  // (Note [pipelined staging] in device/staging.h; 0: one piece).
+  size_t pipeline_piece_bytes = size_t(4) << 20;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
   double deadlock_s = 30.0;                     // fail a deadlock after this long (0: never)

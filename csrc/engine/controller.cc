@@ -88,6 +88,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_RING_PIECE_BYTES", config_.ring_piece_bytes},
       {"HVDLITE_EXCHANGE_MAX_BYTES", config_.exchange_max_bytes},
       {"HVDLITE_SHM_ALLREDUCE_MIN_BYTES", config_.shm_allreduce_min_bytes},
+      {"HVDLITE_PIPELINE_PIECE_BYTES", config_.pipeline_piece_bytes},
       {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
       {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
       {"HVDLITE_AUTOTUNE", config_.autotune},

@@ -1,5 +1,6 @@
 #include "engine/fusion.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "algorithms/exchange_allreduce.h"
@@ -84,11 +85,38 @@ bool use_shared_memory(size_t bytes, Transport& t, size_t min_bytes) {
   return min_bytes != 0 && bytes >= min_bytes && shm_allreduce_available(t);
 }
 
+// Elements per piece of a batch of `count` elements: pieces only at 2 ranks, where each
+// element is reduced once, as (one rank's) op (the other's), whichever algorithm runs and
+// wherever the piece boundaries fall, so the results are bitwise those of one piece. At
+// more ranks the ring's operand order depends on where its segments fall.
+size_t piece_count(size_t count, size_t elem_size, int ranks, bool hierarchical, size_t piece_bytes) {
+  const size_t piece = piece_bytes / elem_size;
+  if (ranks != 2 || hierarchical || piece == 0 || count < 2 * piece) return count;
+  return piece;
+}
+
 }  // namespace
+
+// A staged device member's host bytes, which pieces of the batch wait for and hand back.
+struct AllreduceExecutor::Watched {
+  const char* data;
+  size_t bytes;
+  DeviceWork* device;
+};
+
+void AllreduceExecutor::visit(const std::vector<Watched>& watched, const char* p, size_t bytes,
+                              void (DeviceWork::*step)(const void*, size_t)) {
+  for (const Watched& w : watched) {
+    const char* lo = std::max(p, w.data);
+    const char* hi = std::min(p + bytes, w.data + w.bytes);
+    if (lo < hi) (w.device->*step)(lo, static_cast<size_t>(hi - lo));
+  }
+}
 
 void pack_prereduce(const std::vector<TensorEntry*>& entries, void* dst) {
   char* at = static_cast<char*>(dst);
   for (TensorEntry* e : entries) {
+    if (e->device) e->device->before_read();
     const size_t count = static_cast<size_t>(num_elements(e->request.shape));
     copy_scaled(at, e->input, count, e->request.dtype, e->request.prescale);
     at += count * dtype_size(e->request.dtype);
@@ -122,10 +150,25 @@ void AllreduceExecutor::run(Batch& batch) {
   const bool traced = Timeline::get().active();
   BatchTimes times;
   if (traced) times.start = Clock::now();
+  // Reduced in pieces (Note [pipelined staging]) or whole: decided from what every rank
+  // knows alike, never from where this rank's tensors live.
+  const bool hierarchical = hierarchy_ && config_.hierarchical_allreduce != 0;  // autotune may turn it off
+  const size_t piece = piece_count(batch.count, ws, transport_.size(), hierarchical,
+                                   config_.pipeline_piece_bytes);
   size_t packed = 0, zero_count = 0;
+  std::vector<Watched> watched;  // staged device data the pieces wait for and hand back
   for (const Member& m : batch.members) {
     if (!in_place(m)) packed += m.count;
     else if (!m.entry) zero_count += m.count;
+    DeviceWork* device = m.entry ? m.entry->device.get() : nullptr;
+    if (!device) continue;
+    // Read here whole: packed members, prescaled ones (scaled into the output first), and
+    // every member of a batch reduced in one piece.
+    if (piece == batch.count || !in_place(m) || r.prescale != 1.0 || !device->piecewise()) {
+      device->before_read();
+    } else {
+      watched.push_back({static_cast<const char*>(m.entry->output), m.count * ws, device});
+    }
   }
   if (fusion_buffer_.size() < packed * ws) fusion_buffer_.resize(packed * ws);
   if (zeros_.size() < zero_count * ws) zeros_.resize(zero_count * ws);
@@ -157,22 +200,36 @@ void AllreduceExecutor::run(Batch& batch) {
   // compressed data is scaled on its way back to full precision instead.
   const double post = applied_postscale(r.reduce_op, r.postscale, transport_.size());
   if (traced) times.packed = Clock::now();
-  if (hierarchy_ && config_.hierarchical_allreduce != 0) {  // autotune may have turned it off
-    times.hierarchical = true;
-    hierarchical_allreduce(*hierarchy_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                           converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
-                           traced ? &times.stages : nullptr);
-  } else if (use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes)) {
-    times.shared_memory = true;
-    shm_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op, converted ? 1.0 : post);
-  } else if (use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes)) {
-    times.exchange = true;
-    exchange_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                       converted ? 1.0 : post, scratch_);
+  // The algorithm is chosen once, for the whole batch, and runs on each piece.
+  const SpanBuffer whole(spans, ws);
+  const bool shared_memory = !hierarchical && use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes);
+  const bool exchange = !hierarchical && !shared_memory &&
+                        use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes);
+  times.hierarchical = hierarchical;
+  times.shared_memory = shared_memory;
+  times.exchange = exchange;
+  auto reduce = [&](const SpanBuffer& buf) {
+    if (hierarchical) {
+      hierarchical_allreduce(*hierarchy_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post,
+                             scratch_, config_.ring_piece_bytes, traced ? &times.stages : nullptr);
+    } else if (shared_memory) {
+      shm_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post);
+    } else if (exchange) {
+      exchange_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, scratch_);
+    } else {
+      ring_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, scratch_,
+                     config_.ring_piece_bytes, traced ? &times.scattered : nullptr);
+    }
+  };
+  if (piece == batch.count) {
+    reduce(whole);
   } else {
-    ring_allreduce(transport_, SpanBuffer(spans, ws), batch.wire, r.reduce_op,
-                   converted ? 1.0 : post, scratch_, config_.ring_piece_bytes,
-                   traced ? &times.scattered : nullptr);
+    for (size_t begin = 0; begin < batch.count; begin += piece) {
+      const size_t n = std::min(piece, batch.count - begin);
+      whole.for_each_run(begin, n, [&](char* p, size_t c) { visit(watched, p, c * ws, &DeviceWork::wait_landed); });
+      reduce(whole.slice(begin, n));
+      whole.for_each_run(begin, n, [&](char* p, size_t c) { visit(watched, p, c * ws, &DeviceWork::results_ready); });
+    }
   }
   if (traced) times.reduced = Clock::now();
 

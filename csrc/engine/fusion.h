@@ -48,6 +48,10 @@ class AllreduceExecutor {
     size_t count = 0;
   };
   void run(Batch& batch);
+  struct Watched;
+  // Calls `step` on each watched member's share of host bytes [p, p + bytes).
+  static void visit(const std::vector<Watched>& watched, const char* p, size_t bytes,
+                    void (DeviceWork::*step)(const void*, size_t));
 
   Transport& transport_;
   const Config& config_;

@@ -283,8 +283,9 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
   }
   try {
     // GPU tensors: their staging copies must have landed before negotiation may pack them.
+    // A piecewise staging is waited for by whoever reads it (the all-reduce, piece by piece).
     for (size_t i = pending_.size() - drained; i < pending_.size(); ++i) {
-      if (pending_[i]->device) pending_[i]->device->before_read();
+      if (pending_[i]->device && !pending_[i]->device->piecewise()) pending_[i]->device->before_read();
     }
     if (!open) trace_round();
     std::optional<RoundOutcome> outcome = controller_.negotiate(pending_, stop_requested, options);

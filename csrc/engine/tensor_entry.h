@@ -23,6 +23,14 @@ class DeviceWork {
   // When the entry completes (ok: successfully), before its handle does: the last entry of
   // a submission issues the copies back to the device.
   virtual void after(bool ok) = 0;
+
+  // Pipelined staging (Note [pipelined staging] in device/staging.h): a large staging lands
+  // in pieces, and the engine may read it piece by piece instead of after before_read().
+  virtual bool piecewise() const { return false; }
+  // Before the engine reads host bytes [data, data + bytes) of the entry: they have landed.
+  virtual void wait_landed(const void* data, size_t bytes) { (void)data; (void)bytes; before_read(); }
+  // Those bytes hold their final results: they may go back to the device now.
+  virtual void results_ready(const void* data, size_t bytes) { (void)data; (void)bytes; }
 };
 
 struct TensorEntry {

@@ -1,7 +1,8 @@
 """JAX arrays in and out of the core, for the Keras JAX bridge: the dtypes the core moves,
 the host callback by which a jitted step reaches the core (``io_callback`` where program
 order matters, ``pure_callback`` where it does not: see hvdlite/keras/bridges/jax.py), and
-the grouped all-reduce on arrays traced or not. The core gets numpy arrays, never JAX's."""
+the grouped all-reduce on arrays traced or not. The core gets numpy arrays, or for concrete
+GPU arrays their DLPack capsules (convert/dlpack_arrays.py), never JAX's."""
 
 import jax
 import jax.numpy as jnp
@@ -9,6 +10,7 @@ import numpy as np
 from jax.experimental import io_callback
 
 from hvdlite import _core, ops as _ops, policy
+from hvdlite.convert import dlpack_arrays
 from hvdlite.algorithms.compression import cast_compressors
 from hvdlite.exceptions import HvdliteError, HvdliteInvalidArgumentError, raise_replaced
 
@@ -45,6 +47,22 @@ def call_host(host, shapes, *args, ordered):
     return jax.pure_callback(host, shapes, *args)
 
 
+class GpuArrays(dlpack_arrays.Framework):
+    """Concrete GPU arrays through DLPack (Note [DLPack hand-off without a framework
+    stream]): ``__dlpack__(stream=)`` makes the core's producer stream wait for each array's
+    definition event. An output is a fresh array of zeros on the input's device, which
+    only the core writes before the caller gets it."""
+
+    name = "JAX"
+    handoff = "stream"
+
+    def empty_like(self, x):
+        return jnp.zeros(x.shape, x.dtype, device=next(iter(x.devices())))
+
+
+GPU_ARRAYS = GpuArrays()
+
+
 def grouped_allreduce(xs, names, op, prescale, postscale, compression, process_set,
                        labels=None, when=None, ordered=True):
     """All-reduce jax arrays (traced or not) as one request group; ``when`` (a boolean
@@ -69,8 +87,16 @@ def grouped_allreduce(xs, names, op, prescale, postscale, compression, process_s
             raise_replaced(e, policy.with_labels(e, labels))
         return outs
 
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in send]
-    run = np.bool_(True) if when is None else when
-    out = call_host(host, shapes, run, *send, ordered=ordered)
+    if when is None and not traced(*send) and dlpack_arrays.on_one_gpu(send):
+        # Concrete GPU arrays stay on the device: staged by the core, no host callback.
+        try:
+            out = dlpack_arrays.grouped_allreduce(GPU_ARRAYS, send, names, op, prescale,
+                                                  postscale, wire, process_set)
+        except HvdliteError as e:
+            raise_replaced(e, policy.with_labels(e, labels))
+    else:
+        shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in send]
+        run = np.bool_(True) if when is None else when
+        out = call_host(host, shapes, run, *send, ordered=ordered)
     return [o if not in_python else compression.decompress(o, ctx)
             for o, (_, in_python), ctx in zip(out, routes, ctxs)]

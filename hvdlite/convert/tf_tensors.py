@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from hvdlite.exceptions import HvdliteError, raise_replaced
 
-from . import tf_check_status
+from . import dlpack_arrays, tf_check_status
 
 try:  # TensorFlow itself depends on ml_dtypes for bfloat16.
     import ml_dtypes as _ml_dtypes
@@ -184,3 +184,23 @@ def grad_names(names):
 
 def scaled(tensors, factor):
     return tensors if factor == 1.0 else [t * tf.cast(factor, t.dtype) for t in tensors]
+
+
+class GpuTensors(dlpack_arrays.Framework):
+    """Eager GPU tensors through DLPack (Note [DLPack hand-off without a framework stream]):
+    TensorFlow's ``__dlpack__`` takes no stream, so its GPU work is waited for with
+    ``tf.test.experimental.sync_devices()``. An output is an uninitialised tensor of its own
+    (``Empty``: never a buffer shared with another tensor), which only the core writes."""
+
+    name = "TensorFlow"
+    handoff = "sync"
+
+    def sync(self):
+        tf.test.experimental.sync_devices()
+
+    def empty_like(self, x):
+        with tf.device(x.device):
+            return tf.raw_ops.Empty(shape=tf.shape(x), dtype=x.dtype, init=False)
+
+
+GPU_TENSORS = GpuTensors()

@@ -41,7 +41,7 @@ from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
-from hvdlite.convert import tf_tensors
+from hvdlite.convert import dlpack_arrays, tf_tensors
 from hvdlite.convert.tf_tensors import (aligned_empty_like, as_array,  # noqa: F401
                                         grad_names, graph_counters, outermost_function_graph,
                                         result_arrays, scaled, tape_may_record)
@@ -146,6 +146,14 @@ def _with_gradient(forward, grad_fn, tensors):
 # ----------------------------------------------------------------------- the crossings
 
 def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set, labels=None):
+    if tf.executing_eagerly() and dlpack_arrays.on_one_gpu(tensors):
+        # GPU tensors stay on the device: staged by the core, no numpy copy each way.
+        try:
+            return dlpack_arrays.grouped_allreduce(tf_tensors.GPU_TENSORS, tensors, names, op,
+                                                   prescale, postscale, wire, process_set)
+        except HvdliteError as e:
+            raise_replaced(e, _errors.native(policy.with_labels(e, labels)), chain=False)
+
     def fn(*arrays):
         arrays = [as_array(a) for a in arrays]
         outs = [aligned_empty_like(a) for a in arrays]

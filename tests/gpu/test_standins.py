@@ -183,3 +183,62 @@ print(info["loaded"], {missing!r} in info["error"])
 print(hvd.cuda_built())
 """, {"HVDLITE_CUDA_RUNTIME_LIBRARY": missing})
     assert out.split() == ["False", "True", "False"], out
+
+
+def _pipeline_run(standin, mode, piece_bytes, extra_env):
+    env = {"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "HVDLITE_PIPELINE_PIECE_BYTES": str(piece_bytes),
+           **extra_env}
+    proc = run_mpi(2, "workers/gpu_standin_pipeline.py", mode, timeout=240, env=env)
+    assert proc.stdout.count("checks passed") == 2, proc.stdout
+    return proc.stdout
+
+
+def _per_rank(stdout, key):
+    return [line.split(key, 1)[1].split()[0] for line in stdout.splitlines() if key in line]
+
+
+def test_pipelined_staging_is_bitwise_the_one_piece_result(standin):
+    # Pieces of 300,000 bytes: no multiple of the staging's 256-byte alignment nor of any
+    # tensor, so staging pieces and reduction pieces fall unevenly across tensors. A piece
+    # read before its copy landed, or copied back before it was reduced, changes the digest
+    # (each run also checks the exact sums against numpy).
+    env = {"CUDA_STANDIN_COPY_DELAY_US": "2000"}
+    whole = _per_rank(_pipeline_run(standin, "check", 0, env), "digest ")
+    pieces = _per_rank(_pipeline_run(standin, "check", 300_000, env), "digest ")
+    assert len(whole) == 2 and len(set(whole)) == 1, whole
+    assert pieces == whole, (pieces, whole)
+
+
+def test_pipelined_staging_overlaps_copies_and_reduction(standin):
+    # A 16 MiB all-reduce with copies at 4 ms per MiB (64 ms each way). In one piece the
+    # copy to the host, the reduction and the copy back run one after the other; in 1 MiB
+    # pieces they overlap: the wall time must fall well below that serial sum.
+    env = {"CUDA_STANDIN_COPY_US_PER_MIB": "4000"}
+    serial = _pipeline_run(standin, "time", 0, env)
+    piped = _pipeline_run(standin, "time", 1 << 20, env)
+    one_piece = max(float(v) for v in _per_rank(serial, "device_ms "))
+    pipelined = max(float(v) for v in _per_rank(piped, "device_ms "))
+    host = max(float(v) for v in _per_rank(piped, "host_ms "))
+    copies = 2 * 16 * 4.0
+    assert one_piece > copies, serial  # the stand-in really charges for the copies
+    assert pipelined < 0.8 * (copies + host), (pipelined, copies, host, piped)
+    assert pipelined < 0.8 * one_piece, (pipelined, one_piece, serial, piped)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_framework_arrays_through_dlpack(standin, np_):
+    # TensorFlow / JAX style arrays (hvdlite/convert/dlpack_arrays.py): the stream hand-off
+    # and the sync hand-off, the consumer's kernel after the call without a host sync.
+    proc = run_mpi(np_, "workers/gpu_standin_dlpack.py", "ok", timeout=240,
+                   env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "CUDA_STANDIN_COPY_DELAY_US": "2000"})
+    assert proc.stdout.count("checks passed") == np_ and "rank 0: 0 checks" not in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("handoff", ["stream", "sync"])
+def test_framework_without_its_handoff_reads_stale_data(standin, handoff):
+    # The same frameworks with a hand-off that does nothing (a __dlpack__ that ignores the
+    # stream, a sync that does not wait): the core reads the array before the framework's
+    # kernel wrote it. What the previous test relies on is thus really checked.
+    proc = run_mpi(2, "workers/gpu_standin_dlpack.py", f"broken-{handoff}", timeout=120,
+                   env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "CUDA_STANDIN_COPY_DELAY_US": "2000"})
+    assert proc.stdout.count("1 checks passed") == 2, proc.stdout

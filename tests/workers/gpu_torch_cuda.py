@@ -41,6 +41,31 @@ for dtype, tol in ((torch.float32, 0), (torch.float16, 1e-3), (torch.bfloat16, 1
         hvd.allreduce_(y, op=hvd.Sum)
         expect(f"in place {dtype} {n}", y, total, tol)
 
+# Pipelined staging (HVDLITE_PIPELINE_PIECE_BYTES, 4 MiB by default): batches of 8 MiB and
+# more copy, reduce and copy back in pieces. Random values, produced by a kernel just before
+# the submission and read by one just after: at 2 ranks each element is one float addition,
+# so the result must equal the sum computed here bitwise; grouped tensors of uneven sizes.
+def noise(n, r):
+    return torch.randn(n, generator=torch.Generator().manual_seed(r)).to(dev)
+
+
+def tolerance(dtype):
+    return 0 if size <= 2 and dtype == torch.float32 else 1e-2
+
+
+for sizes in ((3_000_001,), (5_000_000, 1234, 2_000_003)):
+    xs = [noise(n, 10 * rank + i) * 1.0 for i, n in enumerate(sizes)]
+    outs = hvd.grouped_allreduce(xs, op=hvd.Sum)
+    for i, (n, o) in enumerate(zip(sizes, outs)):
+        want = noise(n, i)
+        for r in range(1, size):
+            want = want + noise(n, 10 * r + i)
+        expect(f"pipelined sum {sizes}[{i}]", o, want, tolerance(torch.float32))
+y = noise(6_000_001, rank).half()
+hvd.allreduce_(y, op=hvd.Average)
+expect("pipelined average float16 in place", y,
+       sum(noise(6_000_001, r).half().double() for r in range(size)) / size, 1e-2)
+
 xs = [ramp(10 + i, torch.float32, rank) for i in range(4)]
 outs = hvd.grouped_allreduce(xs, op=hvd.Sum)
 for i, o in enumerate(outs):

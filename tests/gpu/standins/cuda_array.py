@@ -182,3 +182,53 @@ class DeviceArray:
             self.rt.lib.cudaFree(self.ptr)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+class FrameworkArray(DeviceArray):
+    """An array of a stand-in framework (as a TensorFlow or JAX GPU array): written by the
+    framework's own kernels on its own stream, exported through DLPack. With
+    ``honours_stream`` its ``__dlpack__(stream=s)`` makes ``s`` wait for that work (JAX's
+    way); without, it ignores ``stream`` (TensorFlow's) and only a framework sync orders it."""
+
+    def __init__(self, framework, shape, dtype, device=0):
+        super().__init__(framework.rt, shape, dtype, device)
+        self.fw = framework
+
+    def produce(self, values, delay_us):
+        """A slow fake kernel on the framework's stream writes ``values``."""
+        self.rt.fill_async(self, values, delay_us, self.fw.stream)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if stream is not None and self.fw.honours_stream:
+            rt = self.rt
+            e = ctypes.c_void_p()
+            rt.check(rt.lib.cudaEventCreateWithFlags(ctypes.byref(e), 2), "event create")
+            rt.check(rt.lib.cudaEventRecord(e, self.fw.stream), "event record")
+            rt.check(rt.lib.cudaStreamWaitEvent(stream, e, 0), "stream wait")
+            rt.lib.cudaEventDestroy.argtypes = [ctypes.c_void_p]
+            rt.lib.cudaEventDestroy(e)
+        return super().__dlpack__(stream, max_version, dl_device, copy)
+
+
+class StandinFramework:
+    """The adapter hvdlite.convert.dlpack_arrays needs, for FrameworkArray: ``handoff``
+    "stream" or "sync"; ``broken=True`` makes its hand-off do nothing (a missing wait)."""
+
+    def __init__(self, runtime, handoff, broken=False):
+        self.rt, self.handoff, self.broken = runtime, handoff, broken
+        self.name = f"stand-in ({handoff})"
+        self.honours_stream = handoff == "stream" and not broken
+        self.stream = runtime.stream()
+
+    def sync(self):
+        if not self.broken:
+            self.rt.sync(self.stream)
+
+    def empty_like(self, x):
+        return FrameworkArray(self, x.shape, x.dtype, x.device)
+
+    def array(self, values, delay_us=20_000):
+        values = np.ascontiguousarray(values)
+        a = FrameworkArray(self, values.shape, values.dtype)
+        a.produce(values, delay_us)
+        return a

@@ -7,8 +7,9 @@
 //     does not match where its pointers are (a device pointer passed as host, say) fails
 //     with cudaErrorInvalidValue and is recorded as a violation;
 //   - every stream is a FIFO worker thread, so copies really run later than they are issued,
-//     and each copy sleeps CUDA_STANDIN_COPY_DELAY_US first: a reader that is not ordered
-//     after a writer (through an event waited on) sees stale data;
+//     and each copy sleeps CUDA_STANDIN_COPY_DELAY_US (plus CUDA_STANDIN_COPY_US_PER_MIB per
+//     MiB) first: a reader that is not ordered after a writer (through an event waited on)
+//     sees stale data, and copies on different streams overlap as a GPU's copy engines do;
 //   - events know whether anyone waited on them: one recorded and never waited on (by a
 //     stream, a synchronize or a successful query) is counted (standin_unwaited_events).
 // Test hooks (standin_*) launch fake kernels: fill/copy on a stream after a delay.
@@ -124,12 +125,19 @@ struct Event {
   }
 };
 
-void copy_delay() {
+// CUDA_STANDIN_COPY_DELAY_US per copy, plus CUDA_STANDIN_COPY_US_PER_MIB per MiB copied (a
+// link's bandwidth: what pipelined copies overlap).
+void copy_delay(size_t bytes) {
   static const long us = [] {
     const char* d = std::getenv("CUDA_STANDIN_COPY_DELAY_US");
     return d ? std::atol(d) : 0L;
   }();
-  if (us > 0) std::this_thread::sleep_for(std::chrono::microseconds(us));
+  static const double us_per_mib = [] {
+    const char* d = std::getenv("CUDA_STANDIN_COPY_US_PER_MIB");
+    return d ? std::atof(d) : 0.0;
+  }();
+  const long total = us + static_cast<long>(us_per_mib * static_cast<double>(bytes) / (1 << 20));
+  if (total > 0) std::this_thread::sleep_for(std::chrono::microseconds(total));
 }
 
 }  // namespace
@@ -197,7 +205,7 @@ int cudaMemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* st
   }
   ++g_copies;
   resolve(stream)->push([=] {
-    copy_delay();
+    copy_delay(bytes);
     std::memcpy(dst, src, bytes);
   });
   return kSuccess;

@@ -20,6 +20,9 @@ struct Config {
   // All ranks on one host: batches at least this large go through shared memory
   // (shm_allreduce.h) instead of the exchange or the ring (0: never).
   size_t shm_allreduce_min_bytes = 1;
+  // More than 2 ranks on one host: cached all-reduces of up to this many bytes ride in the
+  // negotiation round through the shared board (controller.h) (0: never).
+  size_t board_allreduce_max_bytes = size_t(4) << 10;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
   double deadlock_s = 30.0;                     // fail a deadlock after this long (0: never)

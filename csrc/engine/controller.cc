@@ -146,6 +146,7 @@ void Controller::check_settings_agree() {
       {"HVDLITE_EXCHANGE_MAX_BYTES", config_.exchange_max_bytes},
       {"HVDLITE_SHM_ALLREDUCE_MIN_BYTES", config_.shm_allreduce_min_bytes},
       {"HVDLITE_BOARD_ALLREDUCE_MAX_BYTES", config_.board_allreduce_max_bytes},
+      {"HVDLITE_SHM_COLLECTIVES", static_cast<uint64_t>(config_.shm_collectives)},
       {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
       {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
       {"HVDLITE_AUTOTUNE", config_.autotune},

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "algorithms/collectives.h"
+#include "algorithms/shm_collectives_nranks.h"
 #include "observability/timeline.h"
 
 namespace hvdlite {
@@ -301,6 +302,7 @@ void Group::execute(const std::vector<Response>& responses) {
     else by_name[e->request.name] = e.get();
   }
   Transport& t = *transport_;
+  const bool shm = config_.shm_collectives && shm_collectives_nranks_available(t);
   for (const Response& r : responses) {
     TensorEntry* e = nullptr;
     if (r.op == OpType::Join) {
@@ -338,11 +340,11 @@ void Group::execute(const std::vector<Response>& responses) {
           for (int m = 0; m < t.size(); ++m) {
             if (members_.global(m) == r.root) local.root = m;
           }
-          complete(e, run_broadcast(t, local, *e));
+          complete(e, run_broadcast(t, local, *e, shm));
         }
         break;
       case OpType::Allgather:
-        if (e) complete(e, run_allgather(t, r, *e, members_));
+        if (e) complete(e, run_allgather(t, r, *e, members_, shm));
         break;
       case OpType::Alltoall:
         if (e) complete(e, run_alltoall(t, r, *e, members_));
@@ -350,7 +352,7 @@ void Group::execute(const std::vector<Response>& responses) {
       case OpType::Reducescatter:
         if (e) {
           complete(e, run_reducescatter(t, r, *e, work_, scratch_, config_.ring_piece_bytes,
-                                        members_));
+                                        members_, shm));
         }
         break;
       case OpType::Barrier:

@@ -39,6 +39,9 @@ struct TransportStats {
   // All-reduces that rode in a negotiation round through the shared board (controller.h):
   // reduced there, with no data round of their own.
   std::atomic<uint64_t> board_allreduces{0};
+  // All-gathers, broadcasts and reduce-scatters through the shared area
+  // (shm_collectives_nranks.h); their copies and rounds count as the all-reduces' do.
+  std::atomic<uint64_t> shared_memory_collectives{0};
 };
 
 class Transport {

@@ -79,6 +79,8 @@ class Controller {
 
   // Before the first round: whether hierarchical all-reduce is available (autotune.h).
   void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
+  // Likewise for the shared-memory paths of more than 2 ranks on one host (autotune.h).
+  void allow_shared_memory(bool available) { autotune_.allow_shared_memory(available); }
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
   // Returns nothing when options.leave_at passed before every peer answered: the round stays

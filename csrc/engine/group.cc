@@ -54,6 +54,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
   controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
   hierarchy_ = make_hierarchy(*transport_, config_);
   controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
+  controller_.allow_shared_memory(shm_collectives_nranks_available(*transport_));
   allreduce_.use_hierarchy(hierarchy_.get());
   thread_ = std::thread([this] { run_loop(); });
 }

@@ -905,6 +905,8 @@ NB_MODULE(_core, m) {
     d["shared_memory_allreduces"] = read(s.shared_memory_allreduces);
     d["shared_memory_copied_bytes"] = read(s.shared_memory_copied_bytes);
     d["shared_memory_rounds"] = read(s.shared_memory_rounds);
+    d["board_allreduces"] = read(s.board_allreduces);
+    d["shared_memory_collectives"] = read(s.shared_memory_collectives);
     return d;
   }, nb::arg("reset") = false);
   m.def("round_through_wire",

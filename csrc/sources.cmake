@@ -25,6 +25,7 @@ set(HVDLITE_CORE_SOURCES
   algorithms/ring_pass.cc
   algorithms/shm_allreduce.cc
   algorithms/shm_allreduce_nranks.cc
+  algorithms/shm_collectives_nranks.cc
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc

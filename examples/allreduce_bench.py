@@ -529,6 +529,20 @@ def run(args):
             dist.destroy_process_group()
 
     checked = set()
+    paths = {}
+
+    def count_paths(label, call, calls=50):
+        """Per call, after the timing: negotiation rounds through shared memory, all-reduces
+        that rode in the round (HVDLITE_BOARD_ALLREDUCE_MAX_BYTES), data-path shared-memory
+        all-reduces and the bytes this rank copied for them (what the 2-core machine's tests
+        check; the timings say what they cost here)."""
+        _core.transport_stats(reset=True)
+        for _ in range(calls):
+            call()
+        s = _core.transport_stats(reset=True)
+        paths[label] = {k: s[k] / calls for k in ("shared_memory_swaps", "board_allreduces",
+                                                     "shared_memory_allreduces",
+                                                     "shared_memory_copied_bytes")}
 
     def hvdlite_phase(last):
         hvd.init()
@@ -549,11 +563,15 @@ def run(args):
                     checked.add(nbytes)
                 rec.run(("sweep", nbytes), {"hvdlite": lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)},
                         warmup, target, min_iters, max_iters)
+                if last:
+                    count_paths(fmt_size(nbytes), lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name), 10)
                 buf = None
         if "latency" in args.parts:
             one = filled(1)
             rec.run("latency", {"hvdlite": lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency")},
                     warmup * 10, fixed_iters=lat_iters)
+            if last:
+                count_paths("1 float", lambda: hvd.allreduce_(one, op=hvd.Sum, name="bench.latency"))
         if "resnet50" in args.parts:
             grads = [filled(int(np.prod(s))).reshape(s) for s in shapes]
             backward_order = list(reversed(range(len(grads))))   # the last layer's is ready first
@@ -590,6 +608,13 @@ def run(args):
                 baseline_phase()
     for note in notes:
         log(f"note: {note}")
+    if paths:
+        results["paths_per_call"] = paths
+        log("\npaths per hvdlite call (rank 0): board rounds / rode the round / shm all-reduces "
+            "/ bytes copied")
+        for label, p in paths.items():
+            log(f"  {label:>8}: {p['shared_memory_swaps']:.2f} / {p['board_allreduces']:.2f} / "
+                f"{p['shared_memory_allreduces']:.2f} / {p['shared_memory_copied_bytes']:.0f}")
 
     copy_GBps = None
     if copy_times:

@@ -116,14 +116,20 @@ static_section() {
 # ---------------------------------------------------------------------------------------
 # N ranks on one host (issue 19): the figures the 2-core development machine cannot time,
 # on the device's 16 cores, after gpu_setup built hvdlite: hvdlite against MPI per size at 8
-# and 16 ranks, and the torch MLP step at 8 ranks against its no-communication step.
-# About 2-3 minutes.
+# and 16 ranks (with the paths each call took), small sizes at 8 ranks without the ride in
+# the negotiation round, and the torch MLP step at 8 ranks against its no-communication step.
+# About 3 minutes.
 nranks_section() {
   local t0=$SECONDS np
   for np in ${HVDLITE_DEVICE_NRANKS:-8 16}; do
     gpu_run "$np" 240 examples/allreduce_bench.py --sizes 4K 256K 4M 64M --target-time 0.2 \
       --rounds 2 ${OUT:+--json "$OUT/allreduce_bench_$np.json"}
   done
+  # The same small sizes and the 1-float latency with the ride in the negotiation round
+  # turned off (the data path after a round), to weigh HVDLITE_BOARD_ALLREDUCE_MAX_BYTES.
+  HVDLITE_BOARD_ALLREDUCE_MAX_BYTES=0 gpu_run 8 120 examples/allreduce_bench.py --sizes 1K 4K \
+    --parts sweep,latency --target-time 0.2 --rounds 2 --no-gloo \
+    ${OUT:+--json "$OUT/allreduce_bench_8_board_off.json"}
   OMP_NUM_THREADS=1 gpu_run 8 240 examples/torch_bench.py --models mlp
   say "N-rank section done in $((SECONDS - t0)) s"
 }

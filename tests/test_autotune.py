@@ -2,7 +2,9 @@
 applying different values in some round would fail or hang), records every trial and the
 final choice in HVDLITE_AUTOTUNE_LOG, converges, and then holds still. On two hosts x two
 ranks (tests/multihost/hosts.py) it also tries hierarchical all-reduce on and off, first, and
-every rank switches in the same round (the timeline shows both algorithms)."""
+every rank switches in the same round (the timeline shows both algorithms). At 3 ranks on one
+host it tries the shared-memory paths (the area or the ring; how much rides in the negotiation
+round) first, and leaves one the user turned off (0) off."""
 import csv
 import os
 import sys
@@ -46,6 +48,27 @@ def test_autotune_converges_logs_every_trial_and_holds_still(tmp_path):
     # One host: hierarchical all-reduce is not possible, so it stays off and is never tried.
     assert {r["hierarchical_allreduce"] for r in rows} == {"0"}
     assert not any(r["setting"] == "hierarchical_allreduce" for r in rows)
+
+
+@pytest.mark.parametrize("board", ["4096", "0"])
+def test_autotune_tries_the_shared_memory_paths_at_three_ranks(tmp_path, board):
+    log = tmp_path / "autotune.csv"
+    # The loop's results are checked exactly whatever path each round took; 30 s leave time
+    # for the first settings searched (the algorithms) on an oversubscribed machine.
+    run_mpi(3, "workers/autotune_loop.py", 30,
+            env={"HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": log,
+                 "HVDLITE_BOARD_ALLREDUCE_MAX_BYTES": board}, timeout=240)
+    rows = list(csv.DictReader(open(log)))
+    first = [r for r in rows if r["pass"] == "1" and r["row"] == "trial"]
+    tried = lambda setting: {r[setting] for r in first if r["setting"] == setting}
+    assert tried("shm_allreduce_min_bytes") == {"1", "0"}, rows
+    if board == "0":
+        assert not tried("board_allreduce_max_bytes") and {r["board_allreduce_max_bytes"] for r in rows} == {"0"}
+    else:
+        assert tried("board_allreduce_max_bytes") == {"4096", "0", "16384"}, rows
+    # The algorithms come first: nothing else was tried before them.
+    settings = [r["setting"] for r in first]
+    assert settings[0] == "shm_allreduce_min_bytes", settings
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@
 
 #include "algorithms/reduce.h"
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/shm_collectives_nranks.h"
 #include "observability/timeline.h"
 
 namespace hvdlite {
@@ -77,13 +78,15 @@ std::vector<int64_t> reducescatter_rows(int64_t rows, int size) {
   return out;
 }
 
-Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e) {
+Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e, bool shared_memory) {
   if (t.rank() == r.root && e.input != e.output) std::memcpy(e.output, e.input, e.bytes());
-  t.broadcast(e.output, e.bytes(), r.root);
+  if (shared_memory) shm_broadcast_nranks(t, e.output, e.bytes(), r.root);
+  else t.broadcast(e.output, e.bytes(), r.root);
   return Outcome{};
 }
 
-Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members,
+                      bool shared_memory) {
   const size_t rb = row_bytes(e.request.shape, e.request.dtype);
   std::vector<size_t> bytes(t.size());
   int64_t rows = 0;
@@ -101,7 +104,8 @@ Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Mem
   }
   out.output_shape = with_rows(e.request.shape, rows);
   out.output_dtype = e.request.dtype;
-  t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
+  if (shared_memory) shm_allgatherv_nranks(t, e.input, out.output.data, bytes);
+  else t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
   return out;
 }
 
@@ -138,7 +142,7 @@ Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Memb
 
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
-                          size_t piece_bytes, const Membership& members) {
+                          size_t piece_bytes, const Membership& members, bool shared_memory) {
   const DataType dt = e.request.dtype;
   const size_t es = dtype_size(dt);
   const size_t row_elems = row_bytes(e.request.shape, dt) / es;
@@ -167,9 +171,14 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
   phases.end("MEMCPY_IN_WORK_BUFFER");
   const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
-  ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
-                      scratch, piece_bytes);
-  phases.end("RING_REDUCE_SCATTER");
+  if (shared_memory) {
+    shm_reduce_scatter_nranks(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post);
+    phases.end("SHM_REDUCE_SCATTER");
+  } else {
+    ring_reduce_scatter(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post,
+                        scratch, piece_bytes);
+    phases.end("RING_REDUCE_SCATTER");
+  }
   out.output_shape = with_rows(e.request.shape, rows[me]);
   out.output_dtype = dt;
   std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);

@@ -14,14 +14,17 @@
 
 namespace hvdlite {
 
-Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e);
+// shared_memory: through shm_collectives_nranks.h instead of the transport's collectives or the
+// ring (the same on every rank: Config::shm_collectives and shm_collectives_nranks_available).
+Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e, bool shared_memory);
 // members names the ranks in the error when some rank cannot allocate its output (or the
 // reduce-scatter's work buffer): see Note [agreed allocations] in collectives.cc.
-Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members);
+Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members,
+                      bool shared_memory);
 Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Membership& members);
 Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                           std::vector<uint8_t>& work, std::vector<uint8_t>& scratch,
-                          size_t piece_bytes, const Membership& members);
+                          size_t piece_bytes, const Membership& members, bool shared_memory);
 
 // Note [agreed allocations]
 // An all-gather's or all-to-all's output, and a reduce-scatter's work buffer, are the

@@ -104,22 +104,12 @@ bool shm_allreduce_nranks_available(Transport& t) {
   return area.data != nullptr && shm_allreduce_nranks_piece_bytes(area.bytes, t.size()) != 0;
 }
 
-namespace {
-
-// The halves an operation runs: the reduce-scatter (stage, then each owner folds its piece)
-// and the all-gather (each owner leaves its piece in its result slot, the others copy it
-// out). Either alone runs the rounds of the same board, so the counters stay in step.
-struct Halves {
-  bool scatter, gather;
-};
-
-void run_rounds(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                double postscale, Halves halves) {
+void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+                ReduceOp op, double postscale, Halves halves) {
   if (buf.count() == 0) return;
   const int n = t.size(), me = t.rank();
   const size_t es = buf.elem_size();
   const Board board(t.shared_area(), n);
-  const Segments segs = even_segments(buf.count(), n);
   const size_t per_piece = board.piece_bytes() / es;
   const uint64_t rounds = (segs.max_count() + per_piece - 1) / per_piece;
   // Piece i of segment g: elements [segs.offset[g] + i * per_piece, + piece_count(g, i)).
@@ -219,20 +209,19 @@ void run_rounds(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op
   if (halves.scatter && halves.gather) t.stats().shared_memory_allreduces += 1;
 }
 
-}  // namespace
-
 void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                           double postscale) {
-  run_rounds(t, buf, dtype, op, postscale, Halves{true, true});
+  run_rounds(t, buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, true});
 }
 
 void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                                double postscale) {
-  run_rounds(t, buf, dtype, op, postscale, Halves{true, false});
+  run_rounds(t, buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, false});
 }
 
 void shm_allgather_nranks(Transport& t, const SpanBuffer& buf) {
-  run_rounds(t, buf, DataType::UInt8, ReduceOp::Sum, 1.0, Halves{false, true});
+  run_rounds(t, buf, even_segments(buf.count(), t.size()), DataType::UInt8, ReduceOp::Sum, 1.0,
+             Halves{false, true});
 }
 
 }  // namespace hvdlite

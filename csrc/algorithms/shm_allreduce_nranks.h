@@ -44,4 +44,16 @@ void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, DataType dty
                                double postscale);
 void shm_allgather_nranks(Transport& t, const SpanBuffer& buf);
 
+// The rounds themselves, over segments of any sizes (segment r: rank r's, of buf.count()
+// elements in all): the reduce-scatter half (stage, then each owner folds its piece from its
+// peers' staged copies into its own buffer and scales it), the all-gather half (each owner
+// leaves its piece in its result slot, the others copy it into place), or both. Any of them
+// runs rounds of the same board, so the counters stay in step; the other collectives
+// (shm_collectives_nranks.h) are made of them.
+struct Halves {
+  bool scatter, gather;
+};
+void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+                ReduceOp op, double postscale, Halves halves);
+
 }  // namespace hvdlite

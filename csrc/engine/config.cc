@@ -92,6 +92,19 @@ const std::vector<Setting>& settings() {
         "copy of one piece, the host reduction of another and the copy back of a third overlap "
         "(results are bitwise the same); 0 reduces every batch in one piece"},
        [](Config& c, const std::string& t, const std::string& v) { c.pipeline_piece_bytes = parse_count(v, t); }},
+      {{"HVDLITE_BOARD_ALLREDUCE_MAX_BYTES", "", "4096",
+        "when more than 2 ranks are on one host, a step's cached all-reduces of one kind totalling "
+        "up to this many bytes ride in the negotiation round through shared memory (every rank "
+        "reduces them from all ranks' packets, in the ring's order): one round instead of a "
+        "round and a data path (at most 16384); 0 never"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         c.board_allreduce_max_bytes = std::min<size_t>(parse_count(v, t), 16384);
+       }},
+      {{"HVDLITE_SHM_COLLECTIVES", "", "1",
+        "when more than 2 ranks are on one host, all-gather, broadcast and reduce-scatter go through "
+        "shared memory they all map (each rank's contribution copied out by the others in pieces; "
+        "the reduce-scatter in the ring's operand order) rather than MPI's and the ring; 0 never"},
+       [](Config& c, const std::string& t, const std::string& v) { c.shm_collectives = parse_bool(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
         "that do not answer, such as a stopped one), after this many seconds; the lowest rank "

@@ -24,6 +24,12 @@ struct Config {
   // size, so that staged CUDA tensors copy one piece while the host reduces another
   // (Note [pipelined staging] in device/staging.h; 0: one piece).
   size_t pipeline_piece_bytes = size_t(4) << 20;
+  // More than 2 ranks on one host: cached all-reduces of up to this many bytes ride in the
+  // negotiation round through the shared board (controller.h) (0: never).
+  size_t board_allreduce_max_bytes = size_t(4) << 10;
+  // More than 2 ranks on one host: all-gather, broadcast and reduce-scatter go through the
+  // shared area (shm_collectives_nranks.h) instead of MPI and the ring.
+  bool shm_collectives = true;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
   double deadlock_s = 30.0;                     // fail a deadlock after this long (0: never)

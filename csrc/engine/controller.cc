@@ -9,6 +9,7 @@
 
 #include "engine/fusion.h"
 #include "algorithms/reduce.h"
+#include "algorithms/ring_allreduce.h"
 #include "observability/timeline.h"
 #include "engine/validate.h"
 
@@ -74,6 +75,63 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
   std::memcpy(hc + ncontrol, left.data(), bytes);
 }
 
+// The merge of a gathered round (more than 2 ranks, controller.h): every rank reads the same
+// packets, so every rank decides and computes alike. The control words are ANDed; the data
+// is reduced only if every packet holds the same kind of data and the same first `compare`
+// control words (the round's decision: flags but the deadlock detector's, ready, valid,
+// staying; autotune's and the timeline's words may differ). Each element is reduced as the
+// ring reduces it (ring_allreduce.h): the owner g of its segment of even_segments folds
+// x[g+1] into x[g+2], that into x[g+3], ..., and the result into x[g] (dst = own (op)
+// received). The result goes to `out` (kHeaderWords + ncontrol words in); false: no data.
+bool merge_gathered(const std::vector<const uint64_t*>& packets, size_t count, size_t compare,
+                    uint64_t* out) {
+  const int n = static_cast<int>(packets.size());
+  const size_t ncontrol = static_cast<size_t>(packets[0][0]);
+  const uint64_t what = packets[0][1];
+  bool reduce = what != 0 && ncontrol > 0 && compare <= ncontrol && kHeaderWords + ncontrol <= count;
+  uint64_t wanted = 0;
+  for (int r = 0; r < n; ++r) {
+    const uint64_t* p = packets[r];
+    wanted = std::max(wanted, p[2]);
+    reduce = reduce && p[1] == what &&
+             (p[kHeaderWords] & ~DeadlockDetector::kBits) == (packets[0][kHeaderWords] & ~DeadlockDetector::kBits) &&
+             std::equal(p + kHeaderWords + 1, p + kHeaderWords + compare, packets[0] + kHeaderWords + 1);
+  }
+  out[0] = ncontrol;
+  out[2] = wanted;
+  for (size_t i = 0; i < ncontrol; ++i) {
+    uint64_t w = ~uint64_t(0);
+    for (int r = 0; r < n; ++r) w &= packets[r][kHeaderWords + i];
+    out[kHeaderWords + i] = w;
+  }
+  out[1] = 0;
+  if (!reduce) return false;
+  const size_t elements = static_cast<size_t>(what & ((uint64_t(1) << 48) - 1));
+  const DataType dtype = static_cast<DataType>((what >> 48) & 0xff);
+  const ReduceOp op = static_cast<ReduceOp>(what >> 56);
+  const size_t es = dtype_size(dtype);
+  if (elements * es > (count - kHeaderWords - ncontrol) * sizeof(uint64_t)) return false;
+  out[1] = what;
+  char* result = reinterpret_cast<char*>(out + kHeaderWords + ncontrol);
+  auto data = [&](int r) { return reinterpret_cast<const char*>(packets[r] + kHeaderWords + ncontrol); };
+  const Segments segs = even_segments(elements, n);
+  thread_local std::vector<uint8_t> acc, next;
+  for (int g = 0; g < n; ++g) {
+    const size_t c = segs.count[g], at = segs.offset[g] * es, bytes = c * es;
+    if (c == 0) continue;
+    acc.assign(data((g + 1) % n) + at, data((g + 1) % n) + at + bytes);
+    for (int k = 2; k < n; ++k) {
+      const char* theirs = data((g + k) % n) + at;
+      next.assign(theirs, theirs + bytes);
+      reduce_into(next.data(), acc.data(), c, dtype, op);
+      acc.swap(next);
+    }
+    std::memcpy(result + at, data(g) + at, bytes);
+    reduce_into(result + at, acc.data(), c, dtype, op);
+  }
+  return true;
+}
+
 }  // namespace
 
 Controller::Controller(Transport& transport, Config& config, const Membership& members)
@@ -89,6 +147,8 @@ void Controller::check_settings_agree() {
       {"HVDLITE_EXCHANGE_MAX_BYTES", config_.exchange_max_bytes},
       {"HVDLITE_SHM_ALLREDUCE_MIN_BYTES", config_.shm_allreduce_min_bytes},
       {"HVDLITE_PIPELINE_PIECE_BYTES", config_.pipeline_piece_bytes},
+      {"HVDLITE_BOARD_ALLREDUCE_MAX_BYTES", config_.board_allreduce_max_bytes},
+      {"HVDLITE_SHM_COLLECTIVES", static_cast<uint64_t>(config_.shm_collectives)},
       {"HVDLITE_HIERARCHICAL_ALLREDUCE", static_cast<uint64_t>(config_.hierarchical_allreduce)},
       {"HVDLITE_TEST_MAX_TRANSFER_BYTES", config_.max_transfer_bytes},
       {"HVDLITE_AUTOTUNE", config_.autotune},
@@ -252,8 +312,9 @@ RoundOutcome Controller::end_round(EntryList& pending) {
 
 void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible) {
   merged_ = transport_.size() == 2 && !autotune_.enabled();  // Autotune's words are not merged
+  gathered_ = transport_.size() > 2 && config_.board_allreduce_max_bytes > 0;
   packed_.clear();
-  if (!merged_) {
+  if (!merged_ && !gathered_) {
     transport_.start_control_and(words.data(), words.size());
     return;
   }
@@ -272,7 +333,7 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
     }
     bytes += e->bytes();
   }
-  eligible = eligible && first && bytes <= kMergedDataBytes;
+  eligible = eligible && first && bytes <= (merged_ ? kMergedDataBytes : config_.board_allreduce_max_bytes);
   packet_.assign(kHeaderWords + words.size() + room_words_, 0);
   packet_[0] = words.size();
   packet_[2] = eligible ? bytes : 0;
@@ -285,6 +346,14 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
     packet_[1] = describe_data(bytes / dtype_size(first->request.dtype), first->request.dtype,
                                first->request.reduce_op);
   }
+  if (gathered_) {
+    if (!transport_.start_control_gather(packet_.data(), packet_.size())) {
+      gathered_ = false;
+      packed_.clear();
+      transport_.start_control_and(words.data(), words.size());
+    }
+    return;
+  }
   peer_packet_.resize(packet_.size());
   if (!transport_.start_control_swap(packet_.data(), peer_packet_.data(), packet_.size())) {
     merged_ = false;
@@ -294,6 +363,7 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
 }
 
 bool Controller::finish_round(std::vector<uint64_t>& words) {
+  if (gathered_) return finish_gathered_round(words);
   if (!merged_) return false;
   // Both ranks merge rank 0's packet with rank 1's, in that order: the same result on both.
   if (transport_.rank() == 0) {
@@ -313,6 +383,31 @@ bool Controller::finish_round(std::vector<uint64_t>& words) {
   stats.control_bytes_sent -= bytes;
   stats.bytes_sent += bytes;
   stats.bytes_received += bytes;
+  return true;
+}
+
+bool Controller::finish_gathered_round(std::vector<uint64_t>& words) {
+  const int n = transport_.size(), me = transport_.rank();
+  std::vector<const uint64_t*>& packets = gathered_packets_;
+  packets.resize(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) packets[r] = transport_.control_packet(r);
+  // The round's decision: flags, ready, valid, staying (begin_round's layout).
+  const size_t compare = 1 + 2 * nwords_ + rank_words_;
+  const bool reduced = merge_gathered(packets, packet_.size(), compare, packet_.data()) && !packed_.empty();
+  std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
+  room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  if (!reduced) return false;
+  // Count the data as the ring would have moved it (ring_allreduce.h), not as negotiation.
+  size_t bytes = 0;
+  for (const TensorEntry* e : packed_) bytes += e->bytes();
+  const size_t es = dtype_size(packed_.front()->request.dtype);
+  const Segments segs = even_segments(bytes / es, n);
+  const uint64_t own = segs.count[me] * es;
+  TransportStats& stats = transport_.stats();
+  stats.control_bytes_sent -= bytes;
+  stats.bytes_sent += bytes - own + static_cast<uint64_t>(n - 1) * own;
+  stats.bytes_received += bytes - own + static_cast<uint64_t>(n - 1) * own;
+  stats.board_allreduces += 1;
   return true;
 }
 

@@ -19,6 +19,13 @@
 // otherwise takes a round plus an exchange. Otherwise the data is dropped and the round goes
 // on as usual. The room for data is agreed one round ahead: each round also carries the
 // most either rank wanted to send, which sizes the next round.
+//
+// Gathered rounds (more than 2 ranks on one host, backends with start_control_gather, the
+// shared board of shm_board.h): the same packets, published to every rank instead of
+// swapped; every rank ANDs the control words of all and, when all hold the same decision and
+// the same kind of data (up to HVDLITE_BOARD_ALLREDUCE_MAX_BYTES), reduces the data of all
+// in the ring's operand order, so a small cached all-reduce costs one board round and its
+// bits equal the ring's on every rank.
 #pragma once
 
 #include <chrono>
@@ -76,6 +83,8 @@ class Controller {
 
   // Before the first round: whether hierarchical all-reduce is available (autotune.h).
   void allow_hierarchical(bool available) { autotune_.allow_hierarchical(available); }
+  // Likewise for the shared-memory paths of more than 2 ranks on one host (autotune.h).
+  void allow_shared_memory(bool available) { autotune_.allow_shared_memory(available); }
 
   // Runs one round over this rank's pending entries (updating their negotiation state).
   // Returns nothing when options.leave_at passed before every peer answered: the round stays
@@ -109,6 +118,7 @@ class Controller {
   void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
   // After the round: copies the control words back; true when the data was reduced too.
   bool finish_round(std::vector<uint64_t>& words);
+  bool finish_gathered_round(std::vector<uint64_t>& words);
   std::vector<Response> ask_coordinator(EntryList& pending);
 
   Transport& transport_;
@@ -120,7 +130,9 @@ class Controller {
   // The open round's layout (begin_round), kept for the thread that finishes it.
   bool open_ = false;
   size_t span_ = 0, nwords_ = 0, rank_words_ = 0, tuning_words_ = 0;
-  bool merged_ = false;                 // this round used start_control_merge
+  bool merged_ = false;                 // this round used start_control_swap
+  bool gathered_ = false;               // this round used start_control_gather
+  std::vector<const uint64_t*> gathered_packets_;
   size_t room_words_ = 0;               // agreed room for data in this round's packet
   std::vector<uint64_t> packet_;        // header, control words, data
   std::vector<uint64_t> peer_packet_;   // the peer's, then the merge

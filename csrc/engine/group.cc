@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "algorithms/collectives.h"
+#include "algorithms/shm_collectives_nranks.h"
 #include "observability/timeline.h"
 
 namespace hvdlite {
@@ -62,6 +63,7 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
   controller_.check_settings_agree();  // before the thread: a mismatch fails init() itself
   hierarchy_ = make_hierarchy(*transport_, config_);
   controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
+  controller_.allow_shared_memory(shm_collectives_nranks_available(*transport_));
   allreduce_.use_hierarchy(hierarchy_.get());
   thread_ = std::thread([this] { run_loop(); });
 }
@@ -333,6 +335,7 @@ void Group::execute(const std::vector<Response>& responses) {
     else by_name[e->request.name] = e.get();
   }
   Transport& t = *transport_;
+  const bool shm = config_.shm_collectives && shm_collectives_nranks_available(t);
   for (const Response& r : responses) {
     TensorEntry* e = nullptr;
     if (r.op == OpType::Join) {
@@ -370,11 +373,11 @@ void Group::execute(const std::vector<Response>& responses) {
           for (int m = 0; m < t.size(); ++m) {
             if (members_.global(m) == r.root) local.root = m;
           }
-          complete(e, run_broadcast(t, local, *e));
+          complete(e, run_broadcast(t, local, *e, shm));
         }
         break;
       case OpType::Allgather:
-        if (e) complete(e, run_allgather(t, r, *e, members_));
+        if (e) complete(e, run_allgather(t, r, *e, members_, shm));
         break;
       case OpType::Alltoall:
         if (e) complete(e, run_alltoall(t, r, *e, members_));
@@ -382,7 +385,7 @@ void Group::execute(const std::vector<Response>& responses) {
       case OpType::Reducescatter:
         if (e) {
           complete(e, run_reducescatter(t, r, *e, work_, scratch_, config_.ring_piece_bytes,
-                                        members_));
+                                        members_, shm));
         }
         break;
       case OpType::Barrier:

@@ -17,11 +17,13 @@ constexpr double kNoStepSeconds = 1.0;            // no step seen this long: end
 constexpr double kImprovement = 1.03;             // a new best must beat the old by 3%
 
 const char* kSettingNames[Autotune::kWords] = {"fusion_threshold", "cycle_time_ms", "ring_piece_bytes",
-                                               "hierarchical_allreduce"};
+                                               "hierarchical_allreduce", "shm_allreduce_min_bytes",
+                                               "board_allreduce_max_bytes"};
 
-// The order settings are searched in: the algorithm first (hierarchical or flat), since the
-// best fusion threshold and piece size depend on it.
-constexpr size_t kSearchOrder[Autotune::kWords] = {3, 0, 1, 2};
+// The order settings are searched in: the algorithms first (hierarchical or flat, shared
+// memory or the ring, what rides in the round), since the best fusion threshold and piece
+// size depend on them.
+constexpr size_t kSearchOrder[Autotune::kWords] = {3, 4, 5, 0, 1, 2};
 
 uint64_t cycle_ns(double ms) { return static_cast<uint64_t>(ms * 1e6 + 0.5); }
 
@@ -31,13 +33,16 @@ Autotune::Autotune(Config& config, int rank)
     : config_(config), rank_(rank), enabled_(config.autotune) {
   // Hierarchical all-reduce counts as off until allow_hierarchical() says it is available.
   best_ = proposed_ = applied_ = {config.fusion_threshold, cycle_ns(config.cycle_time_ms),
-                                  config.ring_piece_bytes, 0};
+                                  config.ring_piece_bytes, 0, config.shm_allreduce_min_bytes,
+                                  config.board_allreduce_max_bytes};
   if (!enabled_) return;
   candidates_ = {
       {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20, size_t(128) << 20},
       {cycle_ns(0.05), cycle_ns(0.25), cycle_ns(1.0)},
       {size_t(64) << 10, size_t(256) << 10, size_t(1) << 20, size_t(4) << 20},
       {0},
+      {config.shm_allreduce_min_bytes},    // fixed until allow_shared_memory()
+      {config.board_allreduce_max_bytes},
   };
   for (size_t s = 0; s < kWords; ++s) {  // the starting value always competes
     auto& c = candidates_[s];
@@ -53,7 +58,8 @@ Autotune::Autotune(Config& config, int rank)
                   config.autotune_log + "': " + std::strerror(errno));
     }
     std::fprintf(log_, "row,trial,pass,setting,fusion_threshold,cycle_time_ms,ring_piece_bytes,"
-                       "hierarchical_allreduce,score_bytes_per_s,samples\n");
+                       "hierarchical_allreduce,shm_allreduce_min_bytes,board_allreduce_max_bytes,"
+                       "score_bytes_per_s,samples\n");
     std::fflush(log_);
   }
   // The first trial is picked at the first round, once allow_hierarchical() has run.
@@ -69,6 +75,16 @@ void Autotune::allow_hierarchical(bool available) {
   // Both are tried (the default first) only where the user left the choice to hvdlite.
   if (available && left_to_topology) candidates_[3] = {1, 0};
   else candidates_[3] = {on};
+}
+
+void Autotune::allow_shared_memory(bool available) {
+  if (!enabled_ || !available) return;
+  // The starting value first; 0 (the path off) competes, but a path the user turned off stays off.
+  if (best_[4] != 0) candidates_[4] = {best_[4], 0};
+  if (best_[5] != 0) {
+    candidates_[5] = {best_[5], 0, 16384};
+    if (best_[5] == 16384) candidates_[5].pop_back();
+  }
 }
 
 Autotune::~Autotune() {
@@ -89,6 +105,8 @@ void Autotune::apply(const uint64_t* words) {
   config_.cycle_time_ms = static_cast<double>(v[1]) / 1e6;
   config_.ring_piece_bytes = v[2];
   config_.hierarchical_allreduce = static_cast<int>(v[3]);
+  config_.shm_allreduce_min_bytes = v[4];
+  config_.board_allreduce_max_bytes = v[5];
   measuring_ = false;  // rank 0: measure from the next step boundary under the new values
   samples_.clear();
 }
@@ -205,10 +223,11 @@ void Autotune::observe(const std::vector<Response>& responses) {
 
 void Autotune::log_row(const char* kind, const Values& v, double score, int samples) {
   if (!log_) return;
-  std::fprintf(log_, "%s,%d,%zu,%s,%llu,%.3f,%llu,%llu,%.0f,%d\n", kind, trial_,
+  std::fprintf(log_, "%s,%d,%zu,%s,%llu,%.3f,%llu,%llu,%llu,%llu,%.0f,%d\n", kind, trial_,
                pass_ + (converged_ ? 0 : 1), converged_ ? "" : kSettingNames[tuned()],
                static_cast<unsigned long long>(v[0]), static_cast<double>(v[1]) / 1e6,
-               static_cast<unsigned long long>(v[2]), static_cast<unsigned long long>(v[3]), score,
+               static_cast<unsigned long long>(v[2]), static_cast<unsigned long long>(v[3]),
+               static_cast<unsigned long long>(v[4]), static_cast<unsigned long long>(v[5]), score,
                samples);
   std::fflush(log_);
 }

@@ -1,6 +1,8 @@
 // Autotune (HVDLITE_AUTOTUNE=1): tunes the fusion threshold, the cycle time, the ring piece
-// size and, where the topology allows it and HVDLITE_HIERARCHICAL_ALLREDUCE is unset,
-// hierarchical all-reduce on/off, online, during the first steps of training, from the all-reduce throughput the
+// size, where the topology allows it and HVDLITE_HIERARCHICAL_ALLREDUCE is unset,
+// hierarchical all-reduce on/off and, for more than 2 ranks on one host, the shared-memory
+// paths (HVDLITE_SHM_ALLREDUCE_MIN_BYTES: the area or the ring; HVDLITE_BOARD_ALLREDUCE_
+// MAX_BYTES: how much rides in the negotiation round) unless set to 0 (off stays off), online, during the first steps of training, from the all-reduce throughput the
 // engine measures: bytes reduced per second over whole training steps (a step ends each
 // time the first tensor seen reappears, so windows never cut a step in two).
 //
@@ -33,8 +35,9 @@ namespace hvdlite {
 
 class Autotune {
  public:
-  // fusion threshold, cycle time (ns), ring piece bytes, hierarchical all-reduce (0/1)
-  static constexpr size_t kWords = 4;
+  // fusion threshold, cycle time (ns), ring piece bytes, hierarchical all-reduce (0/1),
+  // shm all-reduce min bytes, board all-reduce max bytes
+  static constexpr size_t kWords = 6;
 
   // config: the live settings the engine reads; the tuner writes them after each round.
   Autotune(Config& config, int rank);
@@ -44,6 +47,9 @@ class Autotune {
   // Before the first round, on every rank alike: whether the group can run hierarchical
   // all-reduce (hierarchical.h). Tuned only when the setting leaves it to the topology.
   void allow_hierarchical(bool available);
+  // Likewise: whether the group's ranks (more than 2) share a host's memory, so the
+  // shared-memory paths exist to be tried.
+  void allow_shared_memory(bool available);
 
   // This rank's share of the round's words (rank 0: its values; others: all ones).
   void contribute(uint64_t* words);

@@ -12,7 +12,7 @@ namespace testing {
 namespace {
 
 // Channels keep the planes apart, as the MPI backend's separate communicators do.
-enum Channel : int { kPointToPoint, kCollective, kControlAnd, kControl, kSplit, kSide };
+enum Channel : int { kPointToPoint, kCollective, kControlAnd, kControl, kSplit, kSide, kControlGather };
 
 }  // namespace
 
@@ -134,8 +134,39 @@ class LoopbackTransport : public Transport {
     }
   }
 
+  // As the MPI backend's board (more than 2 ranks; the shared area stands for "one host").
+  bool start_control_gather(const uint64_t* send, size_t count) override {
+    if (!fabric_.gather_rounds || size() <= 2 || !shared_area().data) return false;
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) fabric_.send(key(kControlGather, rank(), r), send, count * sizeof(uint64_t));
+    }
+    packets_.assign(static_cast<size_t>(size()), {});
+    packets_[static_cast<size_t>(rank())].assign(send, send + count);
+    gather_count_ = count;
+    gather_waiting_.clear();
+    for (int r = 0; r < size(); ++r) {
+      if (r != rank()) gather_waiting_.push_back(r);
+    }
+    return true;
+  }
+
+  const uint64_t* control_packet(int rank) override { return packets_[static_cast<size_t>(rank)].data(); }
+
   bool test_control() override {
     std::vector<uint8_t> msg;
+    for (auto it = gather_waiting_.begin(); it != gather_waiting_.end();) {
+      if (!fabric_.try_recv(key(kControlGather, *it, rank()), msg)) {
+        ++it;
+        continue;
+      }
+      if (msg.size() != gather_count_ * sizeof(uint64_t)) {
+        throw Error(Status::Internal, "loopback: gathered packets of different lengths");
+      }
+      const auto* theirs = reinterpret_cast<const uint64_t*>(msg.data());
+      packets_[static_cast<size_t>(*it)].assign(theirs, theirs + gather_count_);
+      it = gather_waiting_.erase(it);
+    }
+    if (!gather_waiting_.empty()) return false;
     for (auto it = and_waiting_.begin(); it != and_waiting_.end();) {
       if (!fabric_.try_recv(key(kControlAnd, *it, rank()), msg)) {
         ++it;
@@ -263,6 +294,9 @@ class LoopbackTransport : public Transport {
   uint64_t* and_words_ = nullptr;
   size_t and_count_ = 0;
   std::vector<int> and_waiting_;
+  std::vector<std::vector<uint64_t>> packets_;  // the gathered round's, by rank
+  size_t gather_count_ = 0;
+  std::vector<int> gather_waiting_;
   int splits_ = 0;
   std::chrono::steady_clock::time_point waiting_since_;
 };

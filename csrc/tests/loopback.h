@@ -41,6 +41,10 @@ class Fabric {
   bool try_recv(const Key& key, std::vector<uint8_t>& out);  // non-blocking
 
   int size() const { return size_; }
+  // Negotiation rounds of communicators on one host gathered, as the MPI backend's shared
+  // board does (Transport::start_control_gather); off by default, as the controller's own
+  // tests hand it entries without data.
+  bool gather_rounds = false;
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The shared area of communicator `comm` of `ranks` (zeroed, 64-byte aligned), made on
   // first use.

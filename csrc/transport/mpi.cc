@@ -311,6 +311,19 @@ class MpiTransport : public Transport {
           "MPI_Iallreduce");
   }
 
+  bool start_control_gather(const uint64_t* send, size_t count) override {
+    // Every rank passes the same count, so every rank takes the same path.
+    if (!shm_board_ || count > shm_board_->capacity_words()) return false;
+    stats().control_bytes_sent += count * sizeof(uint64_t);
+    shm_board_->start_gather(send, count);
+    stats().shared_memory_swaps += 1;
+    shm_swapping_ = true;
+    shm_polls_ = 0;
+    return true;
+  }
+
+  const uint64_t* control_packet(int rank) override { return shm_board_->packet(rank); }
+
   bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) override {
     if (topo_.size != 2) return false;
     stats().control_bytes_sent += count * sizeof(uint64_t);
@@ -637,7 +650,8 @@ class MpiTransport : public Transport {
   std::unique_ptr<SharedSegment> segment_;  // the swap's mailboxes (2 ranks), then shared_area()
   std::unique_ptr<ShmSwap> shm_swap_;
   // More ranks on one host: the negotiation's AND (bit vectors of a few hundred words).
-  static constexpr size_t kShmBoardWords = 1024;
+  // Room for the negotiation's words and up to HVDLITE_BOARD_ALLREDUCE_MAX_BYTES of data.
+  static constexpr size_t kShmBoardWords = 2304;
   std::unique_ptr<ShmBoard> shm_board_;
   bool shm_swapping_ = false;  // the round in flight goes through shared memory (swap or board)
   uint64_t shm_polls_ = 0;     // of the round in flight

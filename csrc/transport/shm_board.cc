@@ -41,6 +41,17 @@ void ShmBoard::start_and(uint64_t* words, size_t count) {
   words_ = words;
   count_ = count;
   waiting_ = true;
+  gathering_ = false;
+}
+
+void ShmBoard::start_gather(const uint64_t* words, size_t count) {
+  ++round_;
+  std::memcpy(const_cast<uint64_t*>(buffer(rank_, round_)), words, count * sizeof(uint64_t));
+  round_of(rank_)->store(round_, std::memory_order_release);
+  words_ = nullptr;
+  count_ = 0;
+  waiting_ = true;
+  gathering_ = true;
 }
 
 bool ShmBoard::test() {
@@ -52,7 +63,7 @@ bool ShmBoard::test() {
       return false;
     }
   }
-  for (int p = 0; p < ranks_; ++p) {
+  for (int p = 0; p < ranks_ && !gathering_; ++p) {
     if (p == rank_) continue;
     const uint64_t* theirs = buffer(p, round_);
     for (size_t i = 0; i < count_; ++i) words_[i] &= theirs[i];

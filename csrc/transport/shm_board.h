@@ -9,6 +9,11 @@
 // only after seeing every rank's round k, which each published after reading all packets of
 // round k - 1, the buffers round k + 1 reuses. (Two ranks swap instead: shm_swap.h.)
 //
+// A round may gather instead (start_gather): no AND, each rank reads every rank's packet
+// where it lies (packet()), which stays put until this rank starts its next round (a peer
+// overwrites the buffer of round k only in round k + 2, after this rank published k + 1).
+// The negotiation reduces small all-reduces riding in the round this way (controller.h).
+//
 // Every rank must start the same rounds with the same word counts (negotiation keeps them
 // in step). Not thread-safe: one thread at a time per rank.
 #pragma once
@@ -33,6 +38,11 @@ class ShmBoard {
   void start_and(uint64_t* words, size_t count);
   // True once the round started last is complete (every rank published it) and ANDed.
   bool test();
+  // Publishes `words` (count <= capacity_words()) as this rank's next packet, without
+  // reducing: once test() returns true, packet(r) reads rank r's (this rank's included)
+  // until this rank starts its next round. `words` may die at once (it is copied).
+  void start_gather(const uint64_t* words, size_t count);
+  const uint64_t* packet(int rank) const { return buffer(rank, round_); }
 
  private:
   std::atomic<uint64_t>* round_of(int rank) const;
@@ -47,6 +57,7 @@ class ShmBoard {
   size_t count_ = 0;
   int lagging_ = 0;  // the rank found behind last, polled first
   bool waiting_ = false;
+  bool gathering_ = false;  // the round started last is a gather: test() ANDs nothing
 };
 
 }  // namespace hvdlite

@@ -36,6 +36,12 @@ struct TransportStats {
   std::atomic<uint64_t> shared_memory_allreduces{0};
   std::atomic<uint64_t> shared_memory_copied_bytes{0};
   std::atomic<uint64_t> shared_memory_rounds{0};
+  // All-reduces that rode in a negotiation round through the shared board (controller.h):
+  // reduced there, with no data round of their own.
+  std::atomic<uint64_t> board_allreduces{0};
+  // All-gathers, broadcasts and reduce-scatters through the shared area
+  // (shm_collectives_nranks.h); their copies and rounds count as the all-reduces' do.
+  std::atomic<uint64_t> shared_memory_collectives{0};
 };
 
 class Transport {
@@ -71,6 +77,18 @@ class Transport {
   virtual bool start_control_swap(const uint64_t* send, uint64_t* recv, size_t count) {
     (void)send, (void)recv, (void)count;
     return false;
+  }
+  // More than 2 members on one host: the round's packet published to every member instead of
+  // reduced (the caller merges all of them alike), polled with test_control() too; after it
+  // returned true, control_packet(r) reads member r's (this rank's included) until the next
+  // control call. `send` may die at once. False when the backend cannot (nothing is started).
+  virtual bool start_control_gather(const uint64_t* send, size_t count) {
+    (void)send, (void)count;
+    return false;
+  }
+  virtual const uint64_t* control_packet(int rank) {
+    (void)rank;
+    return nullptr;
   }
   // All ranks of this transport on one host: memory all of them map, for the data path of
   // shm_allreduce.h (a hierarchy's transport within a host: for its stages there, the only

@@ -25,10 +25,14 @@ while True:
     time.sleep(0.005)  # the step's compute
     steps += 1
     final = hvd.rank() == 0 and os.path.exists(log) and ",final," in "," + open(log).read().replace("\n", ",")
-    done = hvd.broadcast(np.array([final], np.int32), root_rank=0, name="converged")[0]
+    # Rank 0 decides when to stop too (2 s after convergence, or the time is up), so every
+    # rank stops after the same step.
+    now = time.monotonic()
+    stop = hvd.rank() == 0 and ((converged_at and now - converged_at > 2) or now - start > limit)
+    done, stop = hvd.broadcast(np.array([final, stop], np.int32), root_rank=0, name="converged")
     if done and converged_at is None:
         converged_at = time.monotonic()
-    if (converged_at and time.monotonic() - converged_at > 2) or time.monotonic() - start > limit:
+    if stop:
         break
 hvd.shutdown()
 print(f"steps {steps} converged {converged_at is not None}", flush=True)

@@ -80,8 +80,10 @@ if hasattr(torch, "uint16"):
 class _Completer:
     """One thread that waits for in-flight collectives and completes their futures, so that
     a future (DDP's buckets, ``then`` chains) completes without anyone calling ``wait()``.
-    It waits in the order the calls were made, which is the order a group's collectives
-    finish in; a later group's future can only be held back behind an earlier one."""
+    It waits in the order the futures were asked for, which is the order a group's
+    collectives finish in; a later group's future can only be held back behind an earlier one.
+
+    Only a Work whose future was asked for comes here (Note [futures on demand])."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
@@ -105,12 +107,22 @@ class _Completer:
 _completer = _Completer()
 
 
+# Note [futures on demand]
+# A future needs a thread to complete it when nobody calls wait(): the completer. A Work that
+# goes through it costs the waiter a second thread handoff (engine -> completer -> waiter,
+# where wait() alone is engine -> waiter), and the completer holds the hvdlite Work's lock
+# while it waits, so a wait() behind it gets both. Most callers never ask for the future
+# (FSDP2's all-gathers, dist.* with async_op=True then wait()): a Work goes to the completer
+# only once get_future() is called. A Work that is dropped unwaited is finished by hvdlite's
+# orphan reaping, its copy-back step (non-contiguous tensors) not run, as with no future.
+
 class HvdliteWork(dist._Work):
     """A c10d Work over one hvdlite Work (a collective, or a fused group of them).
 
     ``wait()`` waits for the engine (the GIL released) and raises its error;
     ``get_future()`` completes with ``result()`` (the output tensors) once the engine is
-    done, whoever waits. A Work made for a finished call is complete at once.
+    done, whoever waits (Note [futures on demand]). A Work made for a finished call is
+    complete at once.
     """
 
     def __init__(self, pending, value, what):
@@ -124,8 +136,6 @@ class HvdliteWork(dist._Work):
         self._error = None
         if pending is None:
             self._complete(None)
-        else:
-            _completer.submit(self)
 
     def _settle(self):
         """Wait for the engine, then complete the future (once, whichever thread is first)."""
@@ -174,15 +184,20 @@ class HvdliteWork(dist._Work):
             done = self._done     # else _complete fulfils it
         if done:
             self._fulfil(future)
+        else:
+            _completer.submit(self)
         return future
 
     def is_completed(self):
-        return self._done or self._pending.poll()
+        if not self._done and self._pending.poll():
+            self._settle()    # finished: its error (if any) and copy-back are taken now
+        return self._done
 
     def is_success(self):
-        return self._done and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
+        self.is_completed()
         return self._error
 
     def result(self):
@@ -776,7 +791,6 @@ class _AllOf(HvdliteWork):
         self._lock, self._done, self._error, self._what = threading.Lock(), False, None, "coalesced"
         self._value = [v for w in works for v in (w._value or [])]
         self._pending = self
-        _completer.submit(self)
 
     def poll(self):
         return all(w.is_completed() for w in self._works)

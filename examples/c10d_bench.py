@@ -11,12 +11,13 @@ Each backend runs in a phase of its own, with the other not running: ``gloo`` wi
 up and hvdlite not initialised, ``hvdlite`` between ``init_process_group("hvdlite")`` (which
 starts hvdlite's engine) and ``destroy_process_group()`` (which stops it). Two reference
 phases show what bounds the DDP ratio: ``hvd`` (hvdlite's own DistributedOptimizer, no
-torch.distributed group) and ``no-comm`` (the same step, no communication at all). The ranks
+torch.distributed group), ``DDP-alone`` (DDP on a one-process gloo group per rank: DDP's own
+work, with nothing to communicate; no DDP over any backend can beat it) and ``no-comm``
+(the same step, no communication at all). The ranks
 meet through mpi4py in between. The phases take turns over --rounds rounds (order
 rotating); a round's time is the slowest rank's; the median round and the best round are
 reported. Ratios: hvdlite / gloo (below 1: the hvdlite backend is faster); the references
-as a fraction of DDP over gloo (the DistributedOptimizer's is about the best a DDP step over
-the same engine can do; no-comm's is the floor).
+as a fraction of DDP over gloo.
 
 The all-reduce part (hvdlite phase only): float32 tensors of several sizes, in place, each
 timed as ``dist.all_reduce`` on the hvdlite group and as ``hvd.allreduce_`` on the same
@@ -43,7 +44,7 @@ import hvdlite.torch.distributed as hvd_dist  # noqa: E402
 
 COMM, RANK, SIZE = tb.COMM, tb.RANK, tb.SIZE
 BACKENDS = ("gloo", "hvdlite")
-REFERENCES = ("hvd", "no-comm")
+REFERENCES = ("hvd", "no-comm", "DDP-alone")
 WRAPPERS = ("DDP", "FSDP2")
 
 
@@ -54,10 +55,12 @@ def start(phase):
         hvd_dist.init_process_group()
     elif phase == "hvd":
         hvd.init()
+    elif phase == "DDP-alone":   # each rank a gloo group of its own: DDP with nothing to send
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
 
 def stop(phase):
-    if phase in BACKENDS:
+    if phase in BACKENDS or phase == "DDP-alone":
         dist.destroy_process_group()
     elif phase == "hvd":
         hvd.shutdown()
@@ -104,17 +107,21 @@ def main():
                         help="timed steps per round (x5 for the cnn)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--sizes", default="4096,65536,1048576,4194304,16777216,67108864",
-                        help="all-reduce sizes in bytes ('' skips the all-reduce part)")
+    parser.add_argument("--sizes", default=None,
+                        help="all-reduce sizes in bytes, comma-separated ('' skips the all-reduce "
+                             "part; default 4 KiB to 64 MiB, with --quick 4 KiB and 1 MiB)")
     parser.add_argument("--iters", type=int, default=50, help="all-reduces per timing at 1 MiB")
     parser.add_argument("--wrappers", default="DDP,FSDP2", help="DDP, FSDP2 or both")
     parser.add_argument("--no-references", dest="references", action="store_false",
-                        help="skip the DistributedOptimizer and no-comm phases")
+                        help="skip the DistributedOptimizer, DDP-alone and no-comm phases")
     parser.add_argument("--quick", action="store_true", help="a few steps (smoke test)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.steps, args.warmup, args.rounds, args.sizes, args.iters = 3, 1, 1, "4096,1048576", 5
+        args.steps, args.warmup, args.rounds, args.iters = 2, 1, 1, 5
+    if args.sizes is None:
+        args.sizes = "4096,1048576" if args.quick else \
+            "4096,65536,1048576,4194304,16777216,67108864"
     torch.set_num_threads(1)
     builds = {"cnn": (tb.DigitsCNN, lambda: tb.cnn_batches(32, 8), args.steps * 5),
               "mlp": (lambda: tb.make_mlp(1024, 6), lambda: tb.mlp_batches(32, 4), args.steps)}
@@ -143,8 +150,10 @@ def main():
                     opt = per_phase[phase][1] = hvd.DistributedOptimizer(
                         opt, named_parameters=model.named_parameters())
                 if phase in REFERENCES:
+                    m = nn.parallel.DistributedDataParallel(model) if phase == "DDP-alone" \
+                        else model
                     times.setdefault((name, phase), []).append(
-                        tb.timed_steps(model, opt, batches, steps, args.warmup))
+                        tb.timed_steps(m, opt, batches, steps, args.warmup))
                     continue
                 for wrapper in wrappers:
                     if wrapper == "DDP":
@@ -175,9 +184,10 @@ def main():
                     ref_med = statistics.median(times[(name, ref)])
                     res[f"{ref}_ms"] = 1e3 * ref_med
                     res[f"ratio_{ref}_over_gloo"] = ref_med / med["gloo"]
-                refs = (f"; references: DistributedOptimizer {res['hvd_ms']:.2f} ms "
-                        f"({res['ratio_hvd_over_gloo']:.2f}), no-comm {res['no-comm_ms']:.2f} ms "
-                        f"({res['ratio_no-comm_over_gloo']:.2f})")
+                refs = (f"; references (/ DDP-gloo): DistributedOptimizer {res['hvd_ms']:.2f} ms "
+                        f"({res['ratio_hvd_over_gloo']:.2f}), DDP alone "
+                        f"{res['DDP-alone_ms']:.2f} ms ({res['ratio_DDP-alone_over_gloo']:.2f}), "
+                        f"no-comm {res['no-comm_ms']:.2f} ms ({res['ratio_no-comm_over_gloo']:.2f})")
             if args.json:
                 print(json.dumps(res), flush=True)
             else:

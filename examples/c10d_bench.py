@@ -126,6 +126,9 @@ def main():
     builds = {"cnn": (tb.DigitsCNN, lambda: tb.cnn_batches(32, 8), args.steps * 5),
               "mlp": (lambda: tb.make_mlp(1024, 6), lambda: tb.mlp_batches(32, 4), args.steps)}
     wrappers = [w for w in args.wrappers.split(",") if w]
+    if set(wrappers) - set(WRAPPERS):
+        parser.error(f"--wrappers: {sorted(set(wrappers) - set(WRAPPERS))} (choose from "
+                     f"{', '.join(WRAPPERS)})")
     phases = BACKENDS + (REFERENCES if args.references else ())
     models = {}
     for name in args.models.split(","):

@@ -9,9 +9,11 @@ rendezvous. Under ``hvdlite-run`` or ``mpirun``::
 
 starts hvdlite's engine (or joins the one ``hvdlite.init()`` started) and takes rank and
 world size from it; ``hvdlite://`` also gives torch a real key-value store (a TCPStore on
-rank 0 whose address travels through the engine). With torchrun-style variables set
-(``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) the default ``env://`` works
-as well, as long as the processes were started by MPI (the engine runs over MPI).
+rank 0 whose address travels through the engine). ``dist.init_process_group("hvdlite")``
+with no init_method does the same where torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` are
+not set (Note [start-up without init_method]); with torchrun-style variables set (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``) torch's ``env://`` is used, as long as
+the processes were started by MPI (the engine runs over MPI).
 
 The process group is a Python subclass of ``torch.distributed.ProcessGroup`` (c10d's
 ``PyProcessGroup``): DDP's reducer and ``torch.distributed``'s functions call it; it hands
@@ -35,7 +37,10 @@ when it starts the engine; a job started by ``hvdlite.init()`` needs
 
 import copy
 import datetime
+import functools
+import inspect
 import math
+import os
 import queue
 import socket
 import sys
@@ -75,8 +80,10 @@ if hasattr(torch, "uint16"):
 class _Completer:
     """One thread that waits for in-flight collectives and completes their futures, so that
     a future (DDP's buckets, ``then`` chains) completes without anyone calling ``wait()``.
-    It waits in the order the calls were made, which is the order a group's collectives
-    finish in; a later group's future can only be held back behind an earlier one."""
+    It waits in the order the futures were asked for, which is the order a group's
+    collectives finish in; a later group's future can only be held back behind an earlier one.
+
+    Only a Work whose future was asked for comes here (Note [futures on demand])."""
 
     def __init__(self):
         self._queue = queue.SimpleQueue()
@@ -100,12 +107,22 @@ class _Completer:
 _completer = _Completer()
 
 
+# Note [futures on demand]
+# A future needs a thread to complete it when nobody calls wait(): the completer. A Work that
+# goes through it costs the waiter a second thread handoff (engine -> completer -> waiter,
+# where wait() alone is engine -> waiter), and the completer holds the hvdlite Work's lock
+# while it waits, so a wait() behind it gets both. Most callers never ask for the future
+# (FSDP2's all-gathers, dist.* with async_op=True then wait()): a Work goes to the completer
+# only once get_future() is called. A Work that is dropped unwaited is finished by hvdlite's
+# orphan reaping, its copy-back step (non-contiguous tensors) not run, as with no future.
+
 class HvdliteWork(dist._Work):
     """A c10d Work over one hvdlite Work (a collective, or a fused group of them).
 
     ``wait()`` waits for the engine (the GIL released) and raises its error;
     ``get_future()`` completes with ``result()`` (the output tensors) once the engine is
-    done, whoever waits. A Work made for a finished call is complete at once.
+    done, whoever waits (Note [futures on demand]). A Work made for a finished call is
+    complete at once.
     """
 
     def __init__(self, pending, value, what):
@@ -119,8 +136,6 @@ class HvdliteWork(dist._Work):
         self._error = None
         if pending is None:
             self._complete(None)
-        else:
-            _completer.submit(self)
 
     def _settle(self):
         """Wait for the engine, then complete the future (once, whichever thread is first)."""
@@ -169,15 +184,20 @@ class HvdliteWork(dist._Work):
             done = self._done     # else _complete fulfils it
         if done:
             self._fulfil(future)
+        else:
+            _completer.submit(self)
         return future
 
     def is_completed(self):
-        return self._done or self._pending.poll()
+        if not self._done and self._pending.poll():
+            self._settle()    # finished: its error (if any) and copy-back are taken now
+        return self._done
 
     def is_success(self):
-        return self._done and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
+        self.is_completed()
         return self._error
 
     def result(self):
@@ -711,9 +731,10 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     def _no_p2p(self, what):
         raise HvdliteUnsupportedError(
-            f"{what}: hvdlite's engine has collectives only, no point-to-point operations; "
-            f"use a gloo group for send/recv (dist.new_group(backend='gloo') under a default "
-            f"group of another backend)")
+            f"{what}: the hvdlite backend cannot {what} (dist.{what}, dist.i{what} and "
+            f"batch_isend_irecv): hvdlite's engine has collectives only, no point-to-point "
+            f"operations; run them on a gloo group next to it: "
+            f"g = dist.new_group(backend='gloo'), then dist.{what}(..., group=g)")
 
     def send(self, tensors, dst, tag=0):
         self._no_p2p("send")
@@ -726,7 +747,16 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     # -- groups -------------------------------------------------------------------------
 
-    def new_group(self, ranks, timeout=None, pg_options=None, group_name=None, group_desc=None):
+    @property
+    def new_group(self):
+        """c10d's ``new_group`` hook, absent while ``dist.new_group`` asks for another backend
+        (Note [new_group of another backend])."""
+        if getattr(_other_backend_group, "active", False):
+            raise AttributeError("new_group")
+        return self._new_group
+
+    def _new_group(self, ranks, timeout=None, pg_options=None, group_name=None,
+                   group_desc=None):
         """c10d's ``new_group`` hook, called on every rank of the job (Note [c10d names])."""
         ranks = sorted(int(r) for r in ranks)
         if group_name and not group_name.isdigit():
@@ -761,7 +791,6 @@ class _AllOf(HvdliteWork):
         self._lock, self._done, self._error, self._what = threading.Lock(), False, None, "coalesced"
         self._value = [v for w in works for v in (w._value or [])]
         self._pending = self
-        _completer.submit(self)
 
     def poll(self):
         return all(w.is_completed() for w in self._works)
@@ -910,6 +939,86 @@ def init_process_group(**kwargs):
     dist.init_process_group(BACKEND, **kwargs)
 
 
+# Note [start-up without init_method]
+# torch's init_process_group falls back to init_method="env://" when given neither an
+# init_method nor a store, and env:// stops at once where torchrun's MASTER_ADDR / MASTER_PORT
+# are missing, which is every hvdlite-run or mpirun job. c10d has no hook between choosing
+# the backend and choosing the rendezvous, so torch.distributed's init_process_group is
+# wrapped: for an "hvdlite" CPU backend, no init_method, no store and no MASTER_ADDR /
+# MASTER_PORT, the rendezvous is hvdlite:// (rank and size from the engine). Every other call
+# reaches torch's function unchanged.
+
+def _hvdlite_on_cpu(backend):
+    """Whether the backend string puts CPU tensors on hvdlite ("hvdlite", "cpu:hvdlite,...")."""
+    if backend is None:
+        return False
+    for part in str(backend).lower().split(","):
+        device, _, name = part.strip().rpartition(":")
+        if name == BACKEND and device in ("", "cpu"):
+            return True
+    return False
+
+
+def _wrap_init_process_group():
+    torch_init = dist.distributed_c10d.init_process_group
+    if getattr(torch_init, "_hvdlite_wrapped", False):
+        return
+    signature = inspect.signature(torch_init)
+
+    @functools.wraps(torch_init)
+    def init_process_group(*args, **kwargs):
+        try:
+            call = signature.bind(*args, **kwargs)
+        except TypeError:
+            return torch_init(*args, **kwargs)   # torch says what is wrong with the call
+        given = call.arguments
+        if (_hvdlite_on_cpu(given.get("backend")) and given.get("init_method") is None
+                and given.get("store") is None
+                and not ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ)):
+            given["init_method"] = "hvdlite://"
+        return torch_init(*call.args, **call.kwargs)
+
+    init_process_group._hvdlite_wrapped = True
+    init_process_group._torch_init_process_group = torch_init
+    dist.distributed_c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group
+
+
+# Note [new_group of another backend]
+# c10d's new_group hands the whole call to the default group's ``new_group`` method where it
+# has one, without its ``backend`` argument, so dist.new_group(backend="gloo") under an
+# hvdlite default group would return an hvdlite group registered as gloo. dist.new_group is
+# wrapped: while it creates a group of another backend, the hook is hidden (hasattr() is
+# false) and c10d builds that backend's group itself.
+
+_other_backend_group = threading.local()
+
+
+def _wrap_new_group():
+    torch_new_group = dist.distributed_c10d.new_group
+    if getattr(torch_new_group, "_hvdlite_wrapped", False):
+        return
+    signature = inspect.signature(torch_new_group)
+
+    @functools.wraps(torch_new_group)
+    def new_group(*args, **kwargs):
+        try:
+            backend = signature.bind(*args, **kwargs).arguments.get("backend")
+        except TypeError:
+            backend = None   # torch says what is wrong with the call
+        if backend is None or _hvdlite_on_cpu(backend):
+            return torch_new_group(*args, **kwargs)
+        _other_backend_group.active = True
+        try:
+            return torch_new_group(*args, **kwargs)
+        finally:
+            _other_backend_group.active = False
+
+    new_group._hvdlite_wrapped = True
+    dist.distributed_c10d.new_group = new_group
+    dist.new_group = new_group
+
+
 def _register():
     if BACKEND.upper() not in getattr(dist.Backend, "_plugins", {}):
         dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["cpu"])
@@ -917,6 +1026,8 @@ def _register():
         dist.register_rendezvous_handler("hvdlite", _rendezvous)
     except RuntimeError:  # registered already (the module was reloaded)
         pass
+    _wrap_init_process_group()
+    _wrap_new_group()
 
 
 _register()

@@ -8,10 +8,13 @@
   process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
 - FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py);
 - Lightning's Trainer (DDPStrategy(process_group_backend="hvdlite")) and Hugging Face
-  Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py).
+  Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py);
+- examples/c10d_bench.py runs (--quick, the CNN, every phase) and reports every figure.
 """
+import json
 import os
 import socket
+import subprocess
 import sys
 
 import pytest
@@ -19,10 +22,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(TESTS)
 if TESTS not in sys.path:
     sys.path.insert(0, TESTS)
 
-from mpi_launch import run_mpi  # noqa: E402
+from mpi_launch import mpi_env, run_mpi  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -80,3 +84,29 @@ def test_framework_trains_on_hvdlite(framework):
     pytest.importorskip("mpi4py")   # Lightning finds an mpirun job's ranks through it
     proc = run_mpi(2, f"workers/c10d_{framework}.py", timeout=200)
     assert proc.stdout.count(f"{framework} ok") == 2, proc.stdout[-5000:]
+
+
+def test_c10d_bench_smoke():
+    """The benchmark the device check runs: DDP and FSDP2 on both backends, the references,
+    the all-reduce part; figures are not judged here (timed tests measure nothing)."""
+    pytest.importorskip("sklearn")   # the digits CNN's data
+    pytest.importorskip("mpi4py")    # the phases meet through it
+    cmd = ["timeout", "--kill-after=10", "150", sys.executable, "-m", "hvdlite.runner", "-np",
+           "2", sys.executable, "examples/c10d_bench.py", "--quick", "--models", "cnn",
+           "--sizes", "4096", "--json"]
+    env = {k: v for k, v in mpi_env().items() if not k.startswith("HVDLITE_")}
+    proc = subprocess.run(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)} exited with {proc.returncode}\n{proc.stdout[-20000:]}"
+    rows = [json.loads(line.split(":", 1)[1]) for line in proc.stdout.splitlines()
+            if line.startswith("[0]:") and "{" in line]
+    steps = {r["wrapper"]: r for r in rows if "wrapper" in r}
+    assert sorted(steps) == ["DDP", "FSDP2"], proc.stdout[-5000:]
+    for r in steps.values():
+        assert r["model"] == "cnn" and r["ranks"] == 2, r
+        assert r["gloo_ms"] > 0 and r["hvdlite_ms"] > 0 and r["ratio_hvdlite_over_gloo"] > 0, r
+    for ref in ("hvd", "DDP-alone", "no-comm"):
+        assert steps["DDP"][f"{ref}_ms"] > 0, steps["DDP"]
+    sizes = [r for r in rows if "allreduce_bytes" in r]
+    assert [r["allreduce_bytes"] for r in sizes] == [4096], proc.stdout[-5000:]
+    assert sizes[0]["backend_ms"] > 0 and sizes[0]["hvd_ms"] > 0

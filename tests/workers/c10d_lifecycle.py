@@ -2,8 +2,13 @@
 
 A world size that disagrees with the engine's is refused naming both; destroying the default
 group stops the engine this module started, and a second init_process_group starts it again;
-a group created only by its members (use_local_synchronization) is refused.
+a group created only by its members (use_local_synchronization) is refused. Plain
+``dist.init_process_group("hvdlite")`` (no init_method, no torchrun variables, as under
+hvdlite-run or mpirun) starts; point-to-point calls (send, recv, isend, irecv,
+batch_isend_irecv) raise naming the call, and the gloo group the error suggests carries them.
 """
+import os
+
 import torch
 
 torch.set_num_threads(1)
@@ -34,4 +39,36 @@ for round_ in range(2):
                  ["use_local_synchronization"], "groups made by their members only")
     dist.destroy_process_group()
     check(not hvdlite.is_initialized(), "destroying the default group stops the engine it started")
+
+# -- no init_method, no torchrun variables (Note [start-up without init_method]) -------------
+for var in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE"):
+    os.environ.pop(var, None)
+dist.init_process_group("hvdlite")
+check(dist.get_backend() == "hvdlite", f"backend {dist.get_backend()}")
+check((dist.get_rank(), dist.get_world_size()) == (hvdlite.rank(), hvdlite.size()),
+      f"rank {dist.get_rank()} of {dist.get_world_size()} against the engine's "
+      f"{hvdlite.rank()} of {hvdlite.size()}")
+t = torch.full((2,), float(R + 1))
+dist.all_reduce(t)
+check(torch.equal(t, torch.full((2,), float(N * (N + 1) // 2))), f"no init_method: {t}")
+
+# -- point-to-point: refused naming the call; a gloo group carries it ----------------------
+peer = 1 - R
+buf = torch.zeros(3)
+for what, call in [("send", lambda: dist.send(buf, dst=peer)),
+                   ("recv", lambda: dist.recv(buf, src=peer)),
+                   ("recv", lambda: dist.recv(buf)),
+                   ("send", lambda: dist.isend(buf, dst=peer)),
+                   ("recv", lambda: dist.irecv(buf, src=peer)),
+                   ("send" if R == 0 else "recv", lambda: dist.batch_isend_irecv(
+                       [dist.P2POp(dist.isend if R == 0 else dist.irecv, buf, peer)]))]:
+    expect_error(Exception, call, [f"{what}:", "point-to-point", "backend='gloo'"], what)
+gloo = dist.new_group(backend="gloo")
+if R == 0:
+    dist.send(torch.arange(3.0), dst=1, group=gloo)
+else:
+    dist.recv(buf, src=0, group=gloo)
+    check(torch.equal(buf, torch.arange(3.0)), f"send/recv over the gloo group: {buf}")
+dist.destroy_process_group()
+check(not hvdlite.is_initialized(), "the engine started without init_method stops too")
 print(f"c10d lifecycle ok rank {R}", flush=True)

@@ -391,7 +391,42 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
+        if any(isinstance(t, torch.Tensor) and t.layout == torch.sparse_coo for t in tensors):
+            return self._sparse_allreduce(list(tensors), opts.reduceOp, opts.asyncOp)
         return self._allreduce(list(tensors), opts.reduceOp, opts.asyncOp, "allreduce")
+
+    def _sparse_allreduce(self, tensors, reduce_op, async_op):
+        """A sparse COO tensor (e.g. the gradient of ``nn.Embedding(sparse=True)`` under DDP),
+        summed as gloo sums it: every rank's indices and values are all-gathered (ranks may
+        hold different numbers of them), their sum is coalesced, and it replaces the tensor's
+        contents in place."""
+        name, what = self._next("allreduce_sparse")
+        if len(tensors) != 1 or tensors[0].layout != torch.sparse_coo:
+            raise HvdliteInvalidArgumentError(
+                f"{what}: a sparse all-reduce takes one sparse COO tensor; got "
+                f"{[getattr(t, 'layout', type(t).__name__) for t in tensors]}")
+        if getattr(reduce_op, "op", reduce_op) != dist.ReduceOp.SUM:
+            raise HvdliteUnsupportedError(
+                f"{what}: sparse tensors are reduced with SUM only (as gloo); got "
+                f"{getattr(reduce_op, 'op', reduce_op)}")
+        t = tensors[0]
+        if t.device.type != "cpu":
+            raise HvdliteUnsupportedError(f"{what}: the sparse tensor is on {t.device}, not the CPU")
+        _reducible(t, what, "tensor 0")
+        c = t.detach().coalesce()
+        indices = c.indices().t().contiguous()      # nnz x sparse dims
+        values = c.values().contiguous()            # nnz x dense dims
+
+        def finish(results):
+            gathered = _from_core(results[1]).reshape(-1, *values.shape[1:])
+            summed = torch.sparse_coo_tensor(_from_core(results[0]).t(), gathered, t.shape)
+            with torch.no_grad():
+                t.copy_(summed.coalesce())
+            return tensors
+
+        return self._issue(lambda: _ops.grouped_allgather_async(
+            [indices, values], self._members(name, 2), process_set=self._set, finish=finish),
+            tensors, what, async_op)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
@@ -512,9 +547,16 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                                  opts.asyncOp, output_tensors)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
+        # c10d's layout: output_lists[rank][i] receives input i of that rank.
         opts = opts or dist.AllgatherOptions()
-        return self._gather_into("allgather_coalesced", list(zip(input_tensors, output_lists)),
-                                 opts.asyncOp, output_lists)
+        if len(output_lists) != self._size or any(len(o) != len(input_tensors) for o in output_lists):
+            raise HvdliteInvalidArgumentError(
+                f"allgather_coalesced: needs {self._size} output lists (one per rank) of "
+                f"{len(input_tensors)} tensors (one per input); got "
+                f"{[len(o) for o in output_lists]}")
+        pairs = [(t, [output_lists[r][i] for r in range(self._size)])
+                 for i, t in enumerate(input_tensors)]
+        return self._gather_into("allgather_coalesced", pairs, opts.asyncOp, output_lists)
 
     def all_gather_single(self, output, input, opts=None):
         return self.all_gather_single_coalesced([output], [input], opts, "all_gather_single")

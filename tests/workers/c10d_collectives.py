@@ -77,6 +77,18 @@ eq(c, sum(data(r, dtype=torch.complex64) for r in range(N)) * (1 + 1j), "all_red
 expect_error(Exception, lambda: dist.all_reduce(data(R), op=Op.BAND),
              ["BAND", "not supported"], "all_reduce BAND")
 
+# -- sparse all-reduce (SUM): ranks hold different numbers of entries, some overlapping --
+idx = torch.tensor([[R, R + 1, 7][: R + 1]])
+sp = torch.sparse_coo_tensor(idx, torch.full((R + 1, 2), float(R + 1)), (10, 2))
+dense = sum(torch.sparse_coo_tensor(torch.tensor([[r, r + 1, 7][: r + 1]]),
+                                    torch.full((r + 1, 2), float(r + 1)), (10, 2)).to_dense()
+            for r in range(N))
+dist.all_reduce(sp)
+check(sp.is_sparse and sp.is_coalesced(), "sparse all_reduce leaves a coalesced sparse tensor")
+eq(sp.to_dense(), dense, "sparse all_reduce")
+expect_error(Exception, lambda: dist.all_reduce(sp, op=Op.MAX), ["sparse", "SUM"],
+             "sparse all_reduce MAX")
+
 # -- coalesced all-reduce (fused): the coalescing manager and all_reduce_coalesced -------
 ts = [data(R, (k + 1,)) for k in range(4)]
 with dist._coalescing_manager(async_ops=True) as cm:
@@ -93,6 +105,16 @@ for root in range(N):
         dist.broadcast(t, src=root)
         want = data(root, dtype=dtype) if dtype != torch.bool else (data(root) > 10 * root + 3)
         eq(t, want, f"broadcast from {root} {dtype}")
+
+# -- all_gather_coalesced: output_lists[rank][i] gets input i of that rank ------------------
+ins = [data(R, (k + 1,)) for k in range(3)]
+out_lists = [[torch.empty(k + 1) for k in range(3)] for _ in range(N)]
+dist.all_gather_coalesced(out_lists, ins)
+for r in range(N):
+    for k in range(3):
+        eq(out_lists[r][k], data(r, (k + 1,)), f"all_gather_coalesced rank {r} input {k}")
+expect_error(Exception, lambda: dist.all_gather_coalesced([[torch.empty(1)]], ins),
+             ["allgather_coalesced", "output lists"], "all_gather_coalesced wrong layout")
 
 # -- all_gather, all_gather_into_tensor, gather --------------------------------------------
 outs = [torch.empty(2, 3) for _ in range(N)]

@@ -70,7 +70,7 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
     op = resolve_tf_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    names = policy.grouprequest_names(name, len(tensors)) if name is not None else None
+    names = policy.group_names(name, len(tensors)) if name is not None else None
     out, dense_idx = [None] * len(tensors), []
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):

@@ -15,6 +15,8 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+import hvdlite
+from hvdlite import _core
 from hvdlite.exceptions import HvdliteError
 
 LIBRARY = "_tf_check_status.so"
@@ -28,8 +30,6 @@ _module = []   # [] until loaded once; then [the op module] or [None] if it coul
 def _library_paths():
     """Where the build installs the library: beside ``_core`` (in site-packages for an
     editable install), then in the package folder."""
-    from hvdlite import _core
-    import hvdlite
     dirs = [os.path.dirname(_core.__file__), os.path.dirname(hvdlite.__file__)]
     return [os.path.join(d, LIBRARY) for d in dict.fromkeys(dirs)]
 

@@ -145,7 +145,10 @@ def is_initialized() -> bool:
     return _core.is_initialized()
 
 
+# The job's topology, as the core counts it (each raises before init()).
+
 def rank() -> int:
+    """This process's rank, 0 to ``size() - 1``."""
     return _core.rank()
 
 
@@ -154,6 +157,7 @@ def size() -> int:
 
 
 def local_rank() -> int:
+    """This process's rank among the ranks on its host (which GPU it takes, say)."""
     return _core.local_rank()
 
 
@@ -162,6 +166,8 @@ def local_size() -> int:
 
 
 def cross_rank() -> int:
+    """This host's index among the hosts: the rank of this process among the processes
+    with its ``local_rank()``."""
     return _core.cross_rank()
 
 
@@ -170,11 +176,19 @@ def cross_size() -> int:
 
 
 def mpi_built() -> bool:
+    """True: hvdlite always runs over MPI (so ``mpi_enabled`` and ``mpi_threads_supported``,
+    Horovod's other names for the query, are this function)."""
     return True
 
 
-def mpi_threads_supported() -> bool:
-    return True
+def gloo_built() -> bool:
+    """False: hvdlite has no Gloo, ROCm, oneCCL or DDL controller (``gloo_enabled``,
+    ``rocm_built``, ``ccl_built`` and ``ddl_built``, Horovod's queries, are this function)."""
+    return False
+
+
+mpi_enabled = mpi_threads_supported = mpi_built
+gloo_enabled = rocm_built = ccl_built = ddl_built = gloo_built
 
 
 def nccl_built() -> bool:
@@ -183,36 +197,11 @@ def nccl_built() -> bool:
     return _core.nccl_built()
 
 
-def mpi_enabled() -> bool:
-    """hvdlite always runs over MPI."""
-    return True
-
-
-def gloo_built() -> bool:
-    return False
-
-
-def gloo_enabled() -> bool:
-    return False
-
-
 def cuda_built() -> bool:
     """True when a CUDA runtime loads (at run time: no CUDA code is compiled in), so the core
     takes CUDA tensors (staged through pinned host memory; see ``python -m hvdlite
     --check-build`` for the library found)."""
     return bool(_device.libraries()["cuda_runtime"]["loaded"])
-
-
-def rocm_built() -> bool:
-    return False
-
-
-def ccl_built() -> bool:
-    return False
-
-
-def ddl_built() -> bool:
-    return False
 
 
 def is_homogeneous() -> bool:

@@ -13,6 +13,7 @@ import pickle
 import numpy as np
 
 from . import ops
+from .basics import rank
 from .object_payload import header, pickled, raise_if_any_failed
 from .policy import Average, auto_name, group_names, resolve_op
 from .ops import poll, synchronize  # noqa: F401
@@ -229,7 +230,6 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=None):
     If the root cannot pickle ``obj``, every rank raises HvdliteInvalidArgumentError
     (Note [object collectives agree on failure]).
     """
-    from .basics import rank
     name = auto_name("broadcast_object", name, ops.process_set_id(process_set))
     is_root = rank() == int(root_rank)     # roots are global ranks, as in Horovod
     payload, error = pickled(obj, _pickler) if is_root else (None, None)
@@ -246,7 +246,6 @@ def allgather_object(obj, name=None, process_set=None):
 
     If some rank cannot pickle its object, every rank raises HvdliteInvalidArgumentError
     naming it (Note [object collectives agree on failure])."""
-    from .basics import rank
     name = auto_name("allgather_object", name, ops.process_set_id(process_set))
     payload, error = pickled(obj, _pickler)
     heads = allgather(header(rank(), payload, error).reshape(1, 3), f"{name}.sz", process_set)

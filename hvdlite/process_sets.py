@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence, Union
 
 import weakref
 
-from . import _core
+from . import _core, config
 
 
 class ProcessSet:
@@ -94,7 +94,6 @@ _dynamic = False  # set by hvdlite.init from the environment
 
 
 def _dynamic_requested() -> bool:
-    from . import config
     return bool(config.read()["dynamic_process_sets"])
 
 

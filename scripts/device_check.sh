@@ -140,7 +140,7 @@ nranks_section() {
 # against DDP over gloo (CPU tensors, 2 ranks), and dist.all_reduce against hvd.allreduce_.
 c10d_section() {
   local t0=$SECONDS
-  OMP_NUM_THREADS=1 gpu_run 2 200 examples/c10d_bench.py
+  OMP_NUM_THREADS=1 gpu_run 2 300 examples/c10d_bench.py
   say "c10d section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import keras
 
 import hvdlite as _hvd
 from hvdlite import ops as _ops
+from hvdlite.algorithms.lr_schedule import LRSchedule, momentum_ratio, warmup_multiplier
 
 from .functions import broadcast_variables
 
@@ -147,20 +148,12 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
         super().__init__()
-        if initial_lr is None:
-            raise ValueError("Parameter `initial_lr` is required")
-        self.initial_lr = float(initial_lr)
-        self.start_epoch = start_epoch
-        self.end_epoch = end_epoch
-        self.staircase = staircase
+        self.schedule = LRSchedule(initial_lr, multiplier, start_epoch, end_epoch, staircase)
+        self.initial_lr, self.multiplier = self.schedule.initial_lr, self.schedule.multiplier
+        self.start_epoch, self.end_epoch, self.staircase = start_epoch, end_epoch, staircase
         self.momentum_correction = momentum_correction
         self.steps_per_epoch = steps_per_epoch
         self.current_epoch = None
-        if not callable(multiplier):
-            factor = multiplier
-            self.multiplier = lambda epoch: factor ** epoch
-        else:
-            self.multiplier = multiplier
         self._warned_momentum = False
 
     def _autodetect_steps_per_epoch(self):
@@ -173,18 +166,17 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
     def _adjust_learning_rate(self, epoch):
         opt = self.model.optimizer
         old_lr = _get_lr(opt)
-        new_lr = self.initial_lr * self.multiplier(epoch)
+        new_lr = self.schedule.rate(epoch)
         try:
             opt.learning_rate = new_lr
         except TypeError as e:
             raise TypeError(f"{type(self).__name__} sets the optimizer's learning rate, which "
                             f"needs a float learning_rate, not a schedule: {e}") from e
-        momentum = getattr(_inner(opt), "momentum", None)
-        if (self.momentum_correction and isinstance(momentum, (int, float)) and momentum > 0
-                and old_lr > 0 and new_lr != old_lr):
+        ratio = momentum_ratio(old_lr, new_lr, getattr(_inner(opt), "momentum", None),
+                               self.momentum_correction)
+        if ratio is not None:
             slots = _momentum_slots(opt)
             if slots:
-                ratio = new_lr / old_lr
                 for s in slots:
                     s.assign(s * ratio)
             elif slots is None and not self._warned_momentum:
@@ -200,13 +192,9 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if (self.current_epoch < self.start_epoch or
-                (self.end_epoch is not None and self.current_epoch >= self.end_epoch)):
-            return
-        if self.staircase and batch == 0:
-            self._adjust_learning_rate(self.current_epoch)
-        elif not self.staircase:
-            self._adjust_learning_rate(self.current_epoch + float(batch) / self.steps_per_epoch)
+        epoch = self.schedule.epoch_to_set(self.current_epoch, batch, self.steps_per_epoch)
+        if epoch is not None:
+            self._adjust_learning_rate(epoch)
 
     def on_epoch_end(self, epoch, logs=None):
         if logs is not None:
@@ -223,9 +211,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
-        def multiplier(epoch):
-            epoch += 1. / self.steps_per_epoch
-            return 1. / _hvd.size() * (epoch * (_hvd.size() - 1) / warmup_epochs + 1)
+        multiplier = warmup_multiplier(warmup_epochs, _hvd.size, lambda: self.steps_per_epoch)
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
                          staircase=False, momentum_correction=momentum_correction,
                          steps_per_epoch=steps_per_epoch)

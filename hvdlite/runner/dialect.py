@@ -77,14 +77,20 @@ class Dialect:
     def root_env(self) -> Dict[str, str]:
         return {}
 
+    # How this MPI spells hosts: the flag of a host list (whose entries are host:slots), the
+    # flag of a hostfile, and a host's slots on a hostfile line.
+    host_list_flag = hostfile_flag = ""
+    hostfile_slots = ""
+
     def host_list(self, hosts: Hosts) -> List[str]:
-        raise NotImplementedError
+        return [self.host_list_flag, ",".join(h if n is None else f"{h}:{n}" for h, n in hosts)]
 
     def hostfile_text(self, hosts: Hosts) -> str:
-        raise NotImplementedError
+        return "".join(h + ("" if n is None else self.hostfile_slots.format(n)) + "\n"
+                       for h, n in hosts)
 
     def hostfile(self, path: str) -> List[str]:
-        raise NotImplementedError
+        return [self.hostfile_flag, path]
 
     def network_interface(self, iface: str) -> List[str]:
         raise NotImplementedError
@@ -119,6 +125,7 @@ class OpenMPI(Dialect):
     # 5.x: "[1,0]<stdout>: text" (the space belongs to the tag); 4.x: "[1,0]<stdout>:text".
     tag = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>: ")
     tag4 = re.compile(rb"\[\d+,(?P<rank>\d+)\]<(?:stdout|stderr|stddiag)>:")
+    host_list_flag, hostfile_flag, hostfile_slots = "--host", "--hostfile", " slots={}"
 
     def __init__(self, version: str):
         super().__init__(version)
@@ -167,15 +174,6 @@ class OpenMPI(Dialect):
     def root_env(self):
         return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
-    def host_list(self, hosts):
-        return ["--host", ",".join(h if n is None else f"{h}:{n}" for h, n in hosts)]
-
-    def hostfile_text(self, hosts):
-        return "".join(h + ("" if n is None else f" slots={n}") + "\n" for h, n in hosts)
-
-    def hostfile(self, path):
-        return ["--hostfile", path]
-
     def network_interface(self, iface):
         # MPI's own traffic (btl) and the runtime's out-of-band channel (5.x: PRRTE's).
         runtime = ["--prtemca"] if self.major >= 5 else ["--mca"]
@@ -196,6 +194,7 @@ class Hydra(Dialect):
     name = "MPICH (Hydra)"
     chunked_tags = True
     tag = re.compile(rb"\[(?P<rank>\d+)\]<hvdl>: ")
+    host_list_flag, hostfile_flag, hostfile_slots = "-hosts", "-f", ":{}"
     # Tried with MPICH 5.0.2 (PyPI, ch4; Debian's 4.0.2 is ch4 too, with the same stubs in
     # its source): every MPIX_Comm_* call hits MPIR_Assert(0) even on a healthy communicator,
     # MPIR_CVAR_ENABLE_FT=1 aborts in MPI_Init, and under -disable-auto-cleanup a killed
@@ -222,15 +221,6 @@ class Hydra(Dialect):
 
     def no_binding(self):
         return ["-bind-to", "none"]
-
-    def host_list(self, hosts):
-        return ["-hosts", ",".join(h if n is None else f"{h}:{n}" for h, n in hosts)]
-
-    def hostfile_text(self, hosts):
-        return "".join(h + ("" if n is None else f":{n}") + "\n" for h, n in hosts)
-
-    def hostfile(self, path):
-        return ["-f", path]
 
     def network_interface(self, iface):
         return ["-iface", iface]
@@ -260,12 +250,10 @@ class IntelHydra(Hydra):
     # Intel's -hosts ignores ":N" (it places I_MPI_PERHOST ranks, a host's cores by
     # default, on each host in turn); a machine file's "host:N" lines are honoured.
     host_list_in_file = True
+    hostfile_flag = "-machinefile"
 
     def __init__(self, version: str):
         super().__init__(version, name="Intel MPI (Hydra)")
-
-    def hostfile(self, path):
-        return ["-machinefile", path]
 
     def tag_output(self):
         return ["-prepend-rank"]

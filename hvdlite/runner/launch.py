@@ -169,11 +169,10 @@ def make_parser() -> argparse.ArgumentParser:
                             + ", ".join(LOG_LEVELS) + "; debug prints each collective")
 
     el = p.add_argument_group("elastic (Open MPI 5 with ULFM; see hvdlite.elastic)")
-    el.add_argument("--min-np", type=_positive_int, metavar="N",
-                    help="make the job elastic: a lost rank does not end it while N ranks are "
-                         "left (the program uses hvdlite.elastic.run)")
-    el.add_argument("--max-np", type=_positive_int, metavar="N",
-                    help="make the job elastic, with at most N ranks")
+    for flag, what in (("--min-np", ": a lost rank does not end it while N ranks are left "
+                                    "(the program uses hvdlite.elastic.run)"),
+                       ("--max-np", ", with at most N ranks")):
+        el.add_argument(flag, type=_positive_int, metavar="N", help="make the job elastic" + what)
     el.add_argument("--host-discovery-script", metavar="SCRIPT",
                     help="make the job elastic; SCRIPT prints its hosts, one host:slots a line. "
                          "It is run every second: at the next commit, ranks on hosts no "

@@ -22,6 +22,8 @@ from typing import Dict, List, Optional, Pattern, Tuple
 
 from hvdlite.contract.markers import EXIT_MARKER, LEAVE_MARKER, LOST_MARKER, START_MARKER
 
+from .dialect import OpenMPI
+
 TAIL_KEEP = 400       # lines kept per rank (the summary shows the last SUMMARY_LINES of them)
 SUMMARY_LINES = 20
 SUMMARY_LINE_CHARS = 2000   # longer lines are cut in the summary (they were shown in full live)
@@ -61,7 +63,6 @@ class OutputRouter:
     def __init__(self, tag: Optional[Pattern[bytes]] = None, prefix: bool = True,
                  verbose: bool = False, size: int = 0, chunked_tags: bool = False,
                  tail_keep: int = TAIL_KEEP):
-        from .dialect import OpenMPI
         self.tag = tag if tag is not None else OpenMPI.tag
         self.prefix = prefix
         self.verbose = verbose

@@ -1,86 +1,21 @@
-"""Gradient all-reduction shared by ``DistributedGradientTape`` and the Keras
-``DistributedOptimizer``: every dense gradient of a step goes to the core in ONE grouped
-request (one crossing from a graph). Also ``PartialDistributedGradientTape`` and
-``register_local_source`` for gradients that stay local."""
-
-import warnings
+"""``DistributedGradientTape``: every dense gradient of a step goes to the core in ONE
+grouped request (one crossing from a graph; :func:`hvdlite.convert.tf_requests.
+make_allreduce_grads_fn`, which the Keras TensorFlow bridge shares). Also
+``PartialDistributedGradientTape`` and ``register_local_source`` for gradients that stay
+local."""
 
 import tensorflow as tf
 
-from hvdlite import policy
 from hvdlite.policy import Average
+from hvdlite.convert.tf_requests import make_allreduce_grads_fn, process_set_or_global
 
 from .compression import Compression
-from .mpi_ops import (allreduce_dense, allreduce_sparse, check_dtype, global_process_set,
-                      process_set_or_global, resolve_tf_op)
-
-_warned_sparse = set()
-
-
-def _label(variables, i):
-    if variables is None or i >= len(variables) or variables[i] is None:
-        return f"gradient {i}"
-    v = variables[i]
-    label = getattr(v, "path", None) or getattr(v, "name", None)
-    return f"gradient {i} ({label})" if label else f"gradient {i}"
+from .mpi_ops import global_process_set
 
 
 def _var_key(v):
     """A hashable identity for tf.Variables (``ref()``) and Keras variables alike."""
     return v.ref() if hasattr(v, "ref") else id(v)
-
-
-def make_allreduce_grads_fn(name, compression=Compression.none, sparse_as_dense=False,
-                            op=Average, gradient_predivide_factor=1.0, what=None,
-                            process_set=global_process_set):
-    """Return ``allreduce_grads(grads, variables=None) -> list`` with Horovod's semantics.
-
-    * ``None`` gradients stay None.
-    * ``tf.IndexedSlices``: densified when ``sparse_as_dense``; otherwise all-gathered as in
-      Horovod (a one-time warning suggests ``sparse_as_dense=True``).
-    * ``gradient_predivide_factor`` f (op=Average only): gradients are scaled by 1/f before
-      the sum and by f/size after it.
-    """
-    what = what or name
-    op = resolve_tf_op(op, None, what)
-    policy.check_predivide(op, gradient_predivide_factor, what)
-
-    def allreduce_grads(grads, variables=None):
-        grads = list(grads)
-        variables = None if variables is None else list(variables)
-        size = process_set_or_global(process_set).size()
-        true_op, prescale, postscale = policy.predivide(op, gradient_predivide_factor, size)
-        out = [None] * len(grads)
-        dense_idx, dense = [], []
-        for i, g in enumerate(grads):
-            if g is None:
-                continue
-            if isinstance(g, tf.IndexedSlices) and not sparse_as_dense:
-                label = _label(variables, i)
-                if label not in _warned_sparse:
-                    _warned_sparse.add(label)
-                    warnings.warn(
-                        f"{what}: {label} is a tf.IndexedSlices (sparse gradient); "
-                        f"all-gathering its rows as Horovod does. Pass sparse_as_dense=True "
-                        f"to all-reduce it densely, which is faster unless the rows touched "
-                        f"are few.", stacklevel=3)
-                # the predivide factors only split Average's 1/size: the gathered rows
-                # divided by size are the same result
-                out[i] = allreduce_sparse(g, op, f"{name}.{i}", what, process_set)
-                continue
-            g = tf.convert_to_tensor(g)
-            check_dtype(g, what, _label(variables, i))
-            dense_idx.append(i)
-            dense.append(g)
-        names = [f"{name}.{i}" for i in dense_idx]
-        labels = {n: _label(variables, i) for n, i in zip(names, dense_idx)}
-        reduced = allreduce_dense(dense, true_op, prescale, postscale, compression, names,
-                                   what, process_set, labels)
-        for i, r in zip(dense_idx, reduced):
-            out[i] = r
-        return out
-
-    return allreduce_grads
 
 
 def reduce_except_local(allreduce_grads, grads, sources, local_keys, scale_local, set_size):

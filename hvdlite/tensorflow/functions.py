@@ -6,23 +6,8 @@ import tensorflow as tf
 
 from hvdlite import numpy_api as _np_api
 
-from .mpi_ops import broadcast_, global_process_set
-
-
-def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False,
-                        name=None):
-    """Assign ``root_rank``'s values to ``variables`` on every rank.
-
-    Works for ``tf.Variable`` and Keras variables, eagerly (returns None) and inside a
-    graph (returns the grouped assign op). All variables go to the core together, so they
-    negotiate in the same round. ``inplace`` is accepted for Horovod compatibility (the
-    values are always assigned in place).
-    """
-    variables = list(variables)
-    if not variables:
-        return None if tf.executing_eagerly() else tf.no_op()
-    values = broadcast_(variables, root_rank, name=name or None, process_set=process_set)
-    return None if tf.executing_eagerly() else tf.group(*values)
+from hvdlite.convert.tf_requests import broadcast_variables  # noqa: F401
+from hvdlite.process_sets import global_process_set
 
 
 def broadcast_global_variables(root_rank):

@@ -1,21 +1,19 @@
-"""The TensorFlow bridge: hvdlite.tensorflow's collectives, which cross into the core
-eagerly and from ``tf.function`` graphs (one ``tf.numpy_function`` per grouped request)."""
+"""The TensorFlow bridge: the requests of :mod:`hvdlite.convert.tf_requests` (those under
+hvdlite.tensorflow), which cross into the core eagerly and from ``tf.function`` graphs (one
+``tf.numpy_function`` per grouped request)."""
 
 import numpy as np
 import tensorflow as tf
 
-import hvdlite.tensorflow as _hvd_tf
-from hvdlite.tensorflow import Compression  # noqa: F401 - part of the bridge interface
-from hvdlite.tensorflow.distributed import make_allreduce_grads_fn
-
-from ..labels import process_set_kwargs
+from hvdlite.convert import tf_requests as requests
+from hvdlite.convert.tf_compression import Compression  # noqa: F401 - bridge interface
+from hvdlite.convert.tf_requests import make_allreduce_grads_fn, process_set_or_global
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     # (Stateful compression never reaches a bridge: hvdlite/keras/stateful_compression.py.)
-    reduce_all = make_allreduce_grads_fn(
-        name, compression, sparse_as_dense, op, predivide, what=what,
-        **process_set_kwargs(make_allreduce_grads_fn, process_set))
+    reduce_all = make_allreduce_grads_fn(name, compression, sparse_as_dense, op, predivide,
+                                         what, process_set_or_global(process_set))
 
     def reduce(grads, variables, when=None):
         if when is None:
@@ -79,22 +77,20 @@ def _tensor(value):
 
 
 def allreduce(value, name, op, prescale_factor, postscale_factor, compression, process_set):
-    return _hvd_tf.allreduce(_tensor(value), op=op, prescale_factor=prescale_factor,
-                             postscale_factor=postscale_factor, compression=compression,
-                             name=name, **process_set_kwargs(_hvd_tf.allreduce, process_set))
+    return requests.allreduce(_tensor(value), op, prescale_factor, postscale_factor,
+                              compression, name, process_set_or_global(process_set))
 
 
 def allgather(value, name, process_set):
-    return _hvd_tf.allgather(_tensor(value), name=name,
-                             **process_set_kwargs(_hvd_tf.allgather, process_set))
+    return requests.allgather_group([_tensor(value)], name, "allgather",
+                                    process_set_or_global(process_set), grouped=False)[0]
 
 
 def broadcast(value, root_rank, name, process_set):
-    return _hvd_tf.broadcast(_tensor(value), root_rank, name=name,
-                             **process_set_kwargs(_hvd_tf.broadcast, process_set))
+    return requests.broadcast(_tensor(value), root_rank, name,
+                              process_set_or_global(process_set))
 
 
 def broadcast_variables(variables, root_rank, name, process_set):
-    return _hvd_tf.broadcast_variables(variables, root_rank=root_rank, name=name,
-                                       **process_set_kwargs(_hvd_tf.broadcast_variables,
-                                                             process_set))
+    return requests.broadcast_variables(variables, root_rank,
+                                        process_set_or_global(process_set), name=name)

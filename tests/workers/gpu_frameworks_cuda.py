@@ -4,6 +4,7 @@ Run by scripts/device_check.sh and tests/gpu/test_dlpack_adapters.py at 2 ranks;
 that is not installed or sees no GPU is skipped, and said so. Each rank uses GPU
 local_rank % count. Checks against values computed here; at 2 ranks a float32 sum is one
 addition per element, so it must match bitwise."""
+import importlib.util
 import os
 import sys
 
@@ -41,11 +42,17 @@ def close(got, want):
     return np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def installed(module):
+    """Whether ``module`` is a real package: tests/tensorflow on sys.path (the device check
+    puts tests/ there) is otherwise found as a namespace package of that name."""
+    spec = importlib.util.find_spec(module)
+    return spec is not None and spec.origin is not None
+
+
 def tensorflow_part():
-    try:
-        import tensorflow as tf
-    except ImportError:
+    if not installed("tensorflow"):
         return "TensorFlow is not installed"
+    import tensorflow as tf
     gpus = tf.config.list_physical_devices("GPU")
     if not gpus:
         return "TensorFlow sees no GPU"
@@ -65,11 +72,10 @@ def tensorflow_part():
 
 
 def jax_part():
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
+    if not installed("jax"):
         return "JAX is not installed"
+    import jax
+    import jax.numpy as jnp
     try:
         gpus = [d for d in jax.devices() if d.platform == "gpu"]
     except RuntimeError:

@@ -24,7 +24,9 @@ def test_shm_allreduce_turned_off():
 
 @pytest.mark.parametrize("np_", [3, 4])
 def test_small_allreduce_rides_the_negotiation_round(np_):
-    out = run_mpi(np_, "workers/board_allreduce.py", "on", timeout=300).stdout
+    # Up to 4 KiB ride here (the tensors go up to 4096 bytes); the default is smaller.
+    out = run_mpi(np_, "workers/board_allreduce.py", "on",
+                  env={"HVDLITE_BOARD_ALLREDUCE_MAX_BYTES": "4096"}, timeout=300).stdout
     assert f"board_allreduce on OK at {np_} ranks" in out, out
 
 

@@ -1,7 +1,7 @@
 """Small all-reduces riding in the negotiation round at N ranks on one host (csrc/engine/
 controller.h, gathered rounds through csrc/transport/shm_board.h).
 
-argv[1]: "on" (the default HVDLITE_BOARD_ALLREDUCE_MAX_BYTES) or "off" (the setting at 0).
+argv[1]: "on" (HVDLITE_BOARD_ALLREDUCE_MAX_BYTES=4096, set by the test) or "off" (the setting at 0).
 Each tensor is all-reduced several times under one name with the same inputs (floats whose
 sums depend on the operand order): the first call asks the coordinator and runs the data
 path (shm_allreduce_nranks, the ring's order); once cached and the room agreed, a call rides

@@ -145,6 +145,12 @@ c10d_section() {
 }
 # ---------------------------------------------------------------------------------------
 
+# TensorFlow / JAX / Keras on the GPU alone (set-up, then the worker): a quick re-check.
+frameworks_section() {
+  gpu_setup || { failed=1; return; }
+  gpu_run 2 120 tests/workers/gpu_frameworks_cuda.py
+}
+
 for section in ${HVDLITE_DEVICE_CHECK:-gpu static nranks c10d}; do
   "${section}_section"
 done

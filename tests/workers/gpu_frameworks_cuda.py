@@ -12,6 +12,8 @@ import numpy as np
 
 import hvdlite as hvd
 
+# The ranks may share one GPU: JAX must not claim most of its memory up front.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 hvd.init()
 rank, size, local = hvd.rank(), hvd.size(), hvd.local_rank()
 checks = []
@@ -95,6 +97,8 @@ def jax_part():
 
 
 def keras_part(backend):
+    if not installed("keras"):
+        return "Keras is not installed"
     os.environ["KERAS_BACKEND"] = backend
     import keras
     import hvdlite.keras as hk
@@ -118,11 +122,13 @@ for label, part in (("TensorFlow", tensorflow_part), ("JAX", jax_part)):
     if why:
         skipped.append(f"{label}: {why}")
 if "TensorFlow" not in " ".join(skipped):
-    keras_part("tensorflow")
+    why = keras_part("tensorflow")
 elif "JAX" not in " ".join(skipped):
-    keras_part("jax")
+    why = keras_part("jax")
 else:
-    skipped.append("Keras: no framework with a GPU")
+    why = "no framework with a GPU"
+if why:
+    skipped.append(f"Keras: {why}")
 for s in skipped:
     print(f"rank {rank}: skipped {s}", flush=True)
 hvd.shutdown()

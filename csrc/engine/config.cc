@@ -93,7 +93,7 @@ const std::vector<Setting>& settings() {
         "(results are bitwise the same); 0 reduces every batch in one piece"},
        [](Config& c, const std::string& t, const std::string& v) { c.pipeline_piece_bytes = parse_count(v, t); }},
       {{"HVDLITE_BOARD_ALLREDUCE_MAX_BYTES", "", "512",
-        "when more than 2 ranks are on one host, a step's cached all-reduces of one kind totalling "
+        "when 3 to 8 ranks are on one host, a step's cached all-reduces of one kind totalling "
         "up to this many bytes ride in the negotiation round through shared memory (every rank "
         "reduces them from all ranks' packets, in the ring's order): one round instead of a "
         "round and a data path (at most 16384); 0 never"},

@@ -24,7 +24,7 @@ struct Config {
   // size, so that staged CUDA tensors copy one piece while the host reduces another
   // (Note [pipelined staging] in device/staging.h; 0: one piece).
   size_t pipeline_piece_bytes = size_t(4) << 20;
-  // More than 2 ranks on one host: cached all-reduces of up to this many bytes ride in the
+  // 3 to 8 ranks on one host: cached all-reduces of up to this many bytes ride in the
   // negotiation round through the shared board (controller.h) (0: never).
   // Default 512: on the 16-core host a 4 KiB ride cost more than the data path at 8 and 16
   // ranks (each rank reads every rank's packet), while a 1-float ride saved a fifth.

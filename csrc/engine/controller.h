@@ -20,7 +20,7 @@
 // on as usual. The room for data is agreed one round ahead: each round also carries the
 // most either rank wanted to send, which sizes the next round.
 //
-// Gathered rounds (more than 2 ranks on one host, backends with start_control_gather, the
+// Gathered rounds (3 to 8 ranks on one host, backends with start_control_gather, the
 // shared board of shm_board.h): the same packets, published to every rank instead of
 // swapped; every rank ANDs the control words of all and, when all hold the same decision and
 // the same kind of data (up to HVDLITE_BOARD_ALLREDUCE_MAX_BYTES), reduces the data of all

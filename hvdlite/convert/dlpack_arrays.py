@@ -76,6 +76,7 @@ _cuda_in_core = None
 
 
 def core_takes_cuda():
+    """Whether the core takes CUDA arrays (a CUDA runtime loaded); asked of it once."""
     global _cuda_in_core
     if _cuda_in_core is None:
         _cuda_in_core = basics.cuda_built()

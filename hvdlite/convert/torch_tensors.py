@@ -7,6 +7,8 @@ import torch
 from hvdlite import basics, policy
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
+from .dlpack_arrays import core_takes_cuda
+
 
 def dtype_name(dtype):
     return str(dtype).replace("torch.", "")
@@ -41,16 +43,6 @@ def check_tensor(tensor, name, opname, inplace=False):
             f"operations write the result into the tensor's memory and need a contiguous "
             f"tensor. Pass t.contiguous() (and use that tensor), or use the out-of-place "
             f"{opname.rstrip('_')}().")
-
-
-_cuda_in_core = None  # whether the core takes CUDA tensors (asked once)
-
-
-def core_takes_cuda():
-    global _cuda_in_core
-    if _cuda_in_core is None:
-        _cuda_in_core = basics.cuda_built()
-    return _cuda_in_core
 
 
 def host(tensor):

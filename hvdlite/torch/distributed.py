@@ -504,6 +504,19 @@ class HvdliteProcessGroup(dist.ProcessGroup):
             wires, root, None, self._members(name, len(tensors)), process_set=self._set,
             finish=finish), tensors, what, opts.asyncOp)
 
+    def _check_per_rank(self, what, tensors, label, like, like_label,
+                        mismatch=HvdliteInvalidArgumentError, why=""):
+        """``tensors``: one tensor per group rank, each with ``like``'s size and dtype."""
+        if len(tensors) != self._size:
+            raise HvdliteInvalidArgumentError(
+                f"{what}: {label} is a list of {len(tensors)} tensors for a group of "
+                f"{self._size} ranks")
+        for r, x in enumerate(tensors):
+            _check_tensor(x, what, f"{label}[{r}]")
+            if x.numel() != like.numel() or x.dtype != like.dtype:
+                raise mismatch(f"{what}: {label}[{r}] ({_describe(x)}) does not match "
+                               f"{like_label} ({_describe(like)}){why}")
+
     # -- all-gather ---------------------------------------------------------------------
 
     def _gather_into(self, kind, pairs, async_op, value):
@@ -516,16 +529,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         for i, (t, outs) in enumerate(pairs):
             _check_tensor(t, what, f"input {i}")
             if outs is not None:
-                if len(outs) != self._size:
-                    raise HvdliteInvalidArgumentError(
-                        f"{what}: output list {i} has {len(outs)} tensors for a group of "
-                        f"{self._size} ranks")
-                for r, o in enumerate(outs):
-                    _check_tensor(o, what, f"output {i}[{r}]")
-                    if o.numel() != t.numel() or o.dtype != t.dtype:
-                        raise HvdliteInvalidArgumentError(
-                            f"{what}: output {i}[{r}] ({_describe(o)}) does not match input "
-                            f"{i} ({_describe(t)})")
+                self._check_per_rank(what, outs, f"output {i}", t, f"input {i}")
             rows.append(_wire(_contiguous(t)[0].reshape(1, -1)))
 
         def finish(results):
@@ -609,16 +613,8 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                         f"blocks like output {i} ({_describe(out)})")
                 flat = _contiguous(blocks)[0].reshape(self._size, -1)
             else:
-                if len(blocks) != self._size:
-                    raise HvdliteInvalidArgumentError(
-                        f"{what}: input list {i} has {len(blocks)} tensors for a group of "
-                        f"{self._size} ranks")
-                for r, b in enumerate(blocks):
-                    _check_tensor(b, what, f"input {i}[{r}]")
-                    if b.numel() != out.numel() or b.dtype != out.dtype:
-                        raise HvdliteUnsupportedError(
-                            f"{what}: input {i}[{r}] ({_describe(b)}) differs from output {i} "
-                            f"({_describe(out)}); the hvdlite backend scatters equal blocks")
+                self._check_per_rank(what, blocks, f"input {i}", out, f"output {i}",
+                                     HvdliteUnsupportedError, "; the hvdlite backend scatters equal blocks")
                 flat = torch.stack([b.detach().reshape(-1) for b in blocks])
             stacks.append(flat)
 
@@ -732,16 +728,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         _check_tensor(out, what, "output")
         if self._ranks[self._rank] == root:
             blocks = list(input_lists[0])
-            if len(blocks) != self._size:
-                raise HvdliteInvalidArgumentError(
-                    f"{what}: the root's scatter list has {len(blocks)} tensors for a group of "
-                    f"{self._size} ranks")
-            for r, b in enumerate(blocks):
-                _check_tensor(b, what, f"scatter list [{r}]")
-                if b.dtype != out.dtype:
-                    raise HvdliteInvalidArgumentError(
-                        f"{what}: scatter list [{r}] ({_describe(b)}) and the output "
-                        f"({_describe(out)}) differ in dtype")
+            self._check_per_rank(what, blocks, "the root's scatter list", out, "the output")
             flat = [_wire(b.detach().reshape(-1, 1)).reshape(-1) for b in blocks]
         else:
             flat = [_wire(out.new_empty((0, 1))).reshape(-1)] * self._size
@@ -1001,13 +988,19 @@ def _hvdlite_on_cpu(backend):
     return False
 
 
-def _wrap_init_process_group():
-    torch_init = dist.distributed_c10d.init_process_group
-    if getattr(torch_init, "_hvdlite_wrapped", False):
+def _replace_in_torch(name, make_wrapper):
+    """Put ``make_wrapper(torch's function, its signature)`` in place of
+    ``torch.distributed.<name>`` (and of ``distributed_c10d.<name>``), once."""
+    original = getattr(dist.distributed_c10d, name)
+    if getattr(original, "_hvdlite_wrapped", False):
         return
-    signature = inspect.signature(torch_init)
+    wrapper = functools.wraps(original)(make_wrapper(original, inspect.signature(original)))
+    wrapper._hvdlite_wrapped = True
+    setattr(dist.distributed_c10d, name, wrapper)
+    setattr(dist, name, wrapper)
 
-    @functools.wraps(torch_init)
+
+def _init_process_group_wrapper(torch_init, signature):
     def init_process_group(*args, **kwargs):
         try:
             call = signature.bind(*args, **kwargs)
@@ -1019,11 +1012,7 @@ def _wrap_init_process_group():
                 and not ("MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ)):
             given["init_method"] = "hvdlite://"
         return torch_init(*call.args, **call.kwargs)
-
-    init_process_group._hvdlite_wrapped = True
-    init_process_group._torch_init_process_group = torch_init
-    dist.distributed_c10d.init_process_group = init_process_group
-    dist.init_process_group = init_process_group
+    return init_process_group
 
 
 # Note [new_group of another backend]
@@ -1036,13 +1025,7 @@ def _wrap_init_process_group():
 _other_backend_group = threading.local()
 
 
-def _wrap_new_group():
-    torch_new_group = dist.distributed_c10d.new_group
-    if getattr(torch_new_group, "_hvdlite_wrapped", False):
-        return
-    signature = inspect.signature(torch_new_group)
-
-    @functools.wraps(torch_new_group)
+def _new_group_wrapper(torch_new_group, signature):
     def new_group(*args, **kwargs):
         try:
             backend = signature.bind(*args, **kwargs).arguments.get("backend")
@@ -1055,10 +1038,7 @@ def _wrap_new_group():
             return torch_new_group(*args, **kwargs)
         finally:
             _other_backend_group.active = False
-
-    new_group._hvdlite_wrapped = True
-    dist.distributed_c10d.new_group = new_group
-    dist.new_group = new_group
+    return new_group
 
 
 def _register():
@@ -1068,8 +1048,8 @@ def _register():
         dist.register_rendezvous_handler("hvdlite", _rendezvous)
     except RuntimeError:  # registered already (the module was reloaded)
         pass
-    _wrap_init_process_group()
-    _wrap_new_group()
+    _replace_in_torch("init_process_group", _init_process_group_wrapper)
+    _replace_in_torch("new_group", _new_group_wrapper)
 
 
 _register()

@@ -764,6 +764,7 @@ def test_rank_that_left_cleanly_is_blamed():
     if "shut down: rank 2 " not in proc.stderr and _dialect().chunked_tags:
         pytest.skip("Hydra may drop the output of ranks it kills, and this core's error does "
                     "not name the rank that left: nothing reliable to blame by")
+    assert "hvdlite-run: rank " in proc.stderr, show(proc)
     summary = proc.stderr[proc.stderr.index("hvdlite-run: rank "):]
     assert summary.startswith("hvdlite-run: rank 2 "), show(proc)
     assert "while other ranks still waited for it" in summary.splitlines()[0], show(proc)

@@ -9,19 +9,13 @@ import jax.numpy as jnp
 import tensorflow as tf
 
 import hvdlite as hvd
+from worker_checks import count, named_check as check  # noqa: E402
 from hvdlite.convert import dlpack_arrays, jax_arrays, tf_tensors
 
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def values(n, r):
@@ -63,4 +57,4 @@ for n, o in zip(want, outs):
 a, b = (jax_arrays.GPU_ARRAYS.empty_like(ys[0]) for _ in range(2))
 check("jax outputs are fresh buffers", a.unsafe_buffer_pointer() != b.unsafe_buffer_pointer())
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)

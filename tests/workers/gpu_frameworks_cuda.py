@@ -11,18 +11,12 @@ import sys
 import numpy as np
 
 import hvdlite as hvd
+from worker_checks import count, named_check as check  # noqa: E402
 
 # The ranks may share one GPU: JAX must not claim most of its memory up front.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 hvd.init()
 rank, size, local = hvd.rank(), hvd.size(), hvd.local_rank()
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def noise(n, r):
@@ -132,5 +126,5 @@ if why:
 for s in skipped:
     print(f"rank {rank}: skipped {s}", flush=True)
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)
 sys.exit(0)

@@ -10,6 +10,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
+from worker_checks import count, named_check as check  # noqa: E402
 from hvdlite import ops  # noqa: E402
 from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteMismatchError  # noqa: E402
 
@@ -17,13 +18,6 @@ hvd.init()
 rank, size = hvd.rank(), hvd.size()
 rt = StandinRuntime()
 stream = rt.stream()  # the "framework's current stream"
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def values(n, dtype, r):
@@ -129,4 +123,4 @@ hvd.barrier()
 check("no copy of the wrong kind", rt.violations() == "", rt.violations())
 check("every event waited on", rt.unwaited_events() == 0, f"{rt.unwaited_events()} unwaited")
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)

@@ -16,19 +16,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from standins.cuda_array import StandinFramework, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
+from worker_checks import count, named_check as check  # noqa: E402
 from hvdlite.convert import dlpack_arrays  # noqa: E402
 
 mode = sys.argv[1]
 hvd.init()
 rank, size = hvd.rank(), hvd.size()
 rt = StandinRuntime()
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def values(n, dtype, r):
@@ -65,4 +59,4 @@ elif mode.startswith("broken-"):
     want = sum(values(1000, np.float32, r) for r in range(size))
     check(f"stale data without the {mode}", not np.array_equal(got, want), f"got {got[:4]}")
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
+from worker_checks import count, named_check as check  # noqa: E402
 from hvdlite import ops  # noqa: E402
 from hvdlite.exceptions import HvdliteError  # noqa: E402
 
@@ -26,13 +27,6 @@ nccl = ctypes.CDLL(os.environ["HVDLITE_NCCL_LIBRARY"])
 nccl.standin_nccl_collectives.restype = ctypes.c_long
 stream = rt.stream()
 dev = rank  # one stand-in GPU per rank (CUDA_STANDIN_DEVICES)
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def values(n, dtype, r):
@@ -265,4 +259,4 @@ if mode == "lost":
     rank = hvd.rank()
 
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)

@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
+from worker_checks import count, named_check as check  # noqa: E402
 from hvdlite import ops  # noqa: E402
 
 mode = sys.argv[1]
@@ -25,13 +26,6 @@ rank, size = hvd.rank(), hvd.size()
 assert size == 2, "pieces are used at 2 ranks"
 rt = StandinRuntime()
 stream = rt.stream()  # the "framework's current stream"
-checks = []
-
-
-def check(name, cond, detail=""):
-    if not cond:
-        raise AssertionError(f"rank {rank}: {name} failed {detail}")
-    checks.append(name)
 
 
 def data(n, dtype, r, seed):
@@ -115,4 +109,4 @@ elif mode == "time":
     print(f"rank {rank}: device_ms {timed(device):.1f} host_ms {timed(host):.1f}", flush=True)
     check("every event waited on", rt.unwaited_events() == 0, f"{rt.unwaited_events()} unwaited")
 hvd.shutdown()
-print(f"rank {rank}: {len(checks)} checks passed", flush=True)
+print(f"rank {rank}: {count()} checks passed", flush=True)

@@ -21,6 +21,16 @@ def check(cond, what):
         raise AssertionError(f"[{_who()}] {what}")
 
 
+def named_check(name, cond, detail=""):
+    """The GPU workers' form: ``name`` failed, with ``detail``; counted like :func:`check`."""
+    check(cond, f"{name} failed {detail}".rstrip())
+
+
+def count():
+    """How many checks this rank made."""
+    return len(_checks)
+
+
 def expect_error(exc_types, fn, must_contain=(), what=""):
     try:
         fn()

@@ -42,6 +42,6 @@ def test_adapters_apply_the_integer_argument_rule():
 
 
 def test_allocation_one_rank_cannot_make_fails_everywhere_and_the_job_goes_on():
-    """all-gather output, all-to-all received data, reduce-scatter work buffer."""
+    """all-gather output, all-to-all received data, reduce-scatter work buffer or output."""
     out = run_mpi(2, "workers/core_allocation_oom.py", timeout=180).stdout
     assert out.count("ALL OK") == 2, out

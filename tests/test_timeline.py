@@ -83,8 +83,11 @@ def check_known_loop(by_track):
     copy = lambda t: [(e["ts"], e["dur"]) for e in by_track[t] if e["name"] == "MEMCPY_IN_FUSION_BUFFER"]
     assert copy("grad.small.0") == copy("grad.small.1")
     seen = names(by_track["grad.shard"])
-    for phase in ["QUEUE", "NEGOTIATE", "MEMCPY_IN_WORK_BUFFER", "RING_REDUCE_SCATTER",
-                  "MEMCPY_OUT_WORK_BUFFER", "COMPLETE", "REDUCESCATTER"]:
+    # Through the ring (a work buffer), or through the ranks' shared memory, where the input
+    # and output stand in for the work buffer (Note [reduce-scatter in place of a work buffer]).
+    path = (["MEMCPY_IN_OUTPUT", "SHM_REDUCE_SCATTER"] if "SHM_REDUCE_SCATTER" in seen else
+            ["MEMCPY_IN_WORK_BUFFER", "RING_REDUCE_SCATTER", "MEMCPY_OUT_WORK_BUFFER"])
+    for phase in ["QUEUE", "NEGOTIATE", *path, "COMPLETE", "REDUCESCATTER"]:
         assert seen.get(phase) == STEPS, f"grad.shard: {phase} seen {seen.get(phase)} times: {seen}"
     assert "EXECUTE" not in seen, seen
     seen = names(by_track["params"])

@@ -157,20 +157,43 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   }
   const int me = t.rank();
   Outcome out;
+  // Note [reduce-scatter in place of a work buffer]
+  // Through shared memory only this rank's segment is written (the others' are read once, to
+  // stage them for their owners), so the input itself can stand for the others' segments and
+  // the output for this rank's: no copy of the whole input, no work buffer. The ring writes
+  // partial sums into every segment, and a prescale must scale all of them first: both go
+  // through the work buffer.
+  const bool direct = shared_memory && r.prescale == 1.0;
+  const size_t work_bytes = direct ? 0 : total * es;
   // The input's shape is the same on every rank, so is the decision to agree.
   std::vector<int> failed = allocate_agreed(
       t, total * es >= kAgreedAllocationBytes, members, [&] {
-        if (work.size() < total * es) work.resize(total * es);
+        if (work.size() < work_bytes) work.resize(work_bytes);
         out.output = OwnedBuffer(segs.count[me] * es);
       });
   if (!failed.empty()) {
-    return out_of_memory(failed, sized("its", total * es, "work buffer", dt),
+    return out_of_memory(failed, direct ? sized("its", segs.count[me] * es, "output", dt)
+                                        : sized("its", total * es, "work buffer", dt),
                          e.request, members);
   }
   PhaseTrace phases(e);
+  out.output_shape = with_rows(e.request.shape, rows[me]);
+  out.output_dtype = dt;
+  const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
+  char* input = static_cast<char*>(const_cast<void*>(e.input));
+  if (direct) {
+    std::memcpy(out.output.data, input + segs.offset[me] * es, segs.count[me] * es);
+    phases.end("MEMCPY_IN_OUTPUT");
+    const size_t after = segs.offset[me] + segs.count[me];
+    const SpanBuffer buf({{input, segs.offset[me]},
+                          {out.output.data, segs.count[me]},
+                          {input + after * es, total - after}}, es);
+    shm_reduce_scatter_nranks(t, buf, segs, dt, r.reduce_op, post);
+    phases.end("SHM_REDUCE_SCATTER");
+    return out;
+  }
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
   phases.end("MEMCPY_IN_WORK_BUFFER");
-  const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
   if (shared_memory) {
     shm_reduce_scatter_nranks(t, SpanBuffer({{work.data(), total}}, es), segs, dt, r.reduce_op, post);
     phases.end("SHM_REDUCE_SCATTER");
@@ -179,8 +202,6 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                         scratch, piece_bytes);
     phases.end("RING_REDUCE_SCATTER");
   }
-  out.output_shape = with_rows(e.request.shape, rows[me]);
-  out.output_dtype = dt;
   std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
   phases.end("MEMCPY_OUT_WORK_BUFFER");
   return out;

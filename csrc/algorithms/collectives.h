@@ -15,7 +15,7 @@
 namespace hvdlite {
 
 // shared_memory: through shm_collectives_nranks.h instead of the transport's collectives or the
-// ring (the same on every rank: Config::shm_collectives and shm_collectives_nranks_available).
+// ring (the same on every rank: Config::shm_collectives and shm_collectives_available).
 Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e, bool shared_memory);
 // members names the ranks in the error when some rank cannot allocate its output (or the
 // reduce-scatter's work buffer): see Note [agreed allocations] in collectives.cc.

@@ -100,28 +100,37 @@ bool shm_allreduce_available(Transport& t) {
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                    double postscale) {
   if (t.size() != 2) return shm_allreduce_nranks(t, buf, dtype, op, postscale);
+  shm_two_ranks(t, buf, even_segments(buf.count(), 2), dtype, op, postscale, Halves{true, true});
+}
+
+void shm_two_ranks(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+                   ReduceOp op, double postscale, Halves halves) {
   if (buf.count() == 0) return;
   const int me = t.rank(), peer = 1 - me;
   const size_t es = buf.elem_size();
   const Queues q(t.shared_area());
-  const Segments halves = even_segments(buf.count(), 2);
   const size_t per_piece = kPieceBytes / es;
-  const Pieces mine{halves.offset[me], halves.count[me], per_piece};
-  const Pieces theirs{halves.offset[peer], halves.count[peer], per_piece};
+  const Pieces mine{segs.offset[me], segs.count[me], per_piece};
+  const Pieces theirs{segs.offset[peer], segs.count[peer], per_piece};
+  // Pieces each task handles in this collective. The reduce-scatter half sends the peer's
+  // segment raw and reduces this side's; the all-gather half sends this side's segment
+  // (reduced, or as it is) and copies the peer's into place.
+  const uint64_t to_stage = halves.scatter ? theirs.number() : 0;
+  const uint64_t to_reduce = mine.number();
+  const uint64_t to_place = halves.gather ? theirs.number() : 0;
 
   // This side's counters: only it writes them, so it keeps their values.
   uint64_t raw_sent = q.published(me, kRaw).load(std::memory_order_relaxed);
   uint64_t reduced_sent = q.published(me, kReduced).load(std::memory_order_relaxed);
   uint64_t raw_taken = q.consumed(me, kRaw).load(std::memory_order_relaxed);
   uint64_t reduced_taken = q.consumed(me, kReduced).load(std::memory_order_relaxed);
-  // Pieces of this collective done per task (raw out: theirs; reduce: mine; copy out: theirs).
   uint64_t staged = 0, reduced = 0, placed = 0;
   const size_t slots = q.slots();
   uint64_t idle_polls = 0;
-  while (staged < theirs.number() || reduced < mine.number() || placed < theirs.number()) {
+  while (staged < to_stage || reduced < to_reduce || placed < to_place) {
     bool progressed = false;
-    // 1. A raw piece of the peer's half, for the peer to reduce.
-    if (staged < theirs.number() &&
+    // 1. A raw piece of the peer's segment, for the peer to reduce.
+    if (staged < to_stage &&
         raw_sent - q.consumed(peer, kRaw).load(std::memory_order_acquire) < slots) {
       char* out = q.slot(me, kRaw, raw_sent);
       buf.for_each_run(theirs.begin(staged), theirs.size(staged), [&](char* p, size_t c) {
@@ -132,26 +141,31 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
       ++staged;
       progressed = true;
     }
-    // 2. The peer's raw piece of this side's half: reduce it in, scale, send the result back.
-    if (reduced < mine.number() &&
-        q.published(peer, kRaw).load(std::memory_order_acquire) > raw_taken &&
-        reduced_sent - q.consumed(peer, kReduced).load(std::memory_order_acquire) < slots) {
-      const char* in = q.slot(peer, kRaw, raw_taken);
-      char* out = q.slot(me, kReduced, reduced_sent);
+    // 2. A piece of this side's segment: reduce the peer's raw piece into it and scale it
+    //    (reduce-scatter half), then send it to the peer (all-gather half).
+    if (reduced < to_reduce &&
+        (!halves.scatter || q.published(peer, kRaw).load(std::memory_order_acquire) > raw_taken) &&
+        (!halves.gather || reduced_sent - q.consumed(peer, kReduced).load(std::memory_order_acquire) < slots)) {
+      const char* in = halves.scatter ? q.slot(peer, kRaw, raw_taken) : nullptr;
+      char* out = halves.gather ? q.slot(me, kReduced, reduced_sent) : nullptr;
       buf.for_each_run(mine.begin(reduced), mine.size(reduced), [&](char* p, size_t c) {
-        reduce_into(p, in, c, dtype, op);
-        if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
-        std::memcpy(out, p, c * es);
-        in += c * es;
-        out += c * es;
+        if (in) {
+          reduce_into(p, in, c, dtype, op);
+          if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
+          in += c * es;
+        }
+        if (out) {
+          std::memcpy(out, p, c * es);
+          out += c * es;
+        }
       });
-      q.consumed(me, kRaw).store(++raw_taken, std::memory_order_release);
-      q.published(me, kReduced).store(++reduced_sent, std::memory_order_release);
+      if (halves.scatter) q.consumed(me, kRaw).store(++raw_taken, std::memory_order_release);
+      if (halves.gather) q.published(me, kReduced).store(++reduced_sent, std::memory_order_release);
       ++reduced;
       progressed = true;
     }
-    // 3. A reduced piece of the peer's half: copy it into place.
-    if (placed < theirs.number() &&
+    // 3. A piece of the peer's segment, reduced by the peer: copy it into place.
+    if (placed < to_place &&
         q.published(peer, kReduced).load(std::memory_order_acquire) > reduced_taken) {
       const char* in = q.slot(peer, kReduced, reduced_taken);
       buf.for_each_run(theirs.begin(placed), theirs.size(placed), [&](char* p, size_t c) {
@@ -169,15 +183,17 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
     }
   }
   t.peer_waited();
-  // What this rank handed to and took from its peer, as the ring counts it (the whole
-  // buffer each way at 2 ranks): the peer's half unreduced and its own half reduced.
-  t.stats().bytes_sent += buf.count() * es;
-  t.stats().bytes_received += buf.count() * es;
-  // Copies to and from the area: the peer's half raw, this side's half reduced, the peer's
-  // half copied out (shm_allreduce_nranks.cc counts alike).
-  t.stats().shared_memory_copied_bytes += (buf.count() + theirs.count) * es;
+  // What this rank handed to and took from its peer, as the ring counts it: the reduce-scatter
+  // half sends the peer's segment and takes this side's, the all-gather half the reverse.
+  const uint64_t own = mine.count * es, other = theirs.count * es;
+  t.stats().bytes_sent += (halves.scatter ? other : 0) + (halves.gather ? own : 0);
+  t.stats().bytes_received += (halves.scatter ? own : 0) + (halves.gather ? other : 0);
+  // Copies to and from the area: the peer's segment raw, this side's sent, the peer's copied
+  // out (shm_allreduce_nranks.cc counts alike).
+  t.stats().shared_memory_copied_bytes +=
+      (halves.scatter ? other : 0) + (halves.gather ? own + other : 0);
   t.stats().shared_memory_rounds += std::max(mine.number(), theirs.number());
-  t.stats().shared_memory_allreduces += 1;
+  if (halves.scatter && halves.gather) t.stats().shared_memory_allreduces += 1;
 }
 
 }  // namespace hvdlite

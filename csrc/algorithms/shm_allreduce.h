@@ -19,6 +19,7 @@
 
 #include "hvdlite.h"
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/shm_allreduce_nranks.h"
 #include "transport/transport.h"
 
 namespace hvdlite {
@@ -31,5 +32,13 @@ bool shm_allreduce_available(Transport& t);
 // the same collectives in the same order, with the same element count and size.
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                    double postscale);
+
+// The two-rank queues over segments of any sizes (segs.count[r]: rank r's), as run_rounds is
+// for more ranks: the reduce-scatter half (each side reduces its segment from the peer's raw
+// pieces and scales it), the all-gather half (each side sends its segment, the peer copies
+// it into place), or both (shm_allreduce). Every collective through the queues, whichever
+// halves it runs, keeps both sides' counters in step.
+void shm_two_ranks(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+                   ReduceOp op, double postscale, Halves halves);
 
 }  // namespace hvdlite

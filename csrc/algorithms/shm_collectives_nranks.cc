@@ -2,12 +2,30 @@
 
 #include <cstring>
 
+#include "algorithms/shm_allreduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
 
 namespace hvdlite {
+namespace {
+
+// Two ranks' area holds shm_allreduce.cc's queues, more ranks' the board of run_rounds.
+void rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+            ReduceOp op, double postscale, Halves halves) {
+  if (t.size() == 2) {
+    shm_two_ranks(t, buf, segs, dtype, op, postscale, halves);
+  } else {
+    run_rounds(t, buf, segs, dtype, op, postscale, halves);
+  }
+}
+
+}  // namespace
 
 bool shm_collectives_nranks_available(Transport& t) {
   return t.size() > 2 && shm_allreduce_nranks_available(t);
+}
+
+bool shm_collectives_available(Transport& t) {
+  return t.size() >= 2 && shm_allreduce_available(t);
 }
 
 void shm_allgatherv_nranks(Transport& t, const void* send, void* recv,
@@ -24,7 +42,7 @@ void shm_allgatherv_nranks(Transport& t, const void* send, void* recv,
   if (segs.count[me] > 0 && out + segs.offset[me] != send) {
     std::memcpy(out + segs.offset[me], send, segs.count[me]);
   }
-  run_rounds(t, SpanBuffer({{out, total}}, 1), segs, DataType::UInt8, ReduceOp::Sum, 1.0,
+  rounds(t, SpanBuffer({{out, total}}, 1), segs, DataType::UInt8, ReduceOp::Sum, 1.0,
              Halves{false, true});
   t.stats().shared_memory_collectives += 1;
 }
@@ -34,14 +52,14 @@ void shm_broadcast_nranks(Transport& t, void* buf, size_t bytes, int root) {
   segs.offset.assign(static_cast<size_t>(t.size()), 0);
   segs.count.assign(static_cast<size_t>(t.size()), 0);
   segs.count[root] = bytes;
-  run_rounds(t, SpanBuffer({{static_cast<char*>(buf), bytes}}, 1), segs, DataType::UInt8,
+  rounds(t, SpanBuffer({{static_cast<char*>(buf), bytes}}, 1), segs, DataType::UInt8,
              ReduceOp::Sum, 1.0, Halves{false, true});
   t.stats().shared_memory_collectives += 1;
 }
 
 void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, const Segments& segs,
                                DataType dtype, ReduceOp op, double postscale) {
-  run_rounds(t, buf, segs, dtype, op, postscale, Halves{true, false});
+  rounds(t, buf, segs, dtype, op, postscale, Halves{true, false});
   t.stats().shared_memory_collectives += 1;
 }
 

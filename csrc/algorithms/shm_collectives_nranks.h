@@ -1,12 +1,12 @@
-// All-gather, broadcast and reduce-scatter for more than 2 ranks on one host, through the
-// shared area of shm_allreduce_nranks.h and its rounds (Note [the board] there): rank r's
-// segment is what it contributes (all-gather: its rows; broadcast: the root's whole buffer,
-// the others' nothing; reduce-scatter: its share of the rows), each owner puts its pieces in
-// its result slot and the others copy them out; the reduce-scatter has each owner fold its
-// share from its peers' staged copies, in the ring's order (bitwise as ring_reduce_scatter).
-// Every rank must call the same collectives, in the same order as its all-reduces through
-// the area, with the same sizes. Each counts into t.stats() as shm_allreduce_nranks does, and
-// one shared_memory_collectives.
+// All-gather, broadcast and reduce-scatter for the ranks of one host, through the shared area:
+// at more than 2 ranks the rounds of shm_allreduce_nranks.h (Note [the board] there), at 2
+// the queues of shm_allreduce.h. Rank r's segment is what it contributes (all-gather: its
+// rows; broadcast: the root's whole buffer, the others' nothing; reduce-scatter: its share of
+// the rows), each owner sends its pieces and the others copy them out; the reduce-scatter has
+// each owner fold its share from its peers' staged copies, in the ring's order (bitwise as
+// ring_reduce_scatter). Every rank must call the same collectives, in the same order as its
+// all-reduces through the area, with the same sizes. Each counts into t.stats() as the
+// all-reduce through the area does, and one shared_memory_collectives.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +18,12 @@
 
 namespace hvdlite {
 
-// True where these may run: more than 2 ranks (2 ranks' area holds shm_allreduce.cc's
-// queues instead) and shm_allreduce_nranks_available(t); the same on every rank.
+// True where these may run: 2 or more ranks with a shared area (shm_allreduce_available);
+// the same on every rank.
+bool shm_collectives_available(Transport& t);
+
+// True where the area holds the board of shm_allreduce_nranks.h (more than 2 ranks), which
+// the negotiation's gathered rounds also use; the same on every rank.
 bool shm_collectives_nranks_available(Transport& t);
 
 // As Transport::allgatherv: rank r's send_bytes (bytes_per_rank[r]) land at its offset of recv.

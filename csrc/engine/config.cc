@@ -101,7 +101,7 @@ const std::vector<Setting>& settings() {
          c.board_allreduce_max_bytes = std::min<size_t>(parse_count(v, t), 16384);
        }},
       {{"HVDLITE_SHM_COLLECTIVES", "", "1",
-        "when more than 2 ranks are on one host, all-gather, broadcast and reduce-scatter go through "
+        "when all ranks are on one host, all-gather, broadcast and reduce-scatter go through "
         "shared memory they all map (each rank's contribution copied out by the others in pieces; "
         "the reduce-scatter in the ring's operand order) rather than MPI's and the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_collectives = parse_bool(v, t); }},

@@ -335,7 +335,7 @@ void Group::execute(const std::vector<Response>& responses) {
     else by_name[e->request.name] = e.get();
   }
   Transport& t = *transport_;
-  const bool shm = config_.shm_collectives && shm_collectives_nranks_available(t);
+  const bool shm = config_.shm_collectives && shm_collectives_available(t);
   for (const Response& r : responses) {
     TensorEntry* e = nullptr;
     if (r.op == OpType::Join) {

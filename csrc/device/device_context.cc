@@ -2,6 +2,9 @@
 
 #include <map>
 #include <memory>
+#include <string>
+
+#include "hvdlite.h"
 
 namespace hvdlite {
 namespace device {
@@ -63,14 +66,44 @@ DeviceContext::Buffer DeviceContext::acquire(size_t bytes, bool pinned) {
   while (rounded < bytes) rounded *= 2;
   Buffer b{nullptr, rounded, pinned};
   DeviceGuard on(cuda_, device_);
-  if (pinned) {
-    check(cuda_.HostAlloc(&b.data, rounded, kHostAllocPortable), "cudaHostAlloc (pinned staging buffer)");
-  } else {
-    check(cuda_.Malloc(&b.data, rounded), "cudaMalloc (device fusion buffer)");
+  auto allocate = [&] {
+    return pinned ? cuda_.HostAlloc(&b.data, rounded, kHostAllocPortable) : cuda_.Malloc(&b.data, rounded);
+  };
+  int rc = allocate();
+  if (rc != kSuccess) {
+    // The pool's free buffers may be what fills the device: give them back, then try again.
+    trim();
+    rc = allocate();
+  }
+  if (rc != kSuccess) {
+    throw Error(Status::OutOfMemory,
+                std::string(pinned ? "cudaHostAlloc of " : "cudaMalloc of ") + std::to_string(rounded) +
+                " bytes (" + (pinned ? "pinned staging buffer" : "device buffer") + " of device " +
+                std::to_string(device_) + ") failed with error " + std::to_string(rc) + " (" +
+                cuda_.GetErrorString(rc) + ")");
   }
   std::lock_guard<std::mutex> lk(mu_);
   slots_.push_back(Slot{b, nullptr, true});
   return b;
+}
+
+void DeviceContext::trim() {
+  std::vector<Slot> freed;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    std::vector<Slot> kept;
+    for (Slot& s : slots_) (s.in_use ? kept : freed).push_back(s);
+    slots_.swap(kept);
+  }
+  DeviceGuard on(cuda_, device_);
+  for (Slot& s : freed) {
+    if (s.after) {
+      cuda_.EventSynchronize(s.after);
+      cuda_.EventDestroy(s.after);
+    }
+    if (s.buffer.pinned) cuda_.FreeHost(s.buffer.data);
+    else cuda_.Free(s.buffer.data);
+  }
 }
 
 void DeviceContext::release(Buffer buffer, Event after) {

@@ -42,8 +42,11 @@ class DeviceContext {
   // A second stream for copies back to the device while stream() still copies to the host:
   // a GPU runs the two directions at once only from different streams.
   Stream upload_stream() const { return upload_stream_; }
-  // A buffer of at least `bytes`, reused from the pool when one is free.
+  // A buffer of at least `bytes`, reused from the pool when one is free; an OutOfMemory
+  // Error where CUDA has no room even after trim().
   Buffer acquire(size_t bytes, bool pinned);
+  // Gives the buffers not in use back to CUDA (after their events).
+  void trim();
   // Back to the pool, free once `after` (owned from now on; may be null: free now) completes.
   void release(Buffer buffer, Event after);
   Event new_event();

@@ -14,6 +14,7 @@
 #include "algorithms/reduce.h"
 #include "algorithms/ring_allreduce.h"
 #include "device/device_context.h"
+#include "device/device_outputs.h"
 #include "device/nccl_library.h"
 #include "engine/config.h"
 
@@ -57,11 +58,6 @@ std::vector<int64_t> with_rows(std::vector<int64_t> shape, int64_t rows) {
   if (shape.empty()) shape.push_back(rows);
   else shape[0] = rows;
   return shape;
-}
-
-// Device outputs (allgather, alltoall, reducescatter) go to the caller; Python frees them.
-void free_device(void* p) {
-  if (const CudaRuntime* cuda = cuda_runtime()) cuda->Free(p);
 }
 
 bool all_equal(const std::vector<size_t>& v) {
@@ -300,17 +296,9 @@ class NcclCollectives : public DeviceCollectives {
     check(cuda_->MemcpyAsync(dst, src, bytes, static_cast<int>(CopyKind::DeviceToDevice), context_->stream()), what);
   }
 
-  // Device memory for a caller's output, or an Error the agreement below turns into a failure
-  // on every rank.
-  OwnedBuffer device_output(size_t bytes) {
-    void* p = nullptr;
-    const int rc = cuda_->Malloc(&p, bytes == 0 ? 1 : bytes);
-    if (rc != kSuccess) {
-      throw Error(Status::OutOfMemory, "cudaMalloc of " + std::to_string(bytes) + " bytes failed (" +
-                  std::to_string(rc) + ")");
-    }
-    return OwnedBuffer(p, bytes, free_device);
-  }
+  // Device memory for a caller's output, from the device's pool (device_outputs.h), or an
+  // Error the agreement below turns into a failure on every rank.
+  OwnedBuffer device_output(size_t bytes) { return take_device_output(*context_, bytes); }
 
   // Fusion buffers taken for one batch, returned after the stream's last use of them (or at
   // once when an error leaves the batch: its communicators were aborted).

@@ -8,8 +8,9 @@
 //   - allgather, reducescatter: fused likewise into one NCCL call, or one group of calls
 //     where members' sizes differ (Note [NCCL all-gather], Note [NCCL reduce-scatter]);
 //   - alltoall: one group of ncclSend/ncclRecv, its counts exchanged over the host transport.
-// Outputs whose size negotiation decides are allocated on the device (cudaMalloc, agreed
-// across members when large) and handed to the caller, who frees them.
+// Outputs whose size negotiation decides are taken from the device's buffer pool (agreed
+// across members when large; device_outputs.h) and handed to the caller, whose array gives
+// them back.
 // Entries complete once their work is queued; the consumer's stream waits for the event
 // recorded after it (DeviceOrder::after).
 // A watchdog polls ncclCommGetAsyncError while the communicator lives; an error aborts the

@@ -5,6 +5,7 @@ failure on one rank (injected by the stand-in) becomes an hvdlite error on every
 "propagate" that the peers learn it from that rank (not from their own NCCL), and
 "rebuild" that after it an elastic rebuild gives NCCL collectives a fresh communicator."""
 import ctypes
+import gc
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
 from worker_checks import count, named_check as check  # noqa: E402
-from hvdlite import ops  # noqa: E402
+from hvdlite import _core, ops  # noqa: E402
 from hvdlite.exceptions import HvdliteError  # noqa: E402
 
 mode = sys.argv[1]
@@ -154,6 +155,39 @@ if mode == "ok":
     before = collectives()
     g = ops.allgather_async(arr(np.full(3, rank, np.int16)), stream=stream).wait()[0]
     check("no device_output: staged", collectives() == before and isinstance(g.output, np.ndarray))
+    # 5b. device outputs go back to the device's pool when the array dies (Note [device
+    #     outputs back to the pool]): the same all-gather again and again takes no new
+    #     memory, and a buffer is not reused while the consumer's stream still reads it.
+    got = res = None   # the outputs section 5 still holds
+    gc.collect()
+    counts_before = _core.device_output_counts()
+    x = arr(np.full((4, 2), rank, np.float32))
+    want = np.repeat(np.arange(size, dtype=np.float32), 4)[:, None] * np.ones(2, np.float32)
+    warm = on_device(ops.allgather_async(x, stream=stream, device_output=True).wait()[0])
+    del warm
+    rt.sync(stream)
+    mallocs = rt.mallocs()
+    for i in range(8):
+        got = on_device(ops.allgather_async(x, stream=stream, device_output=True).wait()[0])
+        check("pooled allgather", np.array_equal(got.numpy(stream), want))
+        del got
+    check("pooled allgather: no cudaMalloc once warm", rt.mallocs() == mallocs, str(rt.mallocs() - mallocs))
+    # The consumer's slow read (a copy after CUDA_STANDIN_COPY_DELAY_US) is still queued when
+    # the array dies; the next all-gather of the same size must not write into it before.
+    got = on_device(ops.allgather_async(x, stream=stream, device_output=True).wait()[0])
+    first = np.empty(want.shape, np.float32)
+    rt.check(rt.lib.standin_read_async(first.ctypes.data, got.ptr, first.nbytes, stream), "read")
+    del got
+    y = arr(np.full((4, 2), 100 + rank, np.float32))
+    again = on_device(ops.allgather_async(y, stream=stream, device_output=True).wait()[0])
+    rt.sync(stream)
+    check("a pooled buffer waits for its consumer's stream", np.array_equal(first, want), str(first))
+    check("the next all-gather's own result", np.array_equal(again.numpy(stream), want + 100))
+    del again
+    gc.collect()
+    counts = _core.device_output_counts()
+    check("every device output given back", counts["live"] == counts_before["live"] and
+          counts["given_back"] - counts_before["given_back"] == 11, f"{counts_before} -> {counts}")
     # 6. one communicator per process set, made once.
     check("one communicator for the global set", nccl.standin_nccl_comms() == 1)
     members = [0, 1] if size > 2 else [0]

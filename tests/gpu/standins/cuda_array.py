@@ -92,6 +92,10 @@ class StandinRuntime:
     def copies(self):
         return self.lib.standin_copies()
 
+    def mallocs(self):
+        """cudaMalloc calls since the last reset."""
+        return self.lib.standin_mallocs()
+
     def violations(self):
         buf = ctypes.create_string_buffer(65536)
         self.lib.standin_violations(buf, len(buf))

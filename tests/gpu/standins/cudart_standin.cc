@@ -40,6 +40,7 @@ std::set<uintptr_t> g_pinned;
 std::string g_violations;
 std::atomic<int> g_unwaited{0};
 std::atomic<long> g_copies{0};
+std::atomic<long> g_mallocs{0};
 thread_local int t_device = 0;
 
 int device_count() {
@@ -165,6 +166,7 @@ int cudaGetDevice(int* d) { *d = t_device; return kSuccess; }
 int cudaMalloc(void** p, size_t bytes) {
   if (const char* fail = std::getenv("CUDA_STANDIN_FAIL_MALLOC"); fail && *fail == '1') return 2;  // cudaErrorMemoryAllocation
   *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256);
+  ++g_mallocs;
   std::lock_guard<std::mutex> lk(g_mu);
   g_device[reinterpret_cast<uintptr_t>(*p)] = bytes;
   return kSuccess;
@@ -314,10 +316,12 @@ int standin_unwaited_events() { return g_unwaited.load(); }
 void standin_reset_counters() {
   g_unwaited = 0;
   g_copies = 0;
+  g_mallocs = 0;
   std::lock_guard<std::mutex> lk(g_mu);
   g_violations.clear();
 }
 long standin_copies() { return g_copies.load(); }
+long standin_mallocs() { return g_mallocs.load(); }
 // Violations so far, one a line ("" when none): copied into buf.
 size_t standin_violations(char* buf, size_t size) {
   std::lock_guard<std::mutex> lk(g_mu);

@@ -16,7 +16,7 @@ import pytest
 
 from hvdlite.runner import dialect, launch
 from hvdlite.runner.output import OutputRouter
-from mpi_launch import run_once_more_if_mpi_never_started
+from mpi_launch import mpirun_path, run_once_more_if_mpi_never_started
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -838,3 +838,27 @@ def test_elastic_job_under_mpich_is_refused_before_launch(tmp_path):
     assert "MPICH (Hydra) 5.0.2 has none (MPICH declares ULFM's" in proc.stderr, show(proc)
     assert "ch4 device aborts in them" in proc.stderr, show(proc)
     assert not launched.exists(), show(proc)
+
+
+@needs_core
+@pytest.mark.parametrize("rank_1_code", [0, 3])
+def test_an_mpirun_that_outlives_every_rank_is_ended_and_the_ranks_decide(tmp_path, rank_1_code):
+    """Open MPI 5's prterun once stayed up after every rank had ended (a PMIx deadlock of its
+    own, ~1 job in 40 on the loaded 2-core machine, deaf to SIGTERM): hvdlite-run must end it
+    and report what the ranks did, not hang. Stood in for by an mpirun that ignores SIGTERM
+    and lingers after the real one."""
+    real = mpirun_path()
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\n"
+                    f"if [ \"$1\" = --version ]; then exec {real} --version; fi\n"
+                    f"trap '' TERM\n{real} \"$@\"\nsleep 600\n")
+    fake.chmod(0o755)
+    code = ("import os, sys; print('ran'); rank = os.environ.get('OMPI_COMM_WORLD_RANK', "
+            f"os.environ.get('PMI_RANK')); sys.exit({rank_1_code} if rank == '1' else 0)")
+    proc, elapsed = run_launcher("-np", 2, "--mpirun", fake, sys.executable, "-c", code)
+    assert proc.returncode == rank_1_code, show(proc)
+    assert (f"was still running {launch.EXIT_GRACE_SECONDS:.0f} s after every rank had ended, "
+            "and was ended; the result is the ranks'") in proc.stderr, show(proc)
+    if rank_1_code:
+        assert "hvdlite-run: rank 1 exited with code 3" in proc.stderr, show(proc)
+    assert elapsed < launch.EXIT_GRACE_SECONDS + 60, show(proc)

@@ -54,6 +54,12 @@ FAIL_FAST_SECONDS = 1.0   # after a rank fails, how long mpirun may take to end 
 # In an elastic job Open MPI 5's runtime sometimes stays up after every rank has ended (the
 # lost ranks confuse its bookkeeping): once all have ended, it gets this long, then is ended.
 ELASTIC_EXIT_GRACE_SECONDS = 5.0
+# Any job: Open MPI 5's prterun very rarely deadlocks in its own PMIx bookkeeping after the
+# last rank ended (seen ~1 job in 40 on a loaded 2-core machine, every rank long gone; a stack
+# showed PMIx_server_deregister_client waiting on a lock its event thread held). Once every
+# rank has reported its end, mpirun gets this long to exit, then is ended; the job's result is
+# the ranks'.
+EXIT_GRACE_SECONDS = 10.0
 # How long a rank the survivors found lost may take to report its own end before the
 # survivors' word is taken (a vanished host's ranks never report).
 LOST_REPORT_GRACE_SECONDS = 2.0
@@ -512,20 +518,21 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     ended_lock = threading.Lock()
 
     def rank_ended(rank, how, lost_how=None):
+        with ended_lock:
+            if rank in ended:   # the survivors reported it lost already
+                return
+            ended[rank] = how
+            everyone = bool(router.size) and len(ended) == router.size
+        if everyone:
+            grace = EXIT_GRACE_SECONDS if membership is None else ELASTIC_EXIT_GRACE_SECONDS
+            timer = threading.Timer(grace, end_lingering_mpirun)
+            timer.daemon = True
+            timer.start()
         if membership is not None:
-            with ended_lock:
-                if rank in ended:   # the survivors reported it lost already
-                    return
-                ended[rank] = how
-                everyone = len(ended) == router.size
             if lost_how is not None:
                 membership.on_lost(rank, lost_how)
             elif how.code or how.signal:
                 membership.on_lost(rank, how_exited(how).replace("was killed", "killed"))
-            if everyone:
-                timer = threading.Timer(ELASTIC_EXIT_GRACE_SECONDS, end_lingering_mpirun)
-                timer.daemon = True
-                timer.start()
             return
         # Open MPI ends the job itself when a rank fails; Hydra waits for the others unless
         # the rank called MPI_Abort. Either way the job ends within FAIL_FAST_SECONDS.
@@ -587,7 +594,14 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     if too_few:
         announce(f"error: {too_few[0]}")
         return rc or 1
-    if (lingered or (membership is not None and len(ended) == router.size)) and not received:
+    if lingered and membership is None and not received:
+        # Every rank had ended and mpirun did not follow (EXIT_GRACE_SECONDS): the ranks' result.
+        announce(f"note: {os.path.basename(cmd[0])} was still running {EXIT_GRACE_SECONDS:.0f} s "
+                 f"after every rank had ended, and was ended; the result is the ranks'")
+        first_failed = min((x for x in ended.values() if x.code or x.signal),
+                           key=lambda x: x.seq, default=None)
+        rc = 0 if first_failed is None else (first_failed.code or 128 + first_failed.signal)
+    elif membership is not None and (lingered or len(ended) == router.size) and not received:
         # Every rank had ended: the job's result is the survivors' (the lost were reported),
         # whether mpirun lingered or exited by itself with an error status for the lost
         # (as it did after a loss in a job that had also added and removed ranks).

@@ -5,7 +5,12 @@
 // the size, and only then receives it (MPI_Imrecv) into the tensor, or into a scratch buffer
 // of the message's size when the sizes differ. To keep MPI's order (a message goes to the
 // earliest-posted receive that matches), unmatched receives wait in one list in posting order
-// and every progress pass probes for them in that order, under one lock.
+// and every progress pass probes for them in that order, under one lock. A probe is not atomic
+// with the ones before it: a message may arrive after an earlier receive found nothing, and
+// would go to a later one that also matches it (seen: a 0-d tensor's receive got the empty
+// message sent after it). So a receive whose messages an earlier waiting receive could take
+// does not probe in that pass, and a receive from any source first looks (MPI_Iprobe) at
+// whose message is first and leaves it when an earlier receive waits for that rank.
 #include "transport/mpi_peer_channel.h"
 
 #include <climits>
@@ -81,13 +86,44 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
   // One progress pass over the unmatched receives, in posting order (the Note).
   void match() {
     std::lock_guard<std::mutex> lk(mu_);
+    // Receives earlier in this pass that found nothing: a message that arrives while the pass
+    // runs is theirs, not a later receive's that could also take it.
+    std::vector<const Receive*> waiting;
+    auto earlier_takes = [&](const Receive& r, int source) {
+      for (const Receive* q : waiting) {
+        if (q->tag == r.tag && (q->peer == kAnySource || q->peer == source)) return true;
+      }
+      return false;
+    };
     for (auto it = unmatched_.begin(); it != unmatched_.end();) {
       Receive& r = **it;
+      int source = r.peer;
+      int rc = MPI_SUCCESS;
+      if (r.peer == kAnySource) {
+        source = MPI_ANY_SOURCE;
+        bool same_tag = false;
+        for (const Receive* q : waiting) same_tag = same_tag || q->tag == r.tag;
+        if (same_tag) {
+          // Some sources are an earlier receive's: look at the first message before taking it.
+          int arrived = 0;
+          MPI_Status first;
+          rc = MPI_Iprobe(MPI_ANY_SOURCE, r.tag, comm_, &arrived, &first);
+          if (rc == MPI_SUCCESS && (!arrived || earlier_takes(r, first.MPI_SOURCE))) {
+            waiting.push_back(&r);
+            ++it;
+            continue;
+          }
+          source = first.MPI_SOURCE;
+        }
+      } else if (earlier_takes(r, r.peer)) {
+        waiting.push_back(&r);
+        ++it;
+        continue;
+      }
       int found = 0;
       MPI_Message message;
       MPI_Status status;
-      const int rc = MPI_Improbe(r.peer == kAnySource ? MPI_ANY_SOURCE : r.peer, r.tag, comm_,
-                                 &found, &message, &status);
+      if (rc == MPI_SUCCESS) rc = MPI_Improbe(source, r.tag, comm_, &found, &message, &status);
       if (rc != MPI_SUCCESS) {
         r.matched = true;
         r.status = failure_status(rc);
@@ -97,6 +133,7 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
         continue;
       }
       if (!found) {
+        waiting.push_back(&r);
         ++it;
         continue;
       }

@@ -1,7 +1,8 @@
 """Point-to-point on the hvdlite backend (run at 2 and 3 ranks), every value checked exactly:
 
 - a ring of blocking sends (1 MiB, past MPI's eager limit) and one of isend/irecv pairs;
-- two tagged messages received in the other order than sent, waited in a third;
+- two tagged messages received in the other order than sent, waited in a third; 40
+  messages of one (source, tag), matched in posting order while waited in reverse;
 - recv from any source: its return value (and irecv's Work's _source_rank()) is the sender;
 - a subgroup from new_group: global ranks in, global ranks out (any source too);
 - dtypes float32, float64, int64, bfloat16, bool, float16, uint8, complex64 through
@@ -61,6 +62,19 @@ elif R == 1:
     check(torch.equal(one, torch.full((5000,), 1.0)) and torch.equal(two, torch.full((5000,), 2.0)),
           f"tags out of order: tag 1 got {one[:3]}, tag 2 got {two[:3]}")
 
+# -- one (source, tag) stream: receives match in posting order, whatever order they are
+# waited in (messages of several sizes, so a receive matched out of order fails loudly) ----
+sizes = [i % 3 for i in range(40)]
+into = [torch.full((k,), -1.0) for k in sizes]
+recvs = [dist.irecv(t, prv, tag=3) for t in into]
+sends = [dist.isend(torch.full((k,), float(i)), nxt, tag=3) for i, k in enumerate(sizes)]
+for w in reversed(recvs):
+    w.wait()
+for w in sends:
+    w.wait()
+check(all(torch.equal(t, torch.full((k,), float(i))) for i, (t, k) in enumerate(zip(into, sizes))),
+      f"posting order: {into}")
+
 # -- any source ----------------------------------------------------------------------------
 if R == 0:
     senders = []
@@ -71,13 +85,13 @@ if R == 0:
         senders.append(src)
     check(sorted(senders) == list(range(1, N)), f"recv from any: senders {senders}")
     t = torch.zeros(1)
-    w = dist.irecv(t)
+    w = dist.irecv(t, tag=1)
     w.wait()
     check(w._source_rank() == N - 1 and t.item() == N - 1, f"irecv any: {w._source_rank()}, {t}")
 else:
     dist.send(torch.full((3,), 10 * R, dtype=torch.int64), 0)
     if R == N - 1:
-        dist.send(torch.full((1,), float(R)), 0)
+        dist.send(torch.full((1,), float(R)), 0, tag=1)   # not one of the tag-0 messages
 
 # -- a subgroup: its ranks are global in the calls, translated as c10d does ----------------
 g = dist.new_group([0, N - 1])

@@ -41,6 +41,20 @@ void check_mpi(int rc, const std::string& what) {
   throw Error(failure_status(rc), what + " failed: " + mpi_error(rc));
 }
 
+bool mpi_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  return finalized != 0;
+}
+
+// A Work may outlive hvdlite (shut down, MPI finalized): no MPI call may follow.
+void check_not_finalized(const char* what) {
+  if (mpi_finalized()) {
+    throw Error(Status::ShutDown, std::string(what) + ": hvdlite was shut down (MPI finalized) "
+                "while the transfer was in flight");
+  }
+}
+
 std::string peer_name(int peer) {
   return peer == PeerChannel::kAnySource ? "any rank" : "rank " + std::to_string(peer);
 }
@@ -72,9 +86,7 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
   }
 
   ~MpiPeerChannel() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
+    if (!mpi_finalized()) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -206,7 +218,7 @@ class MpiSend : public PeerTransfer {
   bool abandon() override {
     // Dropped unfinished (a Work nobody waited on): the message still goes out on its own.
     std::lock_guard<std::mutex> lk(mu_);
-    if (request_ == MPI_REQUEST_NULL) return false;
+    if (request_ == MPI_REQUEST_NULL || mpi_finalized()) return false;
     MPI_Request_free(&request_);
     return true;
   }
@@ -215,6 +227,7 @@ class MpiSend : public PeerTransfer {
     std::lock_guard<std::mutex> lk(mu_);
     if (!error_.empty()) throw Error(status_, error_);
     if (request_ == MPI_REQUEST_NULL) return true;
+    check_not_finalized("send");
     int done = 0;
     const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) {
@@ -245,13 +258,14 @@ class MpiRecv : public PeerTransfer {
 
   bool abandon() override {
     std::lock_guard<std::mutex> lk(mu_);
-    if (channel_->withdraw(r_) || r_->request == MPI_REQUEST_NULL) return false;
+    if (channel_->withdraw(r_) || r_->request == MPI_REQUEST_NULL || mpi_finalized()) return false;
     MPI_Request_free(&r_->request);  // a matched message still lands in the buffer
     return true;
   }
 
   bool test() override {
     std::lock_guard<std::mutex> lk(mu_);
+    if (!channel_->matched(*r_) || r_->request != MPI_REQUEST_NULL) check_not_finalized("recv");
     if (!channel_->matched(*r_)) {
       channel_->match();
       if (!channel_->matched(*r_)) return false;

@@ -9,11 +9,15 @@
   batch_isend_irecv; a 0-d and an empty tensor;
 - non-contiguous tensors both ways (a transposed send, a strided view received into, the
   rest of its base untouched);
-- a future from irecv, completed while the caller does a collective;
+- a future from irecv, completed while the caller does a collective; a receive dropped
+  unwaited before its message came is withdrawn (the next receive gets the message);
 - errors: a rank out of range and this rank itself (naming the rank and the group's size), a
   receive smaller and one larger than the message (naming both byte counts; the channel goes
   on matching the next message).
 """
+import datetime
+import gc
+
 import torch
 
 torch.set_num_threads(1)
@@ -156,6 +160,19 @@ check(x.item() == N, "all_reduce between p2p calls")
 value = fut.wait()
 s.wait()
 check(torch.equal(value[0], torch.full((2,), float(prv))) and value[0] is t, f"future: {value}")
+
+# -- a receive dropped before any message matched it is withdrawn: the next one gets it ----
+if R == 1:
+    dropped = dist.irecv(torch.zeros(2), 0, tag=13)
+    del dropped
+    gc.collect()
+dist.barrier()
+if R == 0:
+    dist.send(torch.ones(2), 1, tag=13)
+elif R == 1:
+    t = torch.zeros(2)
+    dist.irecv(t, 0, tag=13).wait(timeout=datetime.timedelta(seconds=60))
+    check(torch.equal(t, torch.ones(2)), f"after a dropped receive: {t}")
 
 # -- errors ----------------------------------------------------------------------------------
 expect_error(Exception, lambda: dist.send(torch.ones(1), N + 1),

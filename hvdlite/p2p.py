@@ -7,14 +7,18 @@ collectives. Ranks are ranks of the process set. A receive takes the earliest me
 its source (``src=None``: from any rank) with its tag that no earlier receive took, as MPI
 matches them; its size must equal the message's, or it fails naming both byte counts.
 
-The buffers are the arrays' bytes: ``buffer`` is a contiguous 1-d uint8 host array (numpy,
-or any tensor supporting DLPack) that stays untouched (send) or unread (recv) until the
-transfer has finished. Nothing over 2 GiB - 1 in one message.
+The buffers are the arrays' bytes: ``buffer`` is a C-contiguous numpy array of any dtype, or
+a contiguous 1-d uint8 host tensor supporting DLPack (the torch adapter passes its tensors'
+bytes so), left untouched (send) or unread (recv) until the transfer has finished. Nothing
+over 2 GiB - 1 in one message.
 """
 import threading
 from typing import Callable, Optional
 
+import numpy as np
+
 from hvdlite import _core
+from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.process_sets import process_set_id
 
 ANY_SOURCE = None
@@ -64,14 +68,26 @@ class PeerWork:
         return self._transfer.source
 
 
+def _bytes(buffer, what):
+    """A numpy array's bytes, in place (other arrays are passed on as they are)."""
+    if not isinstance(buffer, np.ndarray):
+        return buffer
+    if not buffer.flags.c_contiguous:
+        raise HvdliteInvalidArgumentError(
+            f"{what}: the array (shape {list(buffer.shape)}, strides {list(buffer.strides)}) is "
+            f"not C-contiguous; pass numpy.ascontiguousarray(x) (and copy a received one back)")
+    return buffer.reshape(-1).view(np.uint8)
+
+
 def send_async(buffer, dst: int, tag: int = 0, process_set=None, finish=None) -> PeerWork:
     """Starts sending ``buffer``'s bytes to rank ``dst`` of the process set."""
-    return PeerWork(_core.peer_send(buffer, int(dst), int(tag), process_set_id(process_set)),
-                    finish)
+    return PeerWork(_core.peer_send(_bytes(buffer, "send"), int(dst), int(tag),
+                                    process_set_id(process_set)), finish)
 
 
 def recv_async(buffer, src: Optional[int] = ANY_SOURCE, tag: int = 0, process_set=None,
                finish=None) -> PeerWork:
     """Starts receiving into ``buffer`` from rank ``src`` of the process set (None: any)."""
     peer = -1 if src is None else int(src)
-    return PeerWork(_core.peer_recv(buffer, peer, int(tag), process_set_id(process_set)), finish)
+    return PeerWork(_core.peer_recv(_bytes(buffer, "recv"), peer, int(tag),
+                                    process_set_id(process_set)), finish)

@@ -189,8 +189,12 @@ class HvdliteWork(dist._Work):
         if done:
             self._fulfil(future)
         else:
-            _completer.submit(self)
+            self._completes_future().submit(self)
         return future
+
+    def _completes_future(self):
+        """The thread that completes this Work's future when nobody waits."""
+        return _completer
 
     def is_completed(self):
         if not self._done and self._pending.poll():
@@ -844,6 +848,12 @@ class _AllOf(HvdliteWork):
     def poll(self):
         return all(w.is_completed() for w in self._works)
 
+    def _completes_future(self):
+        # batch_isend_irecv's Work: polled, as its sends and receives are
+        if any(isinstance(w, _PeerToPeerWork) for w in self._works):
+            return _p2p_completer
+        return _completer
+
     def _settle(self):
         if self._done:
             return
@@ -852,29 +862,6 @@ class _AllOf(HvdliteWork):
             w._settle()
             error = error or w._error
         self._complete(error)
-
-
-class _PeerToPeerWork(HvdliteWork):
-    """The Work of a send or recv (an hvdlite.p2p.PeerWork): ``_source_rank()`` is the sender's
-    rank in the group, as gloo's recv Work gives it. Its future is completed by polling
-    (``_p2p_completer``), never behind the collectives' completer: a receive may wait on a
-    message that a later collective's future is needed to send."""
-
-    def _source_rank(self):
-        self.wait()
-        return self._pending.source
-
-    def get_future(self):
-        with self._lock:
-            if self._future is not None:
-                return self._future
-            future = self._future = torch.futures.Future()
-            done = self._done
-        if done:
-            self._fulfil(future)
-        else:
-            _p2p_completer.submit(self)
-        return future
 
 
 class _PollingCompleter:
@@ -911,6 +898,20 @@ class _PollingCompleter:
 
 
 _p2p_completer = _PollingCompleter()
+
+
+class _PeerToPeerWork(HvdliteWork):
+    """The Work of a send or recv (an hvdlite.p2p.PeerWork): ``_source_rank()`` is the sender's
+    rank in the group, as gloo's recv Work gives it. Its future is completed by polling
+    (``_p2p_completer``), never behind the collectives' completer: a receive may wait on a
+    message that a later collective's future is needed to send."""
+
+    def _source_rank(self):
+        self.wait()
+        return self._pending.source
+
+    def _completes_future(self):
+        return _p2p_completer
 
 
 # ---------------------------------------------------------------------------------------

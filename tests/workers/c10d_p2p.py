@@ -160,6 +160,12 @@ check(x.item() == N, "all_reduce between p2p calls")
 value = fut.wait()
 s.wait()
 check(torch.equal(value[0], torch.full((2,), float(prv))) and value[0] is t, f"future: {value}")
+into = torch.zeros(3)
+batch = dist.batch_isend_irecv([dist.P2POp(dist.irecv, into, prv, tag=12),
+                                dist.P2POp(dist.isend, torch.full((3,), float(R)), nxt, tag=12)])
+for w in batch:
+    w.get_future().wait()
+check(torch.equal(into, torch.full((3,), float(prv))), f"batch futures: {into}")
 
 # -- a receive dropped before any message matched it is withdrawn: the next one gets it ----
 if R == 1:

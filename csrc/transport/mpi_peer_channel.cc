@@ -189,9 +189,6 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
     return true;
   }
 
-  MPI_Comm comm() const { return comm_; }
-  int max_tag() const { return max_tag_; }
-
  private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1, max_tag_ = 32767;

@@ -35,6 +35,7 @@
 #include "device/staging.h"
 #include "hvdlite.h"
 #include "observability/timeline.h"
+#include "transport/peer_channel.h"
 
 namespace nb = nanobind;
 using namespace hvdlite;
@@ -760,6 +761,81 @@ nb::tuple wait(int64_t handle, Stream stream, std::optional<double> timeout) {
   return nb::make_tuple(output, is_bf16, splits, last);
 }
 
+// User point-to-point (transport/peer_channel.h): a transfer started on a set's channel, the
+// array it reads or fills kept alive with it. Never through the engine's loop or negotiation.
+class PeerTransferHandle {
+ public:
+  PeerTransferHandle(std::unique_ptr<PeerTransfer> transfer, nb::object array)
+      : transfer_(std::move(transfer)), array_(std::move(array)) {}
+  ~PeerTransferHandle() {
+    if (finished_ || !transfer_) return;
+    // Dropped unfinished: MPI may still write (or read) the array, so its reference is kept
+    // for good rather than let the memory go under a message on its way.
+    if (transfer_->abandon()) array_.release();
+  }
+
+  bool poll() {
+    if (finished_) return true;
+    bool done;
+    {
+      nb::gil_scoped_release release;
+      done = transfer_->test();
+    }
+    finished_ = done;
+    return done;
+  }
+
+  // Interruptible like the collectives' waits (Note [interruptible waits]); timeout_s < 0:
+  // no limit.
+  void wait(double timeout_s) {
+    using clock = std::chrono::steady_clock;
+    const auto deadline =
+        timeout_s < 0 || !std::isfinite(timeout_s)
+            ? clock::time_point::max()
+            : clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+    while (!finished_) {
+      bool done;
+      {
+        nb::gil_scoped_release release;
+        const auto now = clock::now();
+        done = transfer_->wait_until(deadline - now > kSignalCheck ? now + kSignalCheck : deadline);
+      }
+      finished_ = finished_ || done;
+      if (finished_) break;
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+      if (clock::now() >= deadline) {
+        char text[64];
+        std::snprintf(text, sizeof text, "%g", timeout_s);
+        throw Error(Status::Timeout, std::string("wait(timeout=") + text + ") ran out of time; "
+                    "the transfer is still in flight");
+      }
+    }
+  }
+
+  int source() const { return transfer_->source(); }
+
+ private:
+  std::unique_ptr<PeerTransfer> transfer_;
+  nb::object array_;
+  bool finished_ = false;  // the GIL guards it
+};
+
+using PeerBytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+PeerTransferHandle* start_peer(const char* what, nb::object array, int peer, int tag, int process_set) {
+  PeerBytes bytes;
+  if (!nb::try_cast<PeerBytes>(array, bytes)) {
+    throw Error(Status::InvalidArgument,
+                std::string(what) + ": pass the tensor's host memory as a contiguous 1-d uint8 array");
+  }
+  std::shared_ptr<Engine> eng = context_ref();
+  std::shared_ptr<PeerChannel> channel = eng->peer_channel(process_set, what);
+  std::unique_ptr<PeerTransfer> transfer =
+      std::string(what) == "send" ? channel->send(bytes.data(), bytes.size(), peer, tag)
+                                  : channel->recv(bytes.data(), bytes.size(), peer, tag);
+  return new PeerTransferHandle(std::move(transfer), std::move(array));
+}
+
 }  // namespace
 
 NB_MODULE(_core, m) {
@@ -1069,4 +1145,21 @@ NB_MODULE(_core, m) {
         nb::arg("id"));
   m.def("process_set_included", [](int id) { return context_ref()->process_set(id).rank >= 0; },
         nb::arg("id"));
+
+  // User point-to-point (PeerTransferHandle): `array` is the tensor's bytes (1-d uint8, host,
+  // contiguous); peer and the ranks in errors are ranks of the set; recv's peer -1: any rank.
+  nb::class_<PeerTransferHandle>(m, "PeerTransfer")
+      .def("poll", &PeerTransferHandle::poll)
+      .def("wait", [](PeerTransferHandle& t, std::optional<double> timeout) {
+        t.wait(timeout ? *timeout : -1.0);
+      }, nb::arg("timeout") = nb::none())
+      .def_prop_ro("source", &PeerTransferHandle::source);
+  m.def("peer_send", [](nb::object array, int peer, int tag, int process_set) {
+    return start_peer("send", std::move(array), peer, tag, process_set);
+  }, nb::arg("array"), nb::arg("peer"), nb::arg("tag"), nb::arg("process_set"),
+     nb::rv_policy::take_ownership);
+  m.def("peer_recv", [](nb::object array, int peer, int tag, int process_set) {
+    return start_peer("recv", std::move(array), peer, tag, process_set);
+  }, nb::arg("array"), nb::arg("peer"), nb::arg("tag"), nb::arg("process_set"),
+     nb::rv_policy::take_ownership);
 }

@@ -29,5 +29,6 @@ set(HVDLITE_CORE_SOURCES
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc
+  transport/peer_channel.cc
   transport/shm_board.cc
   transport/shm_swap.cc)

@@ -189,6 +189,29 @@ Engine::ProcessSetInfo Engine::process_set(int id) const {
   return info;
 }
 
+std::shared_ptr<PeerChannel> Engine::peer_channel(int id, const std::string& what) const {
+  std::shared_ptr<Group> group;
+  {
+    std::lock_guard<std::mutex> lk(sets_mu_);
+    auto ranks = set_ranks_.find(id);
+    if (ranks == set_ranks_.end()) throw Error(Status::InvalidArgument, what + ": " + unknown_set(id));
+    auto it = groups_.find(id);
+    if (it == groups_.end()) {
+      throw Error(Status::InvalidArgument,
+                  what + ": rank " + std::to_string(topology_.rank) + " is not a member of "
+                  "process set " + std::to_string(id) + " (ranks " + rank_list(ranks->second) + ")");
+    }
+    group = it->second;
+  }
+  std::shared_ptr<PeerChannel> channel = group->transport().peer_channel();
+  if (!channel) {
+    throw Error(Status::InvalidArgument,
+                what + ": this transport has no point-to-point channel (the MPI backend needs "
+                "MPI initialised with MPI_THREAD_MULTIPLE for it)");
+  }
+  return channel;
+}
+
 std::vector<int> Engine::process_set_ids() const {
   std::lock_guard<std::mutex> lk(sets_mu_);
   std::vector<int> ids;

@@ -108,6 +108,10 @@ class Engine {
   // Throws InvalidArgument when no set has this id.
   ProcessSetInfo process_set(int id) const;
   std::vector<int> process_set_ids() const;
+  // The user point-to-point channel of a set this rank is in (peer_channel.h): not negotiated,
+  // so it never goes through the set's loop. Throws InvalidArgument for an unknown set, a set
+  // this rank is not in, or a transport without one. `what` names the call in errors.
+  std::shared_ptr<PeerChannel> peer_channel(int id, const std::string& what) const;
 
  private:
   struct SetTable {

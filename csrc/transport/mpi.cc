@@ -18,6 +18,7 @@
 
 #include "hvdlite.h"
 #include "transport/fault_tolerance.h"
+#include "transport/mpi_peer_channel.h"
 #include "transport/shm_board.h"
 #include "transport/shm_swap.h"
 #include "transport/transport.h"
@@ -110,6 +111,9 @@ class MpiTransport : public Transport {
     MPI_Comm_free(&local);
     MPI_Comm_free(&cross);
     if (topo_.size >= 2 && topo_.local_size == topo_.size) share_memory();
+    // Every path that makes a transport (world, split, shrink, regroup) runs here on all of its
+    // members, so the collective dup of the point-to-point channel is safe here and nowhere later.
+    peer_ = make_mpi_peer_channel(data_);
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
@@ -455,6 +459,8 @@ class MpiTransport : public Transport {
     return true;
   }
 
+  std::shared_ptr<PeerChannel> peer_channel() override { return peer_; }
+
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
   SharedArea shared_area() override {
@@ -662,6 +668,8 @@ class MpiTransport : public Transport {
   std::vector<MPI_Status> statuses_;  // wait_all's, kept for their errors
   static constexpr int kSideTag = 17;
   std::list<std::pair<std::vector<uint8_t>, MPI_Request>> side_sends_;  // buffers of sends in flight
+  // User point-to-point; transfers in flight share it, so its communicator is freed after them.
+  std::shared_ptr<PeerChannel> peer_;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hvdlite.h"
+#include "transport/peer_channel.h"
 
 namespace hvdlite {
 
@@ -129,6 +130,11 @@ class Transport {
   // nothing has arrived.
   virtual void send_side(const std::vector<uint8_t>& bytes, int peer) = 0;
   virtual bool poll_side(std::vector<uint8_t>& bytes, int& from) = 0;
+
+  // User point-to-point between this transport's ranks (peer_channel.h), on a channel made
+  // with the transport (collectively, so a rebuilt or split transport has its own). Null when
+  // the backend has none. Any thread may use it at any time.
+  virtual std::shared_ptr<PeerChannel> peer_channel() { return nullptr; }
 
   // Ends the whole job at once (used when a rank dies with an unhandled error).
   virtual void abort(int code) = 0;

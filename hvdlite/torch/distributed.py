@@ -31,8 +31,11 @@ engine's mismatch error for that name, and the error says which c10d call it was
 ``new_group`` (c10d's default), and this backend's ``new_group`` hook adds the set on all
 of them, so the engine needs dynamic process sets (``init_process_group`` asks for them
 when it starts the engine; a job started by ``hvdlite.init()`` needs
-``HVDLITE_DYNAMIC_PROCESS_SETS=1``). The engine has no point-to-point operations:
-``send``/``recv`` raise.
+``HVDLITE_DYNAMIC_PROCESS_SETS=1``).
+
+``send``/``recv``/``isend``/``irecv`` (with tags, from any source) and ``batch_isend_irecv``
+run on the group's point-to-point channel in the core (hvdlite/p2p.py), beside the engine:
+they are not collective, so nothing about them is negotiated or named.
 """
 
 import copy
@@ -53,6 +56,7 @@ import torch.distributed as dist
 
 import hvdlite
 from hvdlite import ops as _ops
+from hvdlite import p2p as _p2p
 from hvdlite.exceptions import (HvdliteError, HvdliteInvalidArgumentError,
                                 HvdliteUnsupportedError)
 from hvdlite.process_sets import ProcessSet, add_process_set
@@ -185,8 +189,12 @@ class HvdliteWork(dist._Work):
         if done:
             self._fulfil(future)
         else:
-            _completer.submit(self)
+            self._completes_future().submit(self)
         return future
+
+    def _completes_future(self):
+        """The thread that completes this Work's future when nobody waits."""
+        return _completer
 
     def is_completed(self):
         if not self._done and self._pending.poll():
@@ -756,23 +764,39 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         works, self._coalesced = self._coalesced or [], None
         return _AllOf(works)
 
-    # -- point-to-point: not in the engine ----------------------------------------------
+    # -- point-to-point: the group's own channel in the core, not the engine ------------
 
-    def _no_p2p(self, what):
-        raise HvdliteUnsupportedError(
-            f"{what}: the hvdlite backend cannot {what} (dist.{what}, dist.i{what} and "
-            f"batch_isend_irecv): hvdlite's engine has collectives only, no point-to-point "
-            f"operations; run them on a gloo group next to it: "
-            f"g = dist.new_group(backend='gloo'), then dist.{what}(..., group=g)")
+    def _p2p(self, what, tensors, peer, tag):
+        """send / recv (``peer``: a rank of this group, None: any) of one CPU tensor, of any
+        dtype and layout: a non-contiguous one goes through a contiguous copy (copied back
+        after a recv). Never negotiated (hvdlite/p2p.py): the Work completes when the message
+        has gone out / arrived."""
+        label = f"point-to-point in group {self._label!r}"
+        if len(tensors) != 1:
+            raise HvdliteInvalidArgumentError(f"{label}: takes one tensor, got {len(tensors)}")
+        t = tensors[0]
+        _check_tensor(t, label, "the tensor")
+        buf, copied = _contiguous(t)
+        wire = buf.reshape(-1).view(torch.uint8)
+        finish = (lambda: _into(t, buf)) if what == "recv" and copied else None
+        start = _p2p.send_async if what == "send" else _p2p.recv_async
+        try:
+            pending = start(wire, peer, tag, process_set=self._set, finish=finish)
+        except Exception as e:  # noqa: BLE001 - raised with the call named
+            raise _named_error(e, label) from None
+        work = _PeerToPeerWork(pending, [t], label)
+        if self._coalesced is not None:   # batch_isend_irecv: one Work for the batch
+            self._coalesced.append(work)
+        return work
 
     def send(self, tensors, dst, tag=0):
-        self._no_p2p("send")
+        return self._p2p("send", tensors, dst, tag)
 
     def recv(self, tensors, src, tag=0):
-        self._no_p2p("recv")
+        return self._p2p("recv", tensors, src, tag)
 
     def recv_anysource(self, tensors, tag=0):
-        self._no_p2p("recv")
+        return self._p2p("recv", tensors, None, tag)
 
     # -- groups -------------------------------------------------------------------------
 
@@ -824,6 +848,12 @@ class _AllOf(HvdliteWork):
     def poll(self):
         return all(w.is_completed() for w in self._works)
 
+    def _completes_future(self):
+        # batch_isend_irecv's Work: polled, as its sends and receives are
+        if any(isinstance(w, _PeerToPeerWork) for w in self._works):
+            return _p2p_completer
+        return _completer
+
     def _settle(self):
         if self._done:
             return
@@ -832,6 +862,56 @@ class _AllOf(HvdliteWork):
             w._settle()
             error = error or w._error
         self._complete(error)
+
+
+class _PollingCompleter:
+    """One thread that completes point-to-point futures in whatever order the transfers
+    finish: it polls every transfer asked for, sleeping a little longer each idle pass (up to
+    a millisecond), and sleeps on its queue while none is in flight."""
+
+    def __init__(self):
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._lock = threading.Lock()
+
+    def submit(self, work):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hvdlite-c10d-p2p",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(work)
+
+    def _run(self):
+        works, nap = [], 1e-5
+        while True:
+            try:
+                while True:
+                    works.append(self._queue.get(block=not works))
+            except queue.Empty:
+                pass
+            left = [w for w in works if not w.is_completed()]
+            nap = 1e-5 if len(left) < len(works) else min(nap * 2, 1e-3)
+            works = left
+            if works:
+                time.sleep(nap)
+
+
+_p2p_completer = _PollingCompleter()
+
+
+class _PeerToPeerWork(HvdliteWork):
+    """The Work of a send or recv (an hvdlite.p2p.PeerWork): ``_source_rank()`` is the sender's
+    rank in the group, as gloo's recv Work gives it. Its future is completed by polling
+    (``_p2p_completer``), never behind the collectives' completer: a receive may wait on a
+    message that a later collective's future is needed to send."""
+
+    def _source_rank(self):
+        self.wait()
+        return self._pending.source
+
+    def _completes_future(self):
+        return _p2p_completer
 
 
 # ---------------------------------------------------------------------------------------

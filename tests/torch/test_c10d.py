@@ -9,6 +9,8 @@
 - FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py);
 - Lightning's Trainer (DDPStrategy(process_group_backend="hvdlite")) and Hugging Face
   Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py);
+- point-to-point (send/recv/isend/irecv, any source, tags, a subgroup, dtypes, non-contiguous
+  tensors, batch_isend_irecv, a future, the errors) at 2 and 3 ranks (tests/workers/c10d_p2p.py);
 - examples/c10d_bench.py runs (--quick, the CNN, every phase) and reports every figure.
 """
 import json
@@ -71,6 +73,12 @@ def test_fsdp2_trains_like_one_process():
     """3 ranks: the 32-row weights do not divide evenly, so FSDP2 pads its shards."""
     proc = run_mpi(3, "workers/c10d_fsdp.py", timeout=150)
     assert proc.stdout.count("fsdp2 ok") == 3, proc.stdout[-5000:]
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_point_to_point(np_):
+    proc = run_mpi(np_, "workers/c10d_p2p.py", timeout=150)
+    assert proc.stdout.count("c10d p2p ok") == np_, proc.stdout[-5000:]
 
 
 def test_start_stop_and_refusals():

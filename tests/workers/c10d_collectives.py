@@ -180,8 +180,11 @@ for root in range(N):
 # -- barrier, send/recv --------------------------------------------------------------------
 dist.barrier()
 dist.barrier(async_op=True).wait()
-expect_error(Exception, lambda: dist.send(torch.ones(1), dst=(R + 1) % N),
-             ["point-to-point"], "send")
+got = torch.zeros(2)   # a ring of sends between collectives (the details: c10d_p2p.py)
+works = [dist.irecv(got, (R - 1) % N), dist.isend(torch.full((2,), float(R)), (R + 1) % N)]
+for w in works:
+    w.wait()
+eq(got, torch.full((2,), float((R - 1) % N)), "send/recv ring")
 
 # -- new_group: process sets; collectives in a subgroup and the world interleaved ---------
 sub = dist.new_group([0, N - 1])

@@ -1,0 +1,46 @@
+#include "transport/peer_channel.h"
+
+#include <sched.h>
+
+#include <string>
+#include <thread>
+
+#include "hvdlite.h"
+
+namespace hvdlite {
+
+bool PeerTransfer::wait_until(std::chrono::steady_clock::time_point until) {
+  // Spin briefly (a reply a few microseconds away), then yield, then sleep a little longer each
+  // time, up to half a millisecond: a rank waiting on a slow peer leaves the core to it.
+  auto nap = std::chrono::microseconds(20);
+  for (uint64_t polls = 0;; ++polls) {
+    if (test()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    if (polls < 64) continue;
+    if (polls < 256) {
+      sched_yield();
+      continue;
+    }
+    std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::microseconds(500)) nap *= 2;
+  }
+}
+
+void PeerChannel::check_peer(const char* what, int peer, int tag, int max_tag) const {
+  const std::string group = "a group of " + std::to_string(size()) + " rank(s)";
+  const bool any = std::string(what) == "recv" && peer == kAnySource;
+  if (!any && (peer < 0 || peer >= size())) {
+    throw Error(Status::InvalidArgument, std::string(what) + ": rank " + std::to_string(peer) +
+                " is out of range for " + group + " (ranks 0 to " + std::to_string(size() - 1) + ")");
+  }
+  if (peer == rank()) {
+    throw Error(Status::InvalidArgument, std::string(what) + ": rank " + std::to_string(peer) +
+                " is this rank itself in " + group + "; point-to-point needs another rank");
+  }
+  if (tag < 0 || tag > max_tag) {
+    throw Error(Status::InvalidArgument, std::string(what) + ": tag " + std::to_string(tag) +
+                " is outside 0 to " + std::to_string(max_tag) + " (the transport's tag range)");
+  }
+}
+
+}  // namespace hvdlite

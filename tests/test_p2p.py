@@ -1,0 +1,14 @@
+"""hvdlite.p2p, the framework-free point-to-point, on numpy arrays (tests/workers/p2p_numpy.py)
+at 2 ranks and at 3 (with a process set). The torch.distributed side: tests/torch/test_c10d.py."""
+import pytest
+
+from mpi_launch import run_mpi
+
+pytestmark = pytest.mark.timeout(200)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_p2p_numpy(np_):
+    out = run_mpi(np_, "workers/p2p_numpy.py", timeout=120).stdout
+    for r in range(np_):
+        assert f"p2p numpy: rank {r} OK" in out, out[-5000:]

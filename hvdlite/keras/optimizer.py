@@ -24,6 +24,7 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
+from hvdlite.algorithms import sharding
 from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
@@ -194,12 +195,7 @@ class _DistributedOptimizer:
         into them. Local. A model compiled with this optimizer must trace its train function
         again (``model.train_function = None``; ``KerasState`` does it)."""
         sharded = self._hvd_built_sharded("reshard")
-        if sharded.process_set is not None:
-            raise HvdliteInvalidArgumentError(
-                f"{sharded.what}: shard_optimizer_state=True over process set "
-                f"{sharded.process_set.process_set_id} cannot be resharded after the job "
-                f"changed size: process sets are not resized; shard over the global set for "
-                f"elastic training")
+        sharding.check_reshardable(sharded.process_set, sharded.what)
         variables = list(self._trainable_variables)
         # Accumulated gradients (backward_passes_per_step) do not depend on the size: kept.
         kept = [np.array(keras.ops.convert_to_numpy(a.value)) for a in self._hvd_accumulated()]

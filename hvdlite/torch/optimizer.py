@@ -54,17 +54,6 @@ class _GradReduction:
                 p.grad = work.wait()
 
 
-def _split_list(items, n):
-    """``n`` contiguous chunks of nearly equal length (Horovod's split_list)."""
-    q, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + q + (1 if i < r else 0)
-        out.append(items[start:end])
-        start = end
-    return [c for c in out if c]
-
-
 class _DistributedOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class (see DistributedOptimizer)."""
 
@@ -127,12 +116,9 @@ class _DistributedOptimizer(SynchronizeProtocol):
 
     def _hvd_setup_groups(self, groups):
         self._groups = groups
+        policy.check_groups(groups, "torch.Tensor")
         if groups is None:
             return
-        if isinstance(groups, bool) or not (isinstance(groups, list) or
-                                             (isinstance(groups, int) and groups > 0)):
-            raise ValueError("groups should be a positive integer or a list of lists of "
-                             "torch.Tensor.")
         params = list(self._hvd_params)
         if self._hvd_size > 1:
             # Same grouping on every rank: order the parameters as rank 0 does.
@@ -143,24 +129,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
                                  "between rank 0 and this rank")
             pos = {n: i for i, n in enumerate(order)}
             params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
-        if isinstance(groups, list):
-            seen = set()
-            chunks = []
-            for group in groups:
-                chunk = []
-                for p in group:
-                    if not isinstance(p, torch.Tensor):
-                        raise ValueError("groups must consist of torch.Tensor.")
-                    if id(p) in seen:
-                        raise ValueError("A parameter can only appear once in groups.")
-                    seen.add(id(p))
-                    if p in self._hvd_index:
-                        chunk.append(p)
-                if chunk:
-                    chunks.append(chunk)
-            chunks += [[p] for p in params if id(p) not in seen]
-        else:
-            chunks = _split_list(params, groups)
+        chunks = policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor")
         for gid, chunk in enumerate(chunks):
             members = [self._hvd_index[p] for p in chunk]
             self._hvd_groups.append(members)
@@ -338,8 +307,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          f"{type(optimizer).__name__}")
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
-    if int(backward_passes_per_step) < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+    check_passes(backward_passes_per_step)
     if num_groups:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
                       "removed", DeprecationWarning, stacklevel=2)

@@ -30,20 +30,17 @@ optimizer loads as is and ``load_state_dict`` of a sharded optimizer reshards at
 """
 
 import itertools
-import math
 from collections import defaultdict
 import weakref
 
 import torch
 
-import hvdlite as _hvd
 from hvdlite import ops as _ops
-from hvdlite.algorithms import sharding
+from hvdlite.algorithms import clipping, sharding
 from hvdlite.algorithms.accumulation import Countdown
 from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.numpy_api import broadcast_object
-from hvdlite.policy import Sum
 
 from ._wrap import (SynchronizeProtocol, flat_view, remove_hooks, require_contiguous,
                     weak_hook, will_accumulate, wrap)
@@ -54,45 +51,33 @@ _STATE_KEY = "hvdlite_zero"
 
 
 class _Piece:
-    """Where a parameter's elements sit in its bucket's flat index space."""
-    __slots__ = ("param", "name", "start", "numel", "grad_view")
+    """A parameter and its gradient's place in its bucket's flat gradient."""
+    __slots__ = ("param", "name", "grad_view")
 
-    def __init__(self, param, name, start):
-        self.param, self.name, self.start, self.numel = param, name, start, param.numel()
-        self.grad_view = None
+    def __init__(self, param, name, grad_view):
+        self.param, self.name, self.grad_view = param, name, grad_view.view_as(param)
 
     def owns_grad(self):
         g = self.param.grad
         return g is not None and g.data_ptr() == self.grad_view.data_ptr()
 
 
-class _Bucket:
+class _Bucket(sharding.BucketPlan):
     def __init__(self, index, group, params, names, size, rank):
+        super().__init__([p.numel() for p in params], size, rank)
         self.index, self.group = index, group
-        numels = [p.numel() for p in params]
-        self.pieces = [_Piece(p, names[id(p)], at)
-                       for p, at in zip(params, sharding.offsets(numels))]
-        self.numel = sum(numels)
-        # this rank's slice [begin, end) of the flat space, padded to split evenly
-        self.shard_numel, self.begin, self.end, _ = sharding.cut(self.numel, size, rank)
         dtype = params[0].dtype
         # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
         # (so after synchronize() a parameter's .grad is not a meaningful gradient: use
         # clip_grad_norm_ of the optimizer, which works on the reduced slices).
-        self.flat_grad = torch.zeros(self.shard_numel * size, dtype=dtype)
-        for pc in self.pieces:
-            # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
-            # no second full-size copy of the gradients.
-            pc.grad_view = self.flat_grad[pc.start:pc.start + pc.numel].view_as(pc.param)
+        # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
+        # no second full-size copy of the gradients.
+        self.flat_grad = torch.zeros(self.padded, dtype=dtype)
+        self.pieces = [_Piece(p, names[id(p)], view)
+                       for p, view in zip(params, self.split(self.flat_grad))]
         self.shard = torch.zeros(self.shard_numel, dtype=dtype, requires_grad=True)
         self.pending = 0        # members whose gradient is not ready yet this step
         self.handle = None      # the reduce-scatter in flight
-
-    def overlaps(self, begin, end):
-        """(piece, offset in piece, offset in [begin, end), length) for the overlaps."""
-        for i, off, at, n in sharding.overlaps([pc.start for pc in self.pieces],
-                                               [pc.numel for pc in self.pieces], begin, end):
-            yield self.pieces[i], off, at, n
 
 
 def _group_options(group):
@@ -152,10 +137,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_place(self):
         """(rank, size) of this rank in the ranks the shards are cut over, now."""
-        process_set = self._zero_set_kw.get("process_set")
-        if process_set is None:
-            return _hvd.rank(), _hvd.size()
-        return process_set.rank(), process_set.size()
+        return sharding.place(self._zero_set_kw.get("process_set"))
 
     def needs_reshard(self):
         """Whether the shards were cut for another rank or size than this rank has now (after
@@ -187,12 +169,7 @@ class ShardedOptimizer(SynchronizeProtocol):
         Elastic training calls this when the job's size changed (``TorchState``); the
         gradients start again from zero.
         """
-        if "process_set" in self._zero_set_kw:
-            raise HvdliteInvalidArgumentError(
-                f"a DistributedOptimizer with shard_optimizer_state=True over process set "
-                f"{self._zero_set_kw['process_set'].process_set_id} cannot be resharded after "
-                f"the job changed size: process sets are not resized; shard over the global "
-                f"set for elastic training")
+        sharding.check_reshardable(self._zero_set_kw.get("process_set"), "DistributedOptimizer")
         self._zero_layout([_group_options(g) for g in self.param_groups])
         self._zero_attach_grads(zero=True)
         self.load_state_dict(full_state_dict)
@@ -276,21 +253,10 @@ class ShardedOptimizer(SynchronizeProtocol):
             raise HvdliteInvalidArgumentError(
                 "clip_grad_norm_: call optimizer.synchronize() first (the shards' gradients "
                 "are reduced there), then step() under optimizer.skip_synchronize()")
-        norm_type = float(norm_type)
         grads = [b.shard.grad for b in self._zero_buckets]
-        if norm_type == math.inf:
-            local = max((g.abs().max().double() for g in grads if g.numel()),
-                        default=torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, _ops.Max, "zero.clip.max", self._zero_set_kw)
-        else:
-            local = sum((g.double().abs().pow(norm_type).sum() for g in grads),
-                        torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, Sum, "zero.clip.sum",
-                                      self._zero_set_kw) ** (1.0 / norm_type)
-        if error_if_nonfinite and not math.isfinite(total):
-            raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
-                               f"non-finite, so it cannot be clipped.")
-        coef = min(float(max_norm) / (total + 1e-6), 1.0)
+        total = clipping.global_norm([g.detach().double().numpy() for g in grads], norm_type,
+                                     "zero.clip", self._zero_set_kw.get("process_set"))
+        coef = clipping.clip_coefficient(max_norm, total, norm_type, error_if_nonfinite)
         with torch.no_grad():
             for g in grads:
                 g.mul_(coef)
@@ -308,9 +274,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for b in self._zero_buckets:
                 # The parameters are the truth (broadcast_parameters, load_state_dict of the
                 # model): take this rank's slice of them afresh every step.
-                b.shard.zero_()
-                for pc, off, at, n in b.overlaps(b.begin, b.end):
-                    b.shard[at:at + n].copy_(flat_view(pc.param)[off:off + n])
+                b.fill_shard(b.shard.zero_(), [flat_view(pc.param) for pc in b.pieces])
         result = self._base_step()
         self._zero_gather_params()
         return result
@@ -332,8 +296,8 @@ class ShardedOptimizer(SynchronizeProtocol):
                 r = _ops.wait(handles.pop(i))
                 flat = from_core(r, torch.device("cpu"))
                 with torch.no_grad():
-                    for pc in b.pieces:
-                        flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
+                    for pc, part in zip(b.pieces, b.split(flat)):
+                        flat_view(pc.param).copy_(part)
                 del flat, r
         finally:
             _ops.wait_all(list(handles.values()))   # after an error: leave nothing in flight
@@ -412,9 +376,8 @@ class ShardedOptimizer(SynchronizeProtocol):
             for k, dtype in keys:
                 if dtype is not None:
                     flat = from_core(next(results), torch.device("cpu"))
-                    for pc in b.pieces:
-                        per_param[pc.param][k] = (
-                            flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))
+                    for pc, part in zip(b.pieces, b.split(flat)):
+                        per_param[pc.param][k] = part.clone().view_as(pc.param)
                 else:
                     for pc in b.pieces:
                         v = st[k]
@@ -438,15 +401,11 @@ class ShardedOptimizer(SynchronizeProtocol):
             return super().load_state_dict(state_dict)
         saved = state_dict.get(_STATE_KEY)
         if saved is not None:
-            mine = {"rank": self._zero_rank, "size": self._zero_size,
-                    "buckets": [b.numel for b in self._zero_buckets]}
-            if saved != mine:
-                raise HvdliteInvalidArgumentError(
-                    f"load_state_dict: this sharded state dict was saved by rank "
-                    f"{saved.get('rank')} of {saved.get('size')} (buckets of "
-                    f"{saved.get('buckets')} elements); this is rank {self._zero_rank} of "
-                    f"{self._zero_size} (buckets {mine['buckets']}). To resume at another "
-                    f"size or layout, save optimizer.consolidate_state_dict() instead")
+            sharding.check_owner(
+                (saved.get("rank"), saved.get("size"), saved.get("buckets")),
+                (self._zero_rank, self._zero_size, [b.numel for b in self._zero_buckets]),
+                "load_state_dict", "To resume at another size or layout, save "
+                "optimizer.consolidate_state_dict() instead")
             state_dict = {k: v for k, v in state_dict.items() if k != _STATE_KEY}
         else:
             state_dict = self._zero_reshard(state_dict)
@@ -484,10 +443,9 @@ class ShardedOptimizer(SynchronizeProtocol):
             for k in param_state[have[0].param]:
                 if _key_is_elementwise(k, b, param_state):
                     dtype = param_state[have[0].param][k].dtype
-                    shard = torch.zeros(b.shard_numel, dtype=dtype)
-                    for pc, off, at, n in b.overlaps(b.begin, b.end):
-                        shard[at:at + n] = param_state[pc.param][k].reshape(-1)[off:off + n]
-                    shard_state[k] = shard
+                    shard_state[k] = b.fill_shard(
+                        torch.zeros(b.shard_numel, dtype=dtype),
+                        [param_state[pc.param][k].reshape(-1) for pc in b.pieces])
                 else:
                     v = param_state[have[0].param][k]
                     shard_state[k] = v.clone() if torch.is_tensor(v) else v
@@ -533,12 +491,6 @@ def _key_is_elementwise(key, bucket, param_state):
             v = param_state[pc.param][key]
             return torch.is_tensor(v) and v.shape == pc.param.shape
     return key != "step"
-
-
-def _allreduce_scalar(value, op, name, set_kw):
-    buf = value.reshape(1).clone()
-    _ops.wait(_ops.allreduce_async(buf, None, name, op, **set_kw))
-    return float(buf.item())
 
 
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,

@@ -5,5 +5,7 @@ torch and Keras adapters drive with their own tensors:
 - :mod:`.error_feedback`, :mod:`.powersgd`: reducers that keep state between steps;
 - :mod:`.sharding`: the ZeRO-1 plan (buckets, slices) and which optimizers it is exact for;
 - :mod:`.accumulation`: the countdown of ``backward_passes_per_step``;
-- :mod:`.local_sgd`: when local SGD steps synchronously and when it averages.
+- :mod:`.local_sgd`: when local SGD steps synchronously and when it averages;
+- :mod:`.clipping`: the global norm of sharded gradients, for clipping;
+- :mod:`.metric_average`: logged metrics averaged over ranks.
 """

@@ -11,9 +11,10 @@ class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
     """
 
 
-def check_passes(passes) -> int:
+def check_passes(passes, what=None) -> int:
     if int(passes) < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+        raise ValueError(f"{what + ': ' if what else ''}backward_passes_per_step must be >= 1, "
+                         f"got {passes}")
     return int(passes)
 
 

@@ -25,6 +25,7 @@ from keras import ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from hvdlite.algorithms import sharding
+from hvdlite.algorithms.accumulation import check_passes
 from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
@@ -52,11 +53,8 @@ class _HvdSettings:
         self.local_variables = {}   # id -> variable whose gradient stays local
         self.what = f"DistributedOptimizer({name})"
         self.sparse_as_dense = bool(sparse_as_dense)
-        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.backward_passes_per_step = check_passes(backward_passes_per_step, self.what)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        if self.backward_passes_per_step < 1:
-            raise ValueError(f"{self.what}: backward_passes_per_step must be >= 1, got "
-                             f"{backward_passes_per_step}")
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
         self.op = op

@@ -29,7 +29,9 @@ def test_passes_change_and_are_checked():
     c.add("p")
     c.reset(4)
     assert c.passes == 4 and c.left == {"p": 4}
-    with pytest.raises(ValueError, match=">= 1"):
+    with pytest.raises(ValueError, match="^backward_passes_per_step must be >= 1, got 0$"):
         check_passes(0)
+    with pytest.raises(ValueError, match="^opt: backward_passes_per_step must be >= 1, got -1$"):
+        check_passes(-1, "opt")
     with pytest.raises(ValueError):
         c.reset(0)

@@ -50,6 +50,14 @@ class Countdown:
         """Whether some pass of this step has arrived."""
         return any(v != self.passes for v in self.left.values())
 
+    def refuse_zero_grad(self, reducing=False):
+        """``zero_grad()`` between a backward pass and ``step()`` (or while a reduction is in
+        flight) would race with the reduction: refused, as Horovod does."""
+        if reducing or self.mid_step():
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
+
     def too_many(self, name):
         n = self.passes
         raise GradientAccumulationError(

@@ -102,6 +102,24 @@ def weak_hook(opt_ref, method, *args):
     return hook
 
 
+def watch_gradient(p, opt_ref, key, before, ready, handles):
+    """Hook parameter ``p``: the optimizer's method ``before(key)`` runs before autograd
+    adds a gradient into ``p.grad``, ``ready(key)`` once it has (handles go to ``handles``).
+    Returns p's AccumulateGrad node, which the caller keeps alive so that it stays p's."""
+    with torch.enable_grad():
+        grad_acc = p.view_as(p).grad_fn.next_functions[0][0]
+    handles.append(p.register_hook(weak_hook(opt_ref, before, key)))
+    handles.append(p.register_post_accumulate_grad_hook(weak_hook(opt_ref, ready, key)))
+    return grad_acc
+
+
+def refuse_extra_pass(countdown, key, grad_acc, name):
+    """Before autograd accumulates: a pass beyond ``backward_passes_per_step`` is refused
+    before it adds into a buffer that is being reduced."""
+    if countdown.exhausted(key) and will_accumulate(grad_acc):
+        countdown.too_many(name)
+
+
 def remove_hooks(handles):
     for h in handles:
         h.remove()

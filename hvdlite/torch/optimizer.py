@@ -19,8 +19,8 @@ from hvdlite.numpy_api import broadcast_object
 from hvdlite.work import wait_all
 
 from . import extended as _extended
-from ._wrap import (SynchronizeProtocol, parameter_names, remove_hooks, weak_hook,
-                    will_accumulate, wrap)
+from ._wrap import (SynchronizeProtocol, parameter_names, refuse_extra_pass, remove_hooks,
+                    watch_gradient, wrap)
 from .compression import Compression
 from .mpi_ops import Average, global_process_set, sparse_allreduce_async
 
@@ -106,13 +106,9 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_index[p] = index
         self._hvd_countdown.add(index)
         self._hvd_group_of.append(None)
-        with torch.enable_grad():   # p's AccumulateGrad node, kept alive so it stays p's
-            self._hvd_grad_accs.append(p.view_as(p).grad_fn.next_functions[0][0])
-        self._hvd_hook_handles.append(p.register_hook(
-            weak_hook(self._hvd_self_ref, "_hvd_before_accumulate", index)))
-        self._hvd_hook_handles.append(
-            p.register_post_accumulate_grad_hook(
-                weak_hook(self._hvd_self_ref, "_hvd_grad_ready", index)))
+        self._hvd_grad_accs.append(watch_gradient(
+            p, self._hvd_self_ref, index, "_hvd_before_accumulate", "_hvd_grad_ready",
+            self._hvd_hook_handles))
 
     def _hvd_setup_groups(self, groups):
         self._groups = groups
@@ -219,22 +215,16 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_countdown.reset()
         self._hvd_group_ready = [0] * len(self._hvd_groups)
 
-    def _hvd_mid_step(self):
-        return bool(self._hvd_pending) or self._hvd_countdown.mid_step()
-
     # -- the optimizer interface --------------------------------------------------------
 
     def _hvd_before_accumulate(self, index):
         # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
         # backward pass here keeps it from adding into a buffer that is being all-reduced.
-        if self._hvd_countdown.exhausted(index) and will_accumulate(self._hvd_grad_accs[index]):
-            self._hvd_countdown.too_many(self._hvd_names[index])
+        refuse_extra_pass(self._hvd_countdown, index, self._hvd_grad_accs[index],
+                          self._hvd_names[index])
 
     def zero_grad(self, *args, **kwargs):
-        if self._hvd_mid_step():
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        self._hvd_countdown.refuse_zero_grad(bool(self._hvd_pending))
         return super().zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):

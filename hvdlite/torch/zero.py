@@ -36,14 +36,14 @@ import weakref
 import torch
 
 from hvdlite import ops as _ops
-from hvdlite.algorithms import clipping, sharding
+from hvdlite.algorithms import clipping, sharded_state, sharding
 from hvdlite.algorithms.accumulation import Countdown
 from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.numpy_api import broadcast_object
 
-from ._wrap import (SynchronizeProtocol, flat_view, remove_hooks, require_contiguous,
-                    weak_hook, will_accumulate, wrap)
+from ._wrap import (SynchronizeProtocol, flat_view, refuse_extra_pass, remove_hooks,
+                    require_contiguous, watch_gradient, wrap)
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 _instances = {}     # process set id -> count of sharded optimizers built over that set
@@ -122,14 +122,9 @@ class ShardedOptimizer(SynchronizeProtocol):
         # The hooks live on the parameters: take them off when this optimizer goes away.
         self_ref = weakref.ref(self)
         self._zero_hooks = []
-        self._zero_grad_accs = {}
-        for p in self._zero_bucket_of:
-            with torch.enable_grad():   # p's AccumulateGrad node, kept so it stays p's
-                self._zero_grad_accs[p] = p.view_as(p).grad_fn.next_functions[0][0]
-            self._zero_hooks.append(p.register_hook(
-                weak_hook(self_ref, "_zero_before_accumulate", p)))
-            self._zero_hooks.append(p.register_post_accumulate_grad_hook(
-                weak_hook(self_ref, "_zero_grad_ready", p)))
+        self._zero_grad_accs = {
+            p: watch_gradient(p, self_ref, p, "_zero_before_accumulate", "_zero_grad_ready",
+                              self._zero_hooks) for p in self._zero_bucket_of}
         weakref.finalize(self, remove_hooks, self._zero_hooks)
         self._init_protocol()
         if previous_state is not None:
@@ -200,8 +195,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        if self._zero_countdown.exhausted(p) and will_accumulate(self._zero_grad_accs[p]):
-            self._zero_countdown.too_many(self._zero_name(p))
+        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p], self._zero_name(p))
 
     def _zero_grad_ready(self, p):
         if self._zero_countdown.arrive(p, self._zero_name(p)):
@@ -306,11 +300,8 @@ class ShardedOptimizer(SynchronizeProtocol):
         """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
         says: the bucket is their memory, so setting them to None would free nothing."""
         del set_to_none
-        if any(b.handle is not None for b in self._zero_buckets) or \
-                self._zero_countdown.mid_step():
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        self._zero_countdown.refuse_zero_grad(
+            any(b.handle is not None for b in self._zero_buckets))
         # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
         # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
         self._zero_attach_grads(zero=True)
@@ -383,17 +374,9 @@ class ShardedOptimizer(SynchronizeProtocol):
                         v = st[k]
                         per_param[pc.param][k] = v.clone() if torch.is_tensor(v) else v
             if keys:
-                by_param.update(per_param)
-        state, groups, index = {}, [], 0
-        for group, params in zip(self.param_groups, self._zero_model_groups):
-            ids = []
-            for p in params:
-                if p in by_param:
-                    state[index] = by_param[p]
-                ids.append(index)
-                index += 1
-            groups.append(dict(_group_options(group), params=ids))
-        return {"state": state, "param_groups": groups}
+                by_param.update({id(p): st for p, st in per_param.items()})
+        return sharded_state.number_state(by_param, self._zero_model_groups,
+                                          [_group_options(g) for g in self.param_groups])
 
     def load_state_dict(self, state_dict):
         """Load this rank's own ``state_dict()``, or a consolidated one (resharded here)."""
@@ -415,45 +398,28 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_reshard(self, full):
         """The consolidated (unsharded) state dict ``full`` cut to this rank's shards."""
-        groups = full.get("param_groups")
-        if groups is None or len(groups) != len(self._zero_model_groups) or any(
-                len(g["params"]) != len(ps) for g, ps in zip(groups, self._zero_model_groups)):
-            counts = [len(ps) for ps in self._zero_model_groups]
-            got = None if groups is None else [len(g["params"]) for g in groups]
-            raise HvdliteInvalidArgumentError(
-                f"load_state_dict: the state dict has parameter groups of sizes {got}; this "
-                f"optimizer's groups have {counts} parameters")
-        param_state = {}
-        for g, params in zip(groups, self._zero_model_groups):
-            for i, p in zip(g["params"], params):
-                if i in full["state"]:
-                    param_state[p] = full["state"][i]
+        param_state = sharded_state.state_by_param(full, self._zero_model_groups,
+                                                   "load_state_dict")
         state = {}
         for b in self._zero_buckets:
-            have = [pc for pc in b.pieces if pc.param in param_state]
-            if not have:
+            if not sharded_state.bucket_has_state([pc.name for pc in b.pieces],
+                                                  [id(pc.param) in param_state
+                                                   for pc in b.pieces], "load_state_dict"):
                 continue
-            if len(have) != len(b.pieces):
-                missing = [pc.name for pc in b.pieces if pc.param not in param_state]
-                raise HvdliteInvalidArgumentError(
-                    f"load_state_dict: parameters {missing} have no optimizer state while "
-                    f"others stepped with them do; a sharded optimizer keeps state for all or "
-                    f"none of a bucket's parameters")
+            first = param_state[id(b.pieces[0].param)]
             shard_state = {}
-            for k in param_state[have[0].param]:
+            for k, v in first.items():
                 if _key_is_elementwise(k, b, param_state):
-                    dtype = param_state[have[0].param][k].dtype
                     shard_state[k] = b.fill_shard(
-                        torch.zeros(b.shard_numel, dtype=dtype),
-                        [param_state[pc.param][k].reshape(-1) for pc in b.pieces])
+                        torch.zeros(b.shard_numel, dtype=v.dtype),
+                        [param_state[id(pc.param)][k].reshape(-1) for pc in b.pieces])
                 else:
-                    v = param_state[have[0].param][k]
                     shard_state[k] = v.clone() if torch.is_tensor(v) else v
             state[b.index] = shard_state
         # torch numbers the shards by their position in param_groups: bucket order.
         index_of = {id(b.shard): b.index for b in self._zero_buckets}
         shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
-                        for g, mine in zip(groups, self.param_groups)]
+                        for g, mine in zip(full["param_groups"], self.param_groups)]
         return {"state": state, "param_groups": shard_groups}
 
     def _zero_keys(self, b):
@@ -488,7 +454,7 @@ def _key_is_elementwise(key, bucket, param_state):
     """
     for pc in bucket.pieces:
         if pc.param.dim() > 0:
-            v = param_state[pc.param][key]
+            v = param_state[id(pc.param)][key]
             return torch.is_tensor(v) and v.shape == pc.param.shape
     return key != "step"
 

@@ -15,6 +15,7 @@ in checkpoints); every N-th call all-reduces the sums (divided by N with
 ``iterations``, as in Horovod.
 """
 
+import operator
 import warnings
 
 import numpy as np
@@ -29,6 +30,7 @@ from hvdlite.algorithms.accumulation import check_passes
 from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
+from hvdlite.policy import local_gradients
 from hvdlite.policy.options import check_combination
 
 from . import labels
@@ -89,17 +91,11 @@ class _HvdSettings:
         if not self.local_variables:
             return self.reduce_all(grads, variables, when=when)
         grads = list(grads)
-        shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
-        reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
-                                  when=when)
-        size = labels.set_size(self.process_set)
-        for i, v in enumerate(variables):
-            if id(v) in self.local_variables and grads[i] is not None \
-                    and self.scale_local_gradients:
-                grads[i] = grads[i] / size
-        for i, r in zip(shared, reduced):
-            grads[i] = r
-        return grads
+        return local_gradients.reduce_except_local(
+            lambda shared: self.reduce_all([grads[i] for i in shared],
+                                           [variables[i] for i in shared], when=when),
+            grads, [id(v) in self.local_variables for v in variables],
+            self.scale_local_gradients, labels.set_size(self.process_set), operator.truediv)
 
 
 class _DistributedOptimizer:
@@ -142,6 +138,10 @@ class _DistributedOptimizer:
             settings.sharded.note_slots(self, variables)
             # (object.__setattr__: Keras' tracker would add them to the optimizer's variables)
             object.__setattr__(self, "_trainable_variables", variables[:])
+        self._hvd_build_state(settings, variables)
+
+    def _hvd_build_state(self, settings, variables):
+        """hvdlite's own variables for ``variables`` (those that exist already are kept)."""
         self._hvd_index = {self._var_key(v): i for i, v in enumerate(variables)}
         if settings.compression_state is not None:
             settings.compression_state.build(self, variables)
@@ -434,12 +434,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
         opt.__class__ = _distributed_class(type(opt))  # keeps the loaded slots
         opt._hvd = settings
         if opt.built:
-            opt._hvd_index = {opt._var_key(v): i for i, v in enumerate(opt._trainable_variables)}
-            opt._hvd_make_accumulators(list(opt._trainable_variables))
-            if settings.compression_state is not None:
-                settings.compression_state.build(opt, list(opt._trainable_variables))
-            if settings.local_sgd is not None:
-                settings.local_sgd.build(opt)
+            opt._hvd_build_state(settings, list(opt._trainable_variables))
     return model
 
 

@@ -10,6 +10,7 @@ call *means* is decided here, one concept per module:
 - :mod:`.names`: generated names in call order, and the members of a grouped call;
 - :mod:`.gradients`: the gradient of every collective, read by both autograd glues;
 - :mod:`.groups`: which gradients ``groups=`` puts in one grouped all-reduce;
+- :mod:`.local_gradients`: gradients kept local, and how they are scaled;
 - :mod:`.options`: which options of ``DistributedOptimizer`` beyond Horovod combine.
 """
 

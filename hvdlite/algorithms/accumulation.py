@@ -11,9 +11,10 @@ class GradientAccumulationError(HvdliteInvalidArgumentError, AssertionError):
     """
 
 
-def check_passes(passes) -> int:
+def check_passes(passes, what=None) -> int:
     if int(passes) < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+        raise ValueError(f"{what + ': ' if what else ''}backward_passes_per_step must be >= 1, "
+                         f"got {passes}")
     return int(passes)
 
 
@@ -48,6 +49,14 @@ class Countdown:
     def mid_step(self) -> bool:
         """Whether some pass of this step has arrived."""
         return any(v != self.passes for v in self.left.values())
+
+    def refuse_zero_grad(self, reducing=False):
+        """``zero_grad()`` between a backward pass and ``step()`` (or while a reduction is in
+        flight) would race with the reduction: refused, as Horovod does."""
+        if reducing or self.mid_step():
+            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
+                                 "before optimizer.step() or optimizer.synchronize(). This is "
+                                 "prohibited as it can cause a race condition.")
 
     def too_many(self, name):
         n = self.passes

@@ -61,6 +61,26 @@ class GradientReducer:
         self._reduce(grads, [str(n) for n in names], op, float(prescale), float(postscale))
         self.step += 1
 
+    def reduce_with_state(self, grads, names, errors, qs, step, op, prescale, postscale):
+        """:meth:`reduce` with the state handed in and back out, for an adapter that keeps
+        it in variables of its own (Keras): ``errors`` and ``qs`` map tensor names to
+        arrays. Returns (errors, qs, step) after the step; the reducer keeps none of it."""
+        self.errors, self.qs, self.step = dict(errors), dict(qs), int(step)
+        try:
+            self.reduce(grads, names, op, prescale, postscale)
+            return self.errors, self.qs, self.step
+        finally:
+            self.errors, self.qs = {}, {}
+
+    def keeps_error(self, shape, size):
+        """Whether a gradient of ``shape`` keeps an error buffer when reduced over ``size``
+        ranks."""
+        return False
+
+    def initial_q(self, name, shape, dtype):
+        """The starting low-rank factor of a gradient of ``shape`` (None: it has none)."""
+        return None
+
     def _reduce(self, grads, names, op, prescale, postscale):
         _ops.wait_all(_ops.grouped_allreduce_async(grads, None, [f"plain.{n}" for n in names],
                                                    op, prescale, postscale, **self._set_kw()))
@@ -116,6 +136,9 @@ class CastReducer(GradientReducer):
         if wire not in ("fp16", "bf16"):
             raise ValueError(f"wire must be 'fp16' or 'bf16', got {wire!r}")
         self.wire = wire
+
+    def keeps_error(self, shape, size):
+        return True         # every tensor rounds
 
     def _reduce(self, grads, names, op, prescale, postscale):
         for g, n in zip(grads, names):
@@ -173,6 +196,9 @@ class TopKReducer(GradientReducer):
         if step >= self.warmup_steps:
             return self.ratio
         return self.ratio ** ((step + 1) / (self.warmup_steps + 1))
+
+    def keeps_error(self, shape, size):
+        return self.k_of(int(np.prod(shape)), size) is not None
 
     def k_of(self, numel, size, step=None):
         """Pairs a tensor of ``numel`` elements sends at ``step`` (default: after the warm-up,

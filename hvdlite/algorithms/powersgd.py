@@ -57,9 +57,16 @@ class PowerSGDReducer(GradientReducer):
                 q += nm[1] * self.rank
         return sum(ring_allreduce_bytes(e, itemsize, size) for e in (dense, p, q))
 
-    def initial_q(self, name, m, dtype):
-        """The starting Q of tensor ``name`` with ``m`` columns: seeded by the name, so the
-        same on every rank."""
+    def keeps_error(self, shape, size):
+        return self.matrix_shape(shape) is not None
+
+    def initial_q(self, name, shape, dtype):
+        """The starting Q of tensor ``name`` of ``shape`` (None where it is not compressed):
+        seeded by the name, so the same on every rank."""
+        nm = self.matrix_shape(shape)
+        return None if nm is None else self._initial_q(name, nm[1], dtype)
+
+    def _initial_q(self, name, m, dtype):
         rng = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
         return rng.standard_normal((m, self.rank)).astype(dtype)
 
@@ -79,7 +86,7 @@ class PowerSGDReducer(GradientReducer):
                 m = self._with_error(g, n).reshape(rows, cols)
                 q = self.qs.get(n)
                 if q is None or q.shape != (cols, self.rank):
-                    q = self.initial_q(n, cols, m.dtype)
+                    q = self._initial_q(n, cols, m.dtype)
                 ms.append(m)
                 ps.append(np.ascontiguousarray(m @ q))
             # The scale of P does not matter (it is orthonormalised): sum it.

@@ -8,6 +8,7 @@ cut and where each parameter's elements fall in a slice. The adapters move the t
 
 from typing import Iterator, List, NamedTuple, Sequence, Tuple
 
+from hvdlite import basics
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 #: Optimizers whose update of an element depends on that element alone (and on scalars):
@@ -65,6 +66,65 @@ def overlaps(starts: Sequence[int], numels: Sequence[int], begin: int,
         lo, hi = max(begin, start), min(end, start + n)
         if lo < hi:
             yield i, lo - start, lo - begin, hi - lo
+
+
+class BucketPlan:
+    """Pieces of ``numels`` elements packed one after another into a bucket's flat index
+    space, padded to split evenly over ``size`` ranks; this rank owns [begin, end).
+
+    Works on any flat array that slices (numpy arrays, torch tensors): the adapters hold
+    their own tensors and ask the plan where each piece's elements are.
+    """
+
+    def __init__(self, numels: Sequence[int], size: int, rank: int):
+        self.numels = [int(n) for n in numels]
+        self.starts = offsets(self.numels)
+        self.numel = sum(self.numels)
+        self.shard_numel, self.begin, self.end, self.padded = cut(self.numel, size, rank)
+
+    def shard_overlaps(self) -> Iterator[Tuple[int, int, int, int]]:
+        """(piece index, offset in the piece, offset in this rank's shard, length)."""
+        return overlaps(self.starts, self.numels, self.begin, self.end)
+
+    def split(self, flat) -> list:
+        """Each piece's elements of ``flat`` (the bucket's whole flat space), flat."""
+        return [flat[s:s + n] for s, n in zip(self.starts, self.numels)]
+
+    def fill_shard(self, shard, pieces):
+        """Write this rank's slice of ``pieces`` (one flat array per piece) into ``shard``
+        (the padding is left as it is); returns ``shard``."""
+        for i, off, at, n in self.shard_overlaps():
+            shard[at:at + n] = pieces[i][off:off + n]
+        return shard
+
+
+def place(process_set=None) -> Tuple[int, int]:
+    """(rank, size) of this rank among the ranks the shards are cut over (None: all)."""
+    if process_set is None:
+        return basics.rank(), basics.size()
+    return process_set.rank(), process_set.size()
+
+
+def check_reshardable(process_set, what: str) -> None:
+    """Only shards over all ranks are re-cut when elastic training resizes the job."""
+    if process_set is not None:
+        raise HvdliteInvalidArgumentError(
+            f"{what}: shard_optimizer_state=True over process set "
+            f"{process_set.process_set_id} cannot be resharded after the job changed size: "
+            f"process sets are not resized; shard over the global set for elastic training")
+
+
+def check_owner(saved, mine, what: str, remedy: str) -> None:
+    """A sharded state saved as ``saved`` = (rank, size, ...) loads only where ``mine``
+    is the same."""
+    if tuple(saved) != tuple(mine):
+        raise HvdliteInvalidArgumentError(
+            f"{what}: this sharded optimizer state was saved by rank {saved[0]} of {saved[1]}"
+            f"{_extra(saved)}; this is rank {mine[0]} of {mine[1]}{_extra(mine)}. {remedy}")
+
+
+def _extra(owner):
+    return f" (buckets of {list(owner[2])} elements)" if len(owner) > 2 else ""
 
 
 def buckets_by_bytes(nbytes: Sequence[int], bucket_bytes: int) -> List[List[int]]:

@@ -8,11 +8,10 @@ variables and numpy.
 
 import warnings
 
-import numpy as np
 import keras
 
 import hvdlite as _hvd
-from hvdlite import ops as _ops
+from hvdlite.algorithms import metric_average
 from hvdlite.algorithms.lr_schedule import LRSchedule, momentum_ratio, warmup_multiplier
 
 from .functions import broadcast_variables
@@ -85,27 +84,10 @@ class MetricAverageCallback(keras.callbacks.Callback):
         super().__init__()
 
     def _average_metrics_in_place(self, logs):
-        if not logs:
-            return
-        keys = sorted(k for k, v in logs.items() if _is_number(v))
-        values = np.array([float(np.asarray(logs[k])) for k in keys], dtype=np.float64)
-        out = np.empty_like(values)
-        h = _ops.allreduce_async(values, output=out,
-                                 name="MetricAverageCallback",
-                                 op=_ops.Average)
-        _ops.wait(h)
-        for k, v in zip(keys, out.tolist()):
-            logs[k] = v
+        metric_average.average_in_place(logs)
 
     def on_epoch_end(self, epoch, logs=None):
         self._average_metrics_in_place(logs)
-
-
-def _is_number(v):
-    try:
-        return np.asarray(v).size == 1 and np.asarray(v).dtype.kind in "biuf"
-    except Exception:  # noqa: BLE001
-        return False
 
 
 def _get_lr(optimizer):

@@ -15,6 +15,7 @@ in checkpoints); every N-th call all-reduces the sums (divided by N with
 ``iterations``, as in Horovod.
 """
 
+import operator
 import warnings
 
 import numpy as np
@@ -24,9 +25,12 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
+from hvdlite.algorithms import sharding
+from hvdlite.algorithms.accumulation import check_passes
 from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
+from hvdlite.policy import local_gradients
 from hvdlite.policy.options import check_combination
 
 from . import labels
@@ -51,11 +55,8 @@ class _HvdSettings:
         self.local_variables = {}   # id -> variable whose gradient stays local
         self.what = f"DistributedOptimizer({name})"
         self.sparse_as_dense = bool(sparse_as_dense)
-        self.backward_passes_per_step = int(backward_passes_per_step)
+        self.backward_passes_per_step = check_passes(backward_passes_per_step, self.what)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        if self.backward_passes_per_step < 1:
-            raise ValueError(f"{self.what}: backward_passes_per_step must be >= 1, got "
-                             f"{backward_passes_per_step}")
         op = policy.resolve_op(op, None, self.what)
         policy.check_predivide(op, gradient_predivide_factor, self.what)
         self.op = op
@@ -90,17 +91,11 @@ class _HvdSettings:
         if not self.local_variables:
             return self.reduce_all(grads, variables, when=when)
         grads = list(grads)
-        shared = [i for i, v in enumerate(variables) if id(v) not in self.local_variables]
-        reduced = self.reduce_all([grads[i] for i in shared], [variables[i] for i in shared],
-                                  when=when)
-        size = labels.set_size(self.process_set)
-        for i, v in enumerate(variables):
-            if id(v) in self.local_variables and grads[i] is not None \
-                    and self.scale_local_gradients:
-                grads[i] = grads[i] / size
-        for i, r in zip(shared, reduced):
-            grads[i] = r
-        return grads
+        return local_gradients.reduce_except_local(
+            lambda shared: self.reduce_all([grads[i] for i in shared],
+                                           [variables[i] for i in shared], when=when),
+            grads, [id(v) in self.local_variables for v in variables],
+            self.scale_local_gradients, labels.set_size(self.process_set), operator.truediv)
 
 
 class _DistributedOptimizer:
@@ -143,6 +138,10 @@ class _DistributedOptimizer:
             settings.sharded.note_slots(self, variables)
             # (object.__setattr__: Keras' tracker would add them to the optimizer's variables)
             object.__setattr__(self, "_trainable_variables", variables[:])
+        self._hvd_build_state(settings, variables)
+
+    def _hvd_build_state(self, settings, variables):
+        """hvdlite's own variables for ``variables`` (those that exist already are kept)."""
         self._hvd_index = {self._var_key(v): i for i, v in enumerate(variables)}
         if settings.compression_state is not None:
             settings.compression_state.build(self, variables)
@@ -194,12 +193,7 @@ class _DistributedOptimizer:
         into them. Local. A model compiled with this optimizer must trace its train function
         again (``model.train_function = None``; ``KerasState`` does it)."""
         sharded = self._hvd_built_sharded("reshard")
-        if sharded.process_set is not None:
-            raise HvdliteInvalidArgumentError(
-                f"{sharded.what}: shard_optimizer_state=True over process set "
-                f"{sharded.process_set.process_set_id} cannot be resharded after the job "
-                f"changed size: process sets are not resized; shard over the global set for "
-                f"elastic training")
+        sharding.check_reshardable(sharded.process_set, sharded.what)
         variables = list(self._trainable_variables)
         # Accumulated gradients (backward_passes_per_step) do not depend on the size: kept.
         kept = [np.array(keras.ops.convert_to_numpy(a.value)) for a in self._hvd_accumulated()]
@@ -440,12 +434,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
         opt.__class__ = _distributed_class(type(opt))  # keeps the loaded slots
         opt._hvd = settings
         if opt.built:
-            opt._hvd_index = {opt._var_key(v): i for i, v in enumerate(opt._trainable_variables)}
-            opt._hvd_make_accumulators(list(opt._trainable_variables))
-            if settings.compression_state is not None:
-                settings.compression_state.build(opt, list(opt._trainable_variables))
-            if settings.local_sgd is not None:
-                settings.local_sgd.build(opt)
+            opt._hvd_build_state(settings, list(opt._trainable_variables))
     return model
 
 

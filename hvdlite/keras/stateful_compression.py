@@ -19,7 +19,6 @@ is not this (rank, size), they restart at zero (they hold only the not-yet-sent 
 import numpy as np
 
 import hvdlite as _hvd
-from hvdlite.algorithms.powersgd import PowerSGDReducer
 
 from . import labels
 from .backend import bridge
@@ -53,13 +52,11 @@ class CompressionState:
             if str(v.dtype) not in _FLOATS:
                 continue            # refused with a clear error if it ever has a gradient
             shape = tuple(v.shape)
-            if self._keeps_error(shape, size):
+            if self.reducer.keeps_error(shape, size):
                 self.errors[i] = optimizer.add_variable_from_reference(
                     v, name="hvdlite_error_feedback")
-            nm = (self.reducer.matrix_shape(shape)
-                  if isinstance(self.reducer, PowerSGDReducer) else None)
-            if nm is not None:
-                q0 = self.reducer.initial_q(self.names[i], nm[1], np.dtype(str(v.dtype)))
+            q0 = self.reducer.initial_q(self.names[i], shape, np.dtype(str(v.dtype)))
+            if q0 is not None:
                 self.qs[i] = optimizer.add_variable(
                     q0.shape, initializer=lambda shape, dtype, q0=q0: q0, dtype=str(v.dtype),
                     name="hvdlite_powersgd_q")
@@ -69,14 +66,6 @@ class CompressionState:
         self.owner = optimizer.add_variable((2,), initializer=lambda shape, dtype: owner,
                                             dtype="int32", name="hvdlite_compression_owner")
         self.built = True
-
-    def _keeps_error(self, shape, size):
-        numel = int(np.prod(shape))
-        if isinstance(self.reducer, PowerSGDReducer):
-            return self.reducer.matrix_shape(shape) is not None
-        if hasattr(self.reducer, "k_of"):            # top-k
-            return self.reducer.k_of(numel, size) is not None
-        return True                                  # casts: every tensor rounds
 
     def reduce(self, grads, variables, when=None):
         """Reduce a step's gradients through the reducer, updating its state variables."""
@@ -110,16 +99,12 @@ class CompressionState:
                 es = [np.zeros_like(e) for e in es]
             err_names = [self.names[i] for i in with_error]
             q_names = [self.names[i] for i in with_q]
-            reducer.errors = dict(zip(err_names, es))
-            reducer.qs = dict(zip(q_names, qs))
-            reducer.step = int(step)
             gs = [np.array(g, order="C") for g in gs]
-            reducer.reduce(gs, names, *reduction)
-            es = [reducer.errors.get(n, e) for n, e in zip(err_names, es)]
-            qs = [reducer.qs.get(n, q) for n, q in zip(q_names, qs)]
-            out_step = np.asarray(reducer.step, np.int32)
-            reducer.errors, reducer.qs = {}, {}    # the variables hold them
-            return gs + es + qs + [out_step, me]
+            errors, q_of, out_step = reducer.reduce_with_state(
+                gs, names, dict(zip(err_names, es)), dict(zip(q_names, qs)), step, *reduction)
+            es = [errors.get(n, e) for n, e in zip(err_names, es)]
+            qs = [q_of.get(n, q) for n, q in zip(q_names, qs)]
+            return gs + es + qs + [np.asarray(out_step, np.int32), me]
 
         args = ([grads[i] for i in present] + [self.errors[i].value for i in with_error]
                 + [self.qs[i].value for i in with_q] + [self.step.value, self.owner.value])

@@ -33,7 +33,6 @@ job's size changes (``reshard``).
 import numpy as np
 from keras import ops
 
-import hvdlite as _hvd
 from hvdlite import ops as _ops
 from hvdlite.algorithms import sharding
 from hvdlite.exceptions import HvdliteInvalidArgumentError
@@ -44,17 +43,13 @@ from .backend import bridge
 _FLOATS = ("float32", "float64")
 
 
-class _Bucket:
+class _Bucket(sharding.BucketPlan):
     """One dtype's variables in a flat index space; this rank owns [begin, end)."""
 
     def __init__(self, dtype, indices, variables, size, rank):
         self.dtype, self.indices = dtype, indices
         self.shapes = [tuple(variables[i].shape) for i in indices]
-        self.numels = [int(np.prod(s)) for s in self.shapes]
-        self.numel = sum(self.numels)
-        self.starts = sharding.offsets(self.numels)
-        self.shard_numel, self.begin, self.end, self.padded = sharding.cut(self.numel, size,
-                                                                           rank)
+        super().__init__([int(np.prod(s)) for s in self.shapes], size, rank)
 
 
 def _wrapped_class(optimizer):
@@ -103,9 +98,7 @@ class ShardedState:
 
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
-        size = labels.set_size(self.process_set)
-        rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
-        self.rank_size = (rank, size)
+        self.rank_size = rank, size = sharding.place(self.process_set)
         by_dtype = {}
         for i, v in enumerate(variables):
             dtype = str(v.dtype)
@@ -151,9 +144,7 @@ class ShardedState:
     def needs_reshard(self):
         """Whether the shards were cut for another rank or size (elastic training resized
         the job)."""
-        size = labels.set_size(self.process_set)
-        rank = _hvd.rank() if self.process_set is None else self.process_set.rank()
-        return self.built and (rank, size) != self.rank_size
+        return self.built and sharding.place(self.process_set) != self.rank_size
 
     # -- the unsharded optimizer's variables ----------------------------------------------
 
@@ -191,9 +182,9 @@ class ShardedState:
         return layout
 
     def _where(self):
-        """model variable index -> (bucket index, offset in the bucket's flat space)."""
-        return {i: (k, at) for k, b in enumerate(self.buckets)
-                for i, at in zip(b.indices, b.starts)}
+        """model variable index -> (bucket index, position among the bucket's pieces)."""
+        return {i: (k, pos) for k, b in enumerate(self.buckets)
+                for pos, i in enumerate(b.indices)}
 
     def consolidate(self, optimizer, to=0):
         """The values of the unsharded optimizer's variables (see the module docstring),
@@ -215,10 +206,9 @@ class ShardedState:
                 values.append(np.array(ops.convert_to_numpy(own[entry[1]].value)))
                 continue
             _, i, suffix = entry
-            k, at = where[i]
-            shape = tuple(self.model_variables[i].shape)
-            n = int(np.prod(shape))
-            values.append(flats[(k, suffix)][at:at + n].reshape(shape).copy())
+            k, pos = where[i]
+            piece = self.buckets[k].split(flats[(k, suffix)])[pos]
+            values.append(piece.reshape(tuple(self.model_variables[i].shape)).copy())
         return values
 
     def load_consolidated(self, optimizer, values):
@@ -236,8 +226,8 @@ class ShardedState:
                 f"unsharded {_wrapped_class(optimizer).__name__} on these variables has "
                 f"{len(layout)}")
         where, own = self._where(), optimizer.variables
-        flats = {key: np.zeros(self.buckets[key[0]].padded, self.buckets[key[0]].dtype)
-                 for key in self.slots}
+        pieces = {key: [np.zeros(n, self.buckets[key[0]].dtype)
+                        for n in self.buckets[key[0]].numels] for key in self.slots}
         for entry, value in zip(layout, values):
             value = np.asarray(value)
             if entry[0] == "own":
@@ -250,20 +240,17 @@ class ShardedState:
                     f"{self.what}: load_consolidated_variables: the {suffix} of "
                     f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
                     f"the variable has {tuple(variable.shape)}")
-            k, at = where[i]
-            flats[(k, suffix)][at:at + value.size] = value.reshape(-1)
-        for key, flat in flats.items():
+            k, pos = where[i]
+            pieces[(k, suffix)][pos] = value.reshape(-1)
+        for key, values_of in pieces.items():
             b = self.buckets[key[0]]
-            self.slots[key].assign(flat[b.begin:b.end])
+            self.slots[key].assign(b.fill_shard(np.zeros(b.shard_numel, b.dtype), values_of))
 
     def check_owner(self, owner):
-        rank, size = self.rank_size
-        owner = [int(x) for x in np.asarray(owner)]
-        if owner != [rank, size]:
-            raise HvdliteInvalidArgumentError(
-                f"{self.what}: this sharded optimizer state was saved by rank {owner[0]} of "
-                f"{owner[1]}; this is rank {rank} of {size}. Sharded state loads back only on "
-                f"the rank and size that saved it (each rank saves its own checkpoint)")
+        sharding.check_owner(
+            [int(x) for x in np.asarray(owner)], self.rank_size, self.what,
+            "Sharded state loads back only on the rank and size that saved it (each rank "
+            "saves its own checkpoint)")
 
     def _flat(self, b, tensors):
         flat = ops.concatenate([ops.reshape(ops.cast(t, b.dtype), (-1,)) for t in tensors])
@@ -318,10 +305,8 @@ class ShardedState:
         gathered = bridge().host_call(all_gather, [s.value for s in self.shards],
                                       [((b.padded,), b.dtype) for b in buckets], when)
         for b, flat in zip(buckets, gathered):
-            at = 0
-            for i, shape, n in zip(b.indices, b.shapes, b.numels):
+            for i, shape, piece in zip(b.indices, b.shapes, b.split(flat)):
                 v = variables[i]
-                v.assign(ops.reshape(flat[at:at + n], shape))
+                v.assign(ops.reshape(piece, shape))
                 if getattr(v, "constraint", None) is not None:
                     v.assign(v.constraint(v))
-                at += n

@@ -9,13 +9,17 @@ call *means* is decided here, one concept per module:
 - :mod:`.wire`: which compression the C++ core applies on the wire and which runs in Python;
 - :mod:`.names`: generated names in call order, and the members of a grouped call;
 - :mod:`.gradients`: the gradient of every collective, read by both autograd glues;
+- :mod:`.groups`: which gradients ``groups=`` puts in one grouped all-reduce;
+- :mod:`.local_gradients`: gradients kept local, and how they are scaled;
 - :mod:`.options`: which options of ``DistributedOptimizer`` beyond Horovod combine.
 """
 
 from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401
+from .groups import check_groups, plan_groups, split_list  # noqa: F401
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
-from .names import auto_name, group_names, reset_name_counters, valid_name, with_labels  # noqa: F401
+from .names import (auto_name, group_names, parameter_names, reset_name_counters,  # noqa: F401
+                    valid_name, with_labels)
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                          check_predivide, integer_arg, predivide, require_average_or_sum,
                          resolve_op)

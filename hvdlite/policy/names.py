@@ -1,5 +1,6 @@
 """Request names: generated names in call order (equal on ranks that call ops in the same
-order), the members of a grouped call, and errors that say what a name stands for."""
+order), the members of a grouped call, errors that say what a name stands for, and the
+names of an optimizer's parameters (``named_parameters``)."""
 
 import itertools
 import threading
@@ -65,3 +66,30 @@ def with_labels(error, labels):
         return type(error)(f"{text} ({'; '.join(hits)})")
     except Exception:  # noqa: BLE001 - an error type with another constructor
         return error
+
+
+def parameter_names(param_groups, named_parameters, what):
+    """{id(param): name} for every parameter of ``param_groups`` (lists of parameters);
+    names must be unique, and ``named_parameters`` (Horovod's argument: (name, parameter)
+    pairs) must name them all. Without it, names follow the parameter order (the same on
+    every rank)."""
+    if named_parameters is None:
+        return {id(p): f"{what}.noname.{i}.{j}"
+                for i, group in enumerate(param_groups) for j, p in enumerate(group)}
+    named_parameters = list(named_parameters)
+    if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
+                         "usually produced by model.named_parameters().")
+    names = [str(n) for n, _ in named_parameters]
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError("Parameter names in named_parameters must be unique. Found "
+                         "duplicates: %s" % ", ".join(dups))
+    by_id = {id(p): str(n) for n, p in named_parameters}
+    unnamed = [p for group in param_groups for p in group if id(p) not in by_id]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters "
+                         "were not named (shapes: %s). Pass every parameter the optimizer "
+                         "updates, e.g. model.named_parameters()."
+                         % ", ".join(str(list(p.shape)) for p in unnamed))
+    return by_id

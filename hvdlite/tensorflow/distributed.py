@@ -6,7 +6,7 @@ local."""
 
 import tensorflow as tf
 
-from hvdlite.policy import Average
+from hvdlite.policy import Average, local_gradients
 from hvdlite.convert.tf_requests import make_allreduce_grads_fn, process_set_or_global
 
 from .compression import Compression
@@ -21,19 +21,15 @@ def _var_key(v):
 def reduce_except_local(allreduce_grads, grads, sources, local_keys, scale_local, set_size):
     """All-reduce ``grads`` except those of sources whose key is in ``local_keys``; those
     stay local, divided by ``set_size`` when ``scale_local`` (as Horovod)."""
-    local = [_var_key(s) in local_keys for s in sources]
-    shared = [i for i, is_local in enumerate(local) if not is_local]
-    out = list(grads)
-    for i, r in zip(shared, allreduce_grads([grads[i] for i in shared],
-                                            [sources[i] for i in shared])):
-        out[i] = r
-    if scale_local:
-        for i, is_local in enumerate(local):
-            g = out[i]
-            if is_local and g is not None:
-                out[i] = (tf.IndexedSlices(g.values / set_size, g.indices, g.dense_shape)
-                          if isinstance(g, tf.IndexedSlices) else g / set_size)
-    return out
+    return local_gradients.reduce_except_local(
+        lambda shared: allreduce_grads([grads[i] for i in shared], [sources[i] for i in shared]),
+        grads, [_var_key(s) in local_keys for s in sources], scale_local, set_size, _divide)
+
+
+def _divide(g, n):
+    if isinstance(g, tf.IndexedSlices):
+        return tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
+    return g / n
 
 
 class _DistributedGradientTape:

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 
 import torch
 
+from hvdlite import policy
+
 _class_cache = {}
 
 
@@ -29,31 +31,9 @@ def wrap(mixin, optimizer):
 
 
 def parameter_names(optimizer, named_parameters, what):
-    """{id(param): name} for every parameter ``optimizer`` holds; names must be unique.
-
-    Without ``named_parameters``, names follow the parameter order (the same on every rank).
-    """
-    if named_parameters is None:
-        return {id(p): f"{what}.noname.{i}.{j}"
-                for i, group in enumerate(optimizer.param_groups)
-                for j, p in enumerate(group["params"])}
-    named_parameters = list(named_parameters)
-    if any(not isinstance(item, tuple) or len(item) != 2 for item in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                         "usually produced by model.named_parameters().")
-    names = [str(n) for n, _ in named_parameters]
-    dups = sorted({n for n in names if names.count(n) > 1})
-    if dups:
-        raise ValueError("Parameter names in named_parameters must be unique. Found "
-                         "duplicates: %s" % ", ".join(dups))
-    by_id = {id(p): str(n) for n, p in named_parameters}
-    unnamed = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in by_id]
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters "
-                         "were not named (shapes: %s). Pass every parameter the optimizer "
-                         "updates, e.g. model.named_parameters()."
-                         % ", ".join(str(list(p.shape)) for p in unnamed))
-    return by_id
+    """{id(param): name} for every parameter ``optimizer`` holds (policy.parameter_names)."""
+    return policy.parameter_names([g["params"] for g in optimizer.param_groups],
+                                  named_parameters, what)
 
 
 class SynchronizeProtocol:
@@ -120,6 +100,24 @@ def weak_hook(opt_ref, method, *args):
         if opt is not None:
             getattr(opt, method)(*args)
     return hook
+
+
+def watch_gradient(p, opt_ref, key, before, ready, handles):
+    """Hook parameter ``p``: the optimizer's method ``before(key)`` runs before autograd
+    adds a gradient into ``p.grad``, ``ready(key)`` once it has (handles go to ``handles``).
+    Returns p's AccumulateGrad node, which the caller keeps alive so that it stays p's."""
+    with torch.enable_grad():
+        grad_acc = p.view_as(p).grad_fn.next_functions[0][0]
+    handles.append(p.register_hook(weak_hook(opt_ref, before, key)))
+    handles.append(p.register_post_accumulate_grad_hook(weak_hook(opt_ref, ready, key)))
+    return grad_acc
+
+
+def refuse_extra_pass(countdown, key, grad_acc, name):
+    """Before autograd accumulates: a pass beyond ``backward_passes_per_step`` is refused
+    before it adds into a buffer that is being reduced."""
+    if countdown.exhausted(key) and will_accumulate(grad_acc):
+        countdown.too_many(name)
 
 
 def remove_hooks(handles):

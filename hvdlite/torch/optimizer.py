@@ -19,8 +19,8 @@ from hvdlite.numpy_api import broadcast_object
 from hvdlite.work import wait_all
 
 from . import extended as _extended
-from ._wrap import (SynchronizeProtocol, parameter_names, remove_hooks, weak_hook,
-                    will_accumulate, wrap)
+from ._wrap import (SynchronizeProtocol, parameter_names, refuse_extra_pass, remove_hooks,
+                    watch_gradient, wrap)
 from .compression import Compression
 from .mpi_ops import Average, global_process_set, sparse_allreduce_async
 
@@ -52,17 +52,6 @@ class _GradReduction:
                     grad.copy_(out)
             for p, work in self.sparse:
                 p.grad = work.wait()
-
-
-def _split_list(items, n):
-    """``n`` contiguous chunks of nearly equal length (Horovod's split_list)."""
-    q, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        end = start + q + (1 if i < r else 0)
-        out.append(items[start:end])
-        start = end
-    return [c for c in out if c]
 
 
 class _DistributedOptimizer(SynchronizeProtocol):
@@ -117,22 +106,15 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_index[p] = index
         self._hvd_countdown.add(index)
         self._hvd_group_of.append(None)
-        with torch.enable_grad():   # p's AccumulateGrad node, kept alive so it stays p's
-            self._hvd_grad_accs.append(p.view_as(p).grad_fn.next_functions[0][0])
-        self._hvd_hook_handles.append(p.register_hook(
-            weak_hook(self._hvd_self_ref, "_hvd_before_accumulate", index)))
-        self._hvd_hook_handles.append(
-            p.register_post_accumulate_grad_hook(
-                weak_hook(self._hvd_self_ref, "_hvd_grad_ready", index)))
+        self._hvd_grad_accs.append(watch_gradient(
+            p, self._hvd_self_ref, index, "_hvd_before_accumulate", "_hvd_grad_ready",
+            self._hvd_hook_handles))
 
     def _hvd_setup_groups(self, groups):
         self._groups = groups
+        policy.check_groups(groups, "torch.Tensor")
         if groups is None:
             return
-        if isinstance(groups, bool) or not (isinstance(groups, list) or
-                                             (isinstance(groups, int) and groups > 0)):
-            raise ValueError("groups should be a positive integer or a list of lists of "
-                             "torch.Tensor.")
         params = list(self._hvd_params)
         if self._hvd_size > 1:
             # Same grouping on every rank: order the parameters as rank 0 does.
@@ -143,24 +125,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
                                  "between rank 0 and this rank")
             pos = {n: i for i, n in enumerate(order)}
             params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
-        if isinstance(groups, list):
-            seen = set()
-            chunks = []
-            for group in groups:
-                chunk = []
-                for p in group:
-                    if not isinstance(p, torch.Tensor):
-                        raise ValueError("groups must consist of torch.Tensor.")
-                    if id(p) in seen:
-                        raise ValueError("A parameter can only appear once in groups.")
-                    seen.add(id(p))
-                    if p in self._hvd_index:
-                        chunk.append(p)
-                if chunk:
-                    chunks.append(chunk)
-            chunks += [[p] for p in params if id(p) not in seen]
-        else:
-            chunks = _split_list(params, groups)
+        chunks = policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor")
         for gid, chunk in enumerate(chunks):
             members = [self._hvd_index[p] for p in chunk]
             self._hvd_groups.append(members)
@@ -250,22 +215,16 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_countdown.reset()
         self._hvd_group_ready = [0] * len(self._hvd_groups)
 
-    def _hvd_mid_step(self):
-        return bool(self._hvd_pending) or self._hvd_countdown.mid_step()
-
     # -- the optimizer interface --------------------------------------------------------
 
     def _hvd_before_accumulate(self, index):
         # Runs before autograd accumulates the new gradient into p.grad: refusing an extra
         # backward pass here keeps it from adding into a buffer that is being all-reduced.
-        if self._hvd_countdown.exhausted(index) and will_accumulate(self._hvd_grad_accs[index]):
-            self._hvd_countdown.too_many(self._hvd_names[index])
+        refuse_extra_pass(self._hvd_countdown, index, self._hvd_grad_accs[index],
+                          self._hvd_names[index])
 
     def zero_grad(self, *args, **kwargs):
-        if self._hvd_mid_step():
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        self._hvd_countdown.refuse_zero_grad(bool(self._hvd_pending))
         return super().zero_grad(*args, **kwargs)
 
     def set_backward_passes_per_step(self, passes):
@@ -338,8 +297,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          f"{type(optimizer).__name__}")
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
-    if int(backward_passes_per_step) < 1:
-        raise ValueError("backward_passes_per_step must be >= 1")
+    check_passes(backward_passes_per_step)
     if num_groups:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
                       "removed", DeprecationWarning, stacklevel=2)

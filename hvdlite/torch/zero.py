@@ -30,23 +30,20 @@ optimizer loads as is and ``load_state_dict`` of a sharded optimizer reshards at
 """
 
 import itertools
-import math
 from collections import defaultdict
 import weakref
 
 import torch
 
-import hvdlite as _hvd
 from hvdlite import ops as _ops
-from hvdlite.algorithms import sharding
+from hvdlite.algorithms import clipping, sharded_state, sharding
 from hvdlite.algorithms.accumulation import Countdown
 from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.numpy_api import broadcast_object
-from hvdlite.policy import Sum
 
-from ._wrap import (SynchronizeProtocol, flat_view, remove_hooks, require_contiguous,
-                    weak_hook, will_accumulate, wrap)
+from ._wrap import (SynchronizeProtocol, flat_view, refuse_extra_pass, remove_hooks,
+                    require_contiguous, watch_gradient, wrap)
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 _instances = {}     # process set id -> count of sharded optimizers built over that set
@@ -54,45 +51,33 @@ _STATE_KEY = "hvdlite_zero"
 
 
 class _Piece:
-    """Where a parameter's elements sit in its bucket's flat index space."""
-    __slots__ = ("param", "name", "start", "numel", "grad_view")
+    """A parameter and its gradient's place in its bucket's flat gradient."""
+    __slots__ = ("param", "name", "grad_view")
 
-    def __init__(self, param, name, start):
-        self.param, self.name, self.start, self.numel = param, name, start, param.numel()
-        self.grad_view = None
+    def __init__(self, param, name, grad_view):
+        self.param, self.name, self.grad_view = param, name, grad_view.view_as(param)
 
     def owns_grad(self):
         g = self.param.grad
         return g is not None and g.data_ptr() == self.grad_view.data_ptr()
 
 
-class _Bucket:
+class _Bucket(sharding.BucketPlan):
     def __init__(self, index, group, params, names, size, rank):
+        super().__init__([p.numel() for p in params], size, rank)
         self.index, self.group = index, group
-        numels = [p.numel() for p in params]
-        self.pieces = [_Piece(p, names[id(p)], at)
-                       for p, at in zip(params, sharding.offsets(numels))]
-        self.numel = sum(numels)
-        # this rank's slice [begin, end) of the flat space, padded to split evenly
-        self.shard_numel, self.begin, self.end, _ = sharding.cut(self.numel, size, rank)
         dtype = params[0].dtype
         # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
         # (so after synchronize() a parameter's .grad is not a meaningful gradient: use
         # clip_grad_norm_ of the optimizer, which works on the reduced slices).
-        self.flat_grad = torch.zeros(self.shard_numel * size, dtype=dtype)
-        for pc in self.pieces:
-            # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
-            # no second full-size copy of the gradients.
-            pc.grad_view = self.flat_grad[pc.start:pc.start + pc.numel].view_as(pc.param)
+        # Gradients accumulate straight into the bucket (as DDP's gradient_as_bucket_view):
+        # no second full-size copy of the gradients.
+        self.flat_grad = torch.zeros(self.padded, dtype=dtype)
+        self.pieces = [_Piece(p, names[id(p)], view)
+                       for p, view in zip(params, self.split(self.flat_grad))]
         self.shard = torch.zeros(self.shard_numel, dtype=dtype, requires_grad=True)
         self.pending = 0        # members whose gradient is not ready yet this step
         self.handle = None      # the reduce-scatter in flight
-
-    def overlaps(self, begin, end):
-        """(piece, offset in piece, offset in [begin, end), length) for the overlaps."""
-        for i, off, at, n in sharding.overlaps([pc.start for pc in self.pieces],
-                                               [pc.numel for pc in self.pieces], begin, end):
-            yield self.pieces[i], off, at, n
 
 
 def _group_options(group):
@@ -137,14 +122,9 @@ class ShardedOptimizer(SynchronizeProtocol):
         # The hooks live on the parameters: take them off when this optimizer goes away.
         self_ref = weakref.ref(self)
         self._zero_hooks = []
-        self._zero_grad_accs = {}
-        for p in self._zero_bucket_of:
-            with torch.enable_grad():   # p's AccumulateGrad node, kept so it stays p's
-                self._zero_grad_accs[p] = p.view_as(p).grad_fn.next_functions[0][0]
-            self._zero_hooks.append(p.register_hook(
-                weak_hook(self_ref, "_zero_before_accumulate", p)))
-            self._zero_hooks.append(p.register_post_accumulate_grad_hook(
-                weak_hook(self_ref, "_zero_grad_ready", p)))
+        self._zero_grad_accs = {
+            p: watch_gradient(p, self_ref, p, "_zero_before_accumulate", "_zero_grad_ready",
+                              self._zero_hooks) for p in self._zero_bucket_of}
         weakref.finalize(self, remove_hooks, self._zero_hooks)
         self._init_protocol()
         if previous_state is not None:
@@ -152,10 +132,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_place(self):
         """(rank, size) of this rank in the ranks the shards are cut over, now."""
-        process_set = self._zero_set_kw.get("process_set")
-        if process_set is None:
-            return _hvd.rank(), _hvd.size()
-        return process_set.rank(), process_set.size()
+        return sharding.place(self._zero_set_kw.get("process_set"))
 
     def needs_reshard(self):
         """Whether the shards were cut for another rank or size than this rank has now (after
@@ -187,12 +164,7 @@ class ShardedOptimizer(SynchronizeProtocol):
         Elastic training calls this when the job's size changed (``TorchState``); the
         gradients start again from zero.
         """
-        if "process_set" in self._zero_set_kw:
-            raise HvdliteInvalidArgumentError(
-                f"a DistributedOptimizer with shard_optimizer_state=True over process set "
-                f"{self._zero_set_kw['process_set'].process_set_id} cannot be resharded after "
-                f"the job changed size: process sets are not resized; shard over the global "
-                f"set for elastic training")
+        sharding.check_reshardable(self._zero_set_kw.get("process_set"), "DistributedOptimizer")
         self._zero_layout([_group_options(g) for g in self.param_groups])
         self._zero_attach_grads(zero=True)
         self.load_state_dict(full_state_dict)
@@ -223,8 +195,7 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        if self._zero_countdown.exhausted(p) and will_accumulate(self._zero_grad_accs[p]):
-            self._zero_countdown.too_many(self._zero_name(p))
+        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p], self._zero_name(p))
 
     def _zero_grad_ready(self, p):
         if self._zero_countdown.arrive(p, self._zero_name(p)):
@@ -276,21 +247,10 @@ class ShardedOptimizer(SynchronizeProtocol):
             raise HvdliteInvalidArgumentError(
                 "clip_grad_norm_: call optimizer.synchronize() first (the shards' gradients "
                 "are reduced there), then step() under optimizer.skip_synchronize()")
-        norm_type = float(norm_type)
         grads = [b.shard.grad for b in self._zero_buckets]
-        if norm_type == math.inf:
-            local = max((g.abs().max().double() for g in grads if g.numel()),
-                        default=torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, _ops.Max, "zero.clip.max", self._zero_set_kw)
-        else:
-            local = sum((g.double().abs().pow(norm_type).sum() for g in grads),
-                        torch.zeros((), dtype=torch.float64))
-            total = _allreduce_scalar(local, Sum, "zero.clip.sum",
-                                      self._zero_set_kw) ** (1.0 / norm_type)
-        if error_if_nonfinite and not math.isfinite(total):
-            raise RuntimeError(f"The total norm of order {norm_type} for gradients is "
-                               f"non-finite, so it cannot be clipped.")
-        coef = min(float(max_norm) / (total + 1e-6), 1.0)
+        total = clipping.global_norm([g.detach().double().numpy() for g in grads], norm_type,
+                                     "zero.clip", self._zero_set_kw.get("process_set"))
+        coef = clipping.clip_coefficient(max_norm, total, norm_type, error_if_nonfinite)
         with torch.no_grad():
             for g in grads:
                 g.mul_(coef)
@@ -308,9 +268,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for b in self._zero_buckets:
                 # The parameters are the truth (broadcast_parameters, load_state_dict of the
                 # model): take this rank's slice of them afresh every step.
-                b.shard.zero_()
-                for pc, off, at, n in b.overlaps(b.begin, b.end):
-                    b.shard[at:at + n].copy_(flat_view(pc.param)[off:off + n])
+                b.fill_shard(b.shard.zero_(), [flat_view(pc.param) for pc in b.pieces])
         result = self._base_step()
         self._zero_gather_params()
         return result
@@ -332,8 +290,8 @@ class ShardedOptimizer(SynchronizeProtocol):
                 r = _ops.wait(handles.pop(i))
                 flat = from_core(r, torch.device("cpu"))
                 with torch.no_grad():
-                    for pc in b.pieces:
-                        flat_view(pc.param).copy_(flat[pc.start:pc.start + pc.numel])
+                    for pc, part in zip(b.pieces, b.split(flat)):
+                        flat_view(pc.param).copy_(part)
                 del flat, r
         finally:
             _ops.wait_all(list(handles.values()))   # after an error: leave nothing in flight
@@ -342,11 +300,8 @@ class ShardedOptimizer(SynchronizeProtocol):
         """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
         says: the bucket is their memory, so setting them to None would free nothing."""
         del set_to_none
-        if any(b.handle is not None for b in self._zero_buckets) or \
-                self._zero_countdown.mid_step():
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but "
-                                 "before optimizer.step() or optimizer.synchronize(). This is "
-                                 "prohibited as it can cause a race condition.")
+        self._zero_countdown.refuse_zero_grad(
+            any(b.handle is not None for b in self._zero_buckets))
         # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
         # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
         self._zero_attach_grads(zero=True)
@@ -412,25 +367,16 @@ class ShardedOptimizer(SynchronizeProtocol):
             for k, dtype in keys:
                 if dtype is not None:
                     flat = from_core(next(results), torch.device("cpu"))
-                    for pc in b.pieces:
-                        per_param[pc.param][k] = (
-                            flat[pc.start:pc.start + pc.numel].clone().view_as(pc.param))
+                    for pc, part in zip(b.pieces, b.split(flat)):
+                        per_param[pc.param][k] = part.clone().view_as(pc.param)
                 else:
                     for pc in b.pieces:
                         v = st[k]
                         per_param[pc.param][k] = v.clone() if torch.is_tensor(v) else v
             if keys:
-                by_param.update(per_param)
-        state, groups, index = {}, [], 0
-        for group, params in zip(self.param_groups, self._zero_model_groups):
-            ids = []
-            for p in params:
-                if p in by_param:
-                    state[index] = by_param[p]
-                ids.append(index)
-                index += 1
-            groups.append(dict(_group_options(group), params=ids))
-        return {"state": state, "param_groups": groups}
+                by_param.update({id(p): st for p, st in per_param.items()})
+        return sharded_state.number_state(by_param, self._zero_model_groups,
+                                          [_group_options(g) for g in self.param_groups])
 
     def load_state_dict(self, state_dict):
         """Load this rank's own ``state_dict()``, or a consolidated one (resharded here)."""
@@ -438,15 +384,11 @@ class ShardedOptimizer(SynchronizeProtocol):
             return super().load_state_dict(state_dict)
         saved = state_dict.get(_STATE_KEY)
         if saved is not None:
-            mine = {"rank": self._zero_rank, "size": self._zero_size,
-                    "buckets": [b.numel for b in self._zero_buckets]}
-            if saved != mine:
-                raise HvdliteInvalidArgumentError(
-                    f"load_state_dict: this sharded state dict was saved by rank "
-                    f"{saved.get('rank')} of {saved.get('size')} (buckets of "
-                    f"{saved.get('buckets')} elements); this is rank {self._zero_rank} of "
-                    f"{self._zero_size} (buckets {mine['buckets']}). To resume at another "
-                    f"size or layout, save optimizer.consolidate_state_dict() instead")
+            sharding.check_owner(
+                (saved.get("rank"), saved.get("size"), saved.get("buckets")),
+                (self._zero_rank, self._zero_size, [b.numel for b in self._zero_buckets]),
+                "load_state_dict", "To resume at another size or layout, save "
+                "optimizer.consolidate_state_dict() instead")
             state_dict = {k: v for k, v in state_dict.items() if k != _STATE_KEY}
         else:
             state_dict = self._zero_reshard(state_dict)
@@ -456,46 +398,28 @@ class ShardedOptimizer(SynchronizeProtocol):
 
     def _zero_reshard(self, full):
         """The consolidated (unsharded) state dict ``full`` cut to this rank's shards."""
-        groups = full.get("param_groups")
-        if groups is None or len(groups) != len(self._zero_model_groups) or any(
-                len(g["params"]) != len(ps) for g, ps in zip(groups, self._zero_model_groups)):
-            counts = [len(ps) for ps in self._zero_model_groups]
-            got = None if groups is None else [len(g["params"]) for g in groups]
-            raise HvdliteInvalidArgumentError(
-                f"load_state_dict: the state dict has parameter groups of sizes {got}; this "
-                f"optimizer's groups have {counts} parameters")
-        param_state = {}
-        for g, params in zip(groups, self._zero_model_groups):
-            for i, p in zip(g["params"], params):
-                if i in full["state"]:
-                    param_state[p] = full["state"][i]
+        param_state = sharded_state.state_by_param(full, self._zero_model_groups,
+                                                   "load_state_dict")
         state = {}
         for b in self._zero_buckets:
-            have = [pc for pc in b.pieces if pc.param in param_state]
-            if not have:
+            if not sharded_state.bucket_has_state([pc.name for pc in b.pieces],
+                                                  [id(pc.param) in param_state
+                                                   for pc in b.pieces], "load_state_dict"):
                 continue
-            if len(have) != len(b.pieces):
-                missing = [pc.name for pc in b.pieces if pc.param not in param_state]
-                raise HvdliteInvalidArgumentError(
-                    f"load_state_dict: parameters {missing} have no optimizer state while "
-                    f"others stepped with them do; a sharded optimizer keeps state for all or "
-                    f"none of a bucket's parameters")
+            first = param_state[id(b.pieces[0].param)]
             shard_state = {}
-            for k in param_state[have[0].param]:
+            for k, v in first.items():
                 if _key_is_elementwise(k, b, param_state):
-                    dtype = param_state[have[0].param][k].dtype
-                    shard = torch.zeros(b.shard_numel, dtype=dtype)
-                    for pc, off, at, n in b.overlaps(b.begin, b.end):
-                        shard[at:at + n] = param_state[pc.param][k].reshape(-1)[off:off + n]
-                    shard_state[k] = shard
+                    shard_state[k] = b.fill_shard(
+                        torch.zeros(b.shard_numel, dtype=v.dtype),
+                        [param_state[id(pc.param)][k].reshape(-1) for pc in b.pieces])
                 else:
-                    v = param_state[have[0].param][k]
                     shard_state[k] = v.clone() if torch.is_tensor(v) else v
             state[b.index] = shard_state
         # torch numbers the shards by their position in param_groups: bucket order.
         index_of = {id(b.shard): b.index for b in self._zero_buckets}
         shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
-                        for g, mine in zip(groups, self.param_groups)]
+                        for g, mine in zip(full["param_groups"], self.param_groups)]
         return {"state": state, "param_groups": shard_groups}
 
     def _zero_keys(self, b):
@@ -530,15 +454,9 @@ def _key_is_elementwise(key, bucket, param_state):
     """
     for pc in bucket.pieces:
         if pc.param.dim() > 0:
-            v = param_state[pc.param][key]
+            v = param_state[id(pc.param)][key]
             return torch.is_tensor(v) and v.shape == pc.param.shape
     return key != "step"
-
-
-def _allreduce_scalar(value, op, name, set_kw):
-    buf = value.reshape(1).clone()
-    _ops.wait(_ops.allreduce_async(buf, None, name, op, **set_kw))
-    return float(buf.item())
 
 
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,

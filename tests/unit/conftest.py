@@ -18,11 +18,11 @@ from fake_collectives import FakeCollectives  # noqa: E402
 def ranks(monkeypatch):
     """``ranks(n)``: a FakeCollectives of n thread-ranks patched in for hvdlite.ops (and the
     core's size) in the algorithms that communicate."""
-    from hvdlite.algorithms import error_feedback, powersgd
+    from hvdlite.algorithms import clipping, error_feedback, metric_average, powersgd
 
     def make(n):
         fake = FakeCollectives(n)
-        for module in (error_feedback, powersgd):
+        for module in (clipping, error_feedback, metric_average, powersgd):
             monkeypatch.setattr(module, "_ops", fake)
         monkeypatch.setattr(error_feedback, "_core", _FakeCore(fake))
         return fake

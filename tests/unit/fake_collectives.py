@@ -10,7 +10,7 @@ import threading
 
 import numpy as np
 
-from hvdlite.policy import Average, Sum
+from hvdlite.policy import Average, Max, Sum
 
 
 class FakeResult:
@@ -33,7 +33,7 @@ class FakeWork:
 
 
 class FakeCollectives:
-    Average, Sum = Average, Sum
+    Average, Max, Sum = Average, Max, Sum
 
     def __init__(self, size):
         self._size = size
@@ -77,7 +77,9 @@ class FakeCollectives:
         everyone = self._exchange(sent)
         for i, out in enumerate(outputs):
             total = sum(r[i] for r in everyone)       # rank order: the same sum everywhere
-            if op == Average:
+            if op == Max:
+                total = np.max([r[i] for r in everyone], axis=0)
+            elif op == Average:
                 total = total / self._size
             elif op != Sum:
                 raise NotImplementedError(f"fake all-reduce of op {op}")

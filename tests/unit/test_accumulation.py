@@ -29,7 +29,20 @@ def test_passes_change_and_are_checked():
     c.add("p")
     c.reset(4)
     assert c.passes == 4 and c.left == {"p": 4}
-    with pytest.raises(ValueError, match=">= 1"):
+    with pytest.raises(ValueError, match="^backward_passes_per_step must be >= 1, got 0$"):
         check_passes(0)
+    with pytest.raises(ValueError, match="^opt: backward_passes_per_step must be >= 1, got -1$"):
+        check_passes(-1, "opt")
     with pytest.raises(ValueError):
         c.reset(0)
+
+
+def test_zero_grad_mid_step_is_refused():
+    c = Countdown(2, ["p"])
+    c.refuse_zero_grad()                    # nothing arrived yet
+    c.arrive("p", "w")
+    with pytest.raises(AssertionError, match="race condition"):
+        c.refuse_zero_grad()
+    c.reset()
+    with pytest.raises(AssertionError, match="zero_grad\\(\\) was called after"):
+        c.refuse_zero_grad(reducing=True)   # a reduction still in flight

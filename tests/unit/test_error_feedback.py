@@ -111,3 +111,34 @@ def test_topk_velocities_belong_to_their_rank():
     same.load_state_dict(sd, 0, 2)
     other.load_state_dict(sd, 1, 2)
     assert np.array_equal(same.velocities["w"], np.ones(3)) and other.velocities == {}
+
+
+def test_reduce_with_state_equals_a_reducer_that_keeps_it(ranks):
+    """The Keras path hands the state in and out; two steps give what two steps of a
+    reducer keeping its own state give, and the reducer is left holding nothing."""
+    fake = ranks(2)
+
+    def play(rank):
+        kept, handed = TopKReducer(0.1), TopKReducer(0.1)
+        errors, qs, step = {}, {}, 0
+        outs = []
+        for seed in (0, 1):
+            a, b = gradients(rank, seed=seed), gradients(rank, seed=seed)
+            kept.reduce([a], ["w"], Average)
+            errors, qs, step = handed.reduce_with_state([b], ["w"], errors, qs, step,
+                                                        Average, 1.0, 1.0)
+            outs.append((a, b))
+        return outs, kept.errors, errors, step, handed.errors
+    for outs, kept_errors, errors, step, left in fake.run_ranks(play):
+        for a, b in outs:
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(kept_errors["w"], errors["w"])
+        assert step == 2 and left == {}
+
+
+def test_which_tensors_keep_an_error_buffer():
+    assert not GradientReducer().keeps_error((40,), 2)
+    assert CastReducer("fp16").keeps_error((1,), 2)
+    assert TopKReducer(0.1).keeps_error((40,), 2)           # k=4, 4*2 < 40
+    assert not TopKReducer(0.1).keeps_error((2,), 2)        # k=1, 1*2 = 2: goes whole
+    assert GradientReducer().initial_q("w", (4, 4), np.float32) is None

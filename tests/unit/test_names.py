@@ -1,6 +1,8 @@
 """hvdlite.policy.names: generated request names in call order, per process set."""
 
-from hvdlite.policy.names import auto_name, group_names, reset_name_counters
+import pytest
+
+from hvdlite.policy.names import auto_name, group_names, parameter_names, reset_name_counters
 
 
 def test_generated_names_count_per_kind_and_set():
@@ -30,3 +32,22 @@ def test_errors_say_what_a_request_name_stands_for():
                       "dense/kernel)")
     plain = KeyError("x")
     assert with_labels(plain, {"opt.1": "y"}) is plain
+
+
+class _Param:
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def test_parameter_names_generated_or_named_once_each():
+    a, b, c = _Param(2), _Param(3, 1), _Param(4)
+    assert parameter_names([[a, b], [c]], None, "allreduce") == {
+        id(a): "allreduce.noname.0.0", id(b): "allreduce.noname.0.1",
+        id(c): "allreduce.noname.1.0"}
+    assert parameter_names([[a], [c]], [("w", a), ("v", c)], "x") == {id(a): "w", id(c): "v"}
+    with pytest.raises(ValueError, match="sequence of tuples"):
+        parameter_names([[a]], [a], "x")
+    with pytest.raises(ValueError, match="unique. Found duplicates: w"):
+        parameter_names([[a, c]], [("w", a), ("w", c)], "x")
+    with pytest.raises(ValueError, match=r"not named \(shapes: \[3, 1\]\)"):
+        parameter_names([[a, b]], [("w", a)], "x")

@@ -67,3 +67,13 @@ def test_q_is_restored_on_any_rank_and_errors_on_their_own():
     elsewhere = PowerSGDReducer(rank=1)
     elsewhere.load_state_dict(sd, 1, 2)
     assert "w" in elsewhere.qs and elsewhere.errors == {}
+
+
+def test_matrices_keep_errors_and_start_from_a_seeded_q():
+    r = PowerSGDReducer(rank=1, seed=3)
+    assert r.keeps_error((8, 6), 2) and not r.keeps_error((8,), 2)
+    assert r.initial_q("w", (8,), np.float32) is None
+    q = r.initial_q("w", (8, 2, 3), np.float32)
+    assert q.shape == (6, 1) and q.dtype == np.float32
+    np.testing.assert_array_equal(q, PowerSGDReducer(rank=1, seed=3).initial_q("w", (8, 6),
+                                                                               np.float32))

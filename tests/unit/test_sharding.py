@@ -4,8 +4,9 @@ one optimizer accept-rule of torch and Keras."""
 import numpy as np
 import pytest
 
-from hvdlite.algorithms.sharding import (ELEMENTWISE, buckets_by_bytes, check_shardable, cut,
-                                         offsets, overlaps)
+from hvdlite.algorithms.sharding import (ELEMENTWISE, BucketPlan, buckets_by_bytes,
+                                         check_owner, check_reshardable, check_shardable, cut,
+                                         offsets, overlaps, place)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 
@@ -57,3 +58,47 @@ def test_one_accept_rule_for_every_framework():
     with pytest.raises(HvdliteInvalidArgumentError):               # known whole-tensor wins
         check_shardable(named("Lamb", named("Adam"))(), "opt")
     assert "SGD" in ELEMENTWISE
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_bucket_plan_shards_reassemble_the_pieces(size):
+    numels = [4, 1, 6, 2]
+    pieces = [np.arange(n, dtype=float) + 10 * i for i, n in enumerate(numels)]
+    shards = []
+    for r in range(size):
+        plan = BucketPlan(numels, size, r)
+        shard = plan.fill_shard(np.full(plan.shard_numel, -1.0), pieces)
+        shards.append(shard)
+    plan = BucketPlan(numels, size, 0)
+    whole = np.concatenate(shards)
+    assert whole.size == plan.padded
+    assert all(np.array_equal(a, b) for a, b in zip(plan.split(whole), pieces))
+    assert np.all(whole[plan.numel:] == -1.0)     # the padding is left alone
+
+
+def test_place_is_the_process_set_or_all_ranks():
+    class Set:
+        def rank(self):
+            return 1
+
+        def size(self):
+            return 3
+    assert place(Set()) == (1, 3)
+
+
+def test_only_global_shards_reshard():
+    check_reshardable(None, "opt")
+    with pytest.raises(HvdliteInvalidArgumentError, match="opt: .*process set 4 cannot be "
+                       "resharded"):
+        check_reshardable(type("Set", (), {"process_set_id": 4})(), "opt")
+
+
+def test_owner_mismatch_names_both_places():
+    check_owner((0, 2, [5]), [0, 2, [5]], "load", "Save it whole.")
+    with pytest.raises(HvdliteInvalidArgumentError) as e:
+        check_owner((1, 2, [5]), (0, 3, [5]), "load", "Save it whole.")
+    assert str(e.value) == ("load: this sharded optimizer state was saved by rank 1 of 2 "
+                            "(buckets of [5] elements); this is rank 0 of 3 (buckets of [5] "
+                            "elements). Save it whole.")
+    with pytest.raises(HvdliteInvalidArgumentError, match="rank 1 of 2; this is rank 0 of 2"):
+        check_owner((1, 2), (0, 2), "load", "")

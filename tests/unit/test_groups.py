@@ -1,0 +1,46 @@
+"""hvdlite.policy.groups: Horovod's ``groups=`` rule (an int, or a list of lists)."""
+
+import pytest
+
+from hvdlite.policy.groups import check_groups, plan_groups, split_list
+
+
+class T:
+    """A stand-in tensor (hashable by identity, as torch tensors are)."""
+
+
+def is_t(x):
+    return isinstance(x, T)
+
+
+def test_split_list_is_horovods():
+    assert split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert split_list([1, 2], 4) == [[1], [2]]          # empty chunks dropped
+    assert split_list([], 2) == []
+
+
+def test_int_groups_split_in_order():
+    ps = [T() for _ in range(5)]
+    assert plan_groups(ps, 2, is_t, "T") == [ps[:3], ps[3:]]
+
+
+def test_listed_groups_then_the_rest_alone():
+    ps = [T() for _ in range(4)]
+    stranger = T()      # named in groups but has no gradient here: left out
+    assert plan_groups(ps, [[ps[2], stranger, ps[0]]], is_t, "T") == [[ps[2], ps[0]], [ps[1]],
+                                                                        [ps[3]]]
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "2", 1.5])
+def test_bad_groups_argument(bad):
+    with pytest.raises(ValueError, match="positive integer or a list of lists of T"):
+        check_groups(bad, "T")
+    check_groups(None, "T")
+
+
+def test_listed_groups_are_tensors_named_once():
+    p = T()
+    with pytest.raises(ValueError, match="groups must consist of T"):
+        plan_groups([p], [[p, 3]], is_t, "T")
+    with pytest.raises(ValueError, match="only appear once"):
+        plan_groups([p], [[p], [p]], is_t, "T")

@@ -58,7 +58,7 @@ import hvdlite
 from hvdlite import ops as _ops
 from hvdlite import p2p as _p2p
 from hvdlite.exceptions import (HvdliteError, HvdliteInvalidArgumentError,
-                                HvdliteUnsupportedError)
+                                HvdliteTimeoutError, HvdliteUnsupportedError)
 from hvdlite.process_sets import ProcessSet, add_process_set
 
 BACKEND = "hvdlite"
@@ -129,11 +129,12 @@ class HvdliteWork(dist._Work):
     complete at once.
     """
 
-    def __init__(self, pending, value, what):
+    def __init__(self, pending, value, what, timeout=None):
         super().__init__()
         self._pending = pending      # hvdlite Work, or None when the call finished already
         self._value = value          # the output tensors: result() and the future's value
         self._what = what            # the c10d call, for errors
+        self._timeout = timeout      # seconds wait() gives it by default (the group's timeout)
         self._future = None          # made when asked for: most blocking calls never are
         self._lock = threading.Lock()
         self._done = False
@@ -168,17 +169,23 @@ class HvdliteWork(dist._Work):
             future.set_exception(self._error)
 
     def wait(self, timeout=None):
-        if timeout is not None and _seconds(timeout) > 0 and not self._done:
-            deadline = time.monotonic() + _seconds(timeout)
-            while not self._pending.poll():
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"hvdlite: {self._what} did not finish within the wait "
-                                       f"timeout of {timeout}")
-                time.sleep(0.0002)
+        limit = _seconds(timeout) if timeout is not None and _seconds(timeout) > 0 else self._timeout
+        if limit is not None and not self._done:
+            try:
+                self._wait_within(limit)
+            except HvdliteTimeoutError:
+                raise _timed_out(self._what, limit) from None
+            except Exception:  # noqa: BLE001 - _settle() takes the error below
+                pass
         self._settle()
         if self._error is not None:
             raise copy.copy(self._error)
         return True
+
+    def _wait_within(self, seconds):
+        """Wait for the engine up to ``seconds``; HvdliteTimeoutError past them (the request
+        stays in flight)."""
+        self._pending.wait(seconds)
 
     def get_future(self):
         with self._lock:
@@ -223,6 +230,32 @@ def _seconds(timeout):
     if isinstance(timeout, datetime.timedelta):
         return timeout.total_seconds()
     return float(timeout)
+
+
+def _limit(timeout):
+    """Seconds of a c10d timeout (a group's, a call's), None where it is unset (c10d's
+    kUnsetTimeout is -1 ms) or none."""
+    if timeout is None:
+        return None
+    seconds = _seconds(timeout)
+    return seconds if seconds > 0 else None
+
+
+class GroupTimeoutError(HvdliteTimeoutError, dist.DistBackendError):
+    """A collective of an hvdlite group outlived its timeout (the group's, as
+    ``init_process_group(timeout=...)`` / ``new_group(timeout=...)`` set it, or the call's):
+    an hvdlite timeout and, as c10d's backends raise them, a ``DistBackendError``."""
+
+
+def _timed_out(what, seconds):
+    # Note [group timeouts]
+    # As gloo's, a group's timeout bounds every wait for one of its collectives (blocking
+    # calls, and Work.wait() without a timeout of its own): past it the caller gets an error
+    # instead of waiting forever for ranks that never submit the call. The request stays in
+    # flight in the engine, and completes if they do submit it later.
+    return GroupTimeoutError(
+        f"{what}: Timed out waiting {round(seconds * 1000)}ms (the group's timeout) for the "
+        f"other ranks to submit it; the request is still in flight and completes if they do")
 
 
 def _named_error(error, what):
@@ -313,10 +346,11 @@ class HvdliteProcessGroup(dist.ProcessGroup):
     """A c10d process group whose collectives run on hvdlite's engine (see the module
     docstring). ``process_set``: the hvdlite ProcessSet of its ranks (None: every rank)."""
 
-    def __init__(self, rank, size, process_set, group_name, store=None):
+    def __init__(self, rank, size, process_set, group_name, store=None, timeout=None):
         # (rank, size): c10d 2.13's trampoline cannot be built from (store, rank, size)
         super().__init__(rank, size)
         self._store = store
+        self._timeout = _limit(timeout)   # Note [group timeouts]
         self._rank, self._size = rank, size
         self._set = process_set
         self._ranks = (list(range(hvdlite.size())) if process_set is None
@@ -377,17 +411,21 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                 f"{what}: root rank {group_rank} is out of range for a group of {self._size}")
         return self._ranks[group_rank]
 
-    def _issue(self, start, value, what, async_op, finish=None):
-        """Run ``start()`` (an hvdlite Work); wait here unless the call is asynchronous."""
+    def _issue(self, start, value, what, async_op, finish=None, timeout=None):
+        """Run ``start()`` (an hvdlite Work); wait here unless the call is asynchronous.
+        ``timeout``: the call's own (c10d options), else the group's (Note [group timeouts])."""
+        limit = _limit(timeout) or self._timeout
         try:
             pending = start()
         except Exception as e:  # noqa: BLE001 - raised with the c10d call named
             raise _named_error(e, what) from None
         if async_op:
-            work = HvdliteWork(pending, value, what)
+            work = HvdliteWork(pending, value, what, limit)
         else:
             try:
-                pending.wait()
+                pending.wait(limit)
+            except HvdliteTimeoutError:
+                raise _timed_out(what, limit) from None
             except Exception as e:  # noqa: BLE001
                 raise _named_error(e, what) from None
             work = _done_work(value, what)
@@ -755,7 +793,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         opts = opts or dist.BarrierOptions()
         name, what = self._next("barrier")
         return self._issue(lambda: _ops.barrier_async(name, process_set=self._set), [], what,
-                           opts.asyncOp)
+                           opts.asyncOp, timeout=opts.timeout)
 
     def _start_coalescing(self, device):
         self._coalesced = []
@@ -784,7 +822,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
             pending = start(wire, peer, tag, process_set=self._set, finish=finish)
         except Exception as e:  # noqa: BLE001 - raised with the call named
             raise _named_error(e, label) from None
-        work = _PeerToPeerWork(pending, [t], label)
+        work = _PeerToPeerWork(pending, [t], label, self._timeout)
         if self._coalesced is not None:   # batch_isend_irecv: one Work for the batch
             self._coalesced.append(work)
         return work
@@ -821,7 +859,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         if hvdlite.rank() not in ranks:
             return None
         group = HvdliteProcessGroup(ranks.index(hvdlite.rank()), len(ranks), process_set,
-                                    group_name)
+                                    group_name, timeout=timeout)
         group._set_group_name(group_name)
         if group_desc:
             group._set_group_desc(group_desc)
@@ -847,6 +885,12 @@ class _AllOf(HvdliteWork):
 
     def poll(self):
         return all(w.is_completed() for w in self._works)
+
+    def _wait_within(self, seconds):
+        deadline = time.monotonic() + seconds
+        for w in self._works:
+            if not w._done:
+                w._wait_within(max(deadline - time.monotonic(), 1e-6))
 
     def _completes_future(self):
         # batch_isend_irecv's Work: polled, as its sends and receives are
@@ -1006,7 +1050,8 @@ def _create(backend_opts, pg_options):
                 f"(dist.init_process_group({BACKEND!r}))")
         process_set = _process_set_for(ranks)
     group = HvdliteProcessGroup(backend_opts.group_rank, backend_opts.group_size, process_set,
-                                str(backend_opts.group_id), backend_opts.store)
+                                str(backend_opts.group_id), backend_opts.store,
+                                timeout=backend_opts.timeout)
     if not backend_opts.global_ranks_in_group:
         _default_group = group
     return group

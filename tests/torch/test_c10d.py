@@ -118,3 +118,8 @@ def test_c10d_bench_smoke():
     sizes = [r for r in rows if "allreduce_bytes" in r]
     assert [r["allreduce_bytes"] for r in sizes] == [4096], proc.stdout[-5000:]
     assert sizes[0]["backend_ms"] > 0 and sizes[0]["hvd_ms"] > 0
+
+
+def test_group_timeout_ends_a_wait_and_the_group_goes_on():
+    proc = run_mpi(2, "workers/c10d_timeout.py", timeout=150)
+    assert proc.stdout.count("c10d timeout ok") == 2, proc.stdout[-5000:]

@@ -72,6 +72,7 @@ void load_locked() {
   bind(lib, "cudaHostAlloc", &r.HostAlloc, &missing);
   bind(lib, "cudaFreeHost", &r.FreeHost, &missing);
   bind(lib, "cudaMemcpyAsync", &r.MemcpyAsync, &missing);
+  bind(lib, "cudaMemsetAsync", &r.MemsetAsync, &missing);
   bind(lib, "cudaStreamCreateWithFlags", &r.StreamCreateWithFlags, &missing);
   bind(lib, "cudaStreamDestroy", &r.StreamDestroy, &missing);
   bind(lib, "cudaStreamWaitEvent", &r.StreamWaitEvent, &missing);

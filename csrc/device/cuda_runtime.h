@@ -25,6 +25,7 @@ struct CudaRuntime {
   int (*HostAlloc)(void**, size_t, unsigned int);
   int (*FreeHost)(void*);
   int (*MemcpyAsync)(void*, const void*, size_t, int, Stream);
+  int (*MemsetAsync)(void*, int, size_t, Stream);
   int (*StreamCreateWithFlags)(Stream*, unsigned int);
   int (*StreamDestroy)(Stream);
   int (*StreamWaitEvent)(Stream, Event, unsigned int);

@@ -100,12 +100,7 @@ class NcclCollectives : public DeviceCollectives {
   }
 
   void add(const Response& r, TensorEntry* e) override {
-    if (!e) {
-      // A joined rank has no tensor and no device to contribute zeros from (Limits, README).
-      throw Error(Status::InvalidArgument,
-                  "tensor '" + r.name + "' goes through NCCL, which hvdlite does not combine with "
-                  "join() yet; set HVDLITE_GPU_OPERATIONS=mpi to use join with CUDA tensors");
-    }
+    if (!e) e = joined_zeros(r);
     ensure_device(e->input_device, r.name);
     if (r.op == OpType::Allreduce) {
       const size_t bytes = e->bytes();
@@ -159,6 +154,7 @@ class NcclCollectives : public DeviceCollectives {
     gathers_.clear();
     for (Batch& b : scatters_) run_reducescatter(b);
     scatters_.clear();
+    release_joined_zeros();
   }
 
   void abort() override {
@@ -181,6 +177,64 @@ class NcclCollectives : public DeviceCollectives {
     TensorEntry* entry;
     std::vector<int64_t> first_dims;  // every member's dimension 0
   };
+  struct Joined {  // Note [join over NCCL]
+    std::unique_ptr<TensorEntry> entry;
+    DeviceContext::Buffer buffer;
+  };
+
+  // Note [join over NCCL]
+  // A rank that called join() has no tensor for the all-reduces the others still submit, but
+  // NCCL needs every member in every call: it takes part with zeros (as Horovod's joined
+  // ranks do), from a pooled device buffer cleared on hvdlite's stream, on the device its
+  // communicator lives on. That entry has no handle to complete; its buffer goes back to the
+  // pool once the stream is past the round's NCCL calls. Only all-reduce combines with join
+  // (negotiation refuses the others, as on the CPU), and a rank must have used NCCL in the
+  // set before it joins: otherwise it has no device to take part from.
+  TensorEntry* joined_zeros(const Response& r) {
+    if (r.op != OpType::Allreduce) {
+      throw Error(Status::InvalidArgument,
+                  std::string(op_name(r.op)) + " of tensor '" + r.name + "' reached a rank that "
+                  "called join(); only all-reduce combines with join");
+    }
+    if (!context_) {
+      throw Error(Status::InvalidArgument,
+                  "tensor '" + r.name + "' goes through NCCL" + members_.where() + ", but this "
+                  "rank called join() before any CUDA tensor of its own went through NCCL there, "
+                  "so it has no GPU to take part with zeros from; submit one collective of a "
+                  "CUDA tensor first, or set HVDLITE_GPU_OPERATIONS=mpi");
+    }
+    auto z = std::make_unique<TensorEntry>();
+    z->request.name = r.name;
+    z->request.op = OpType::Allreduce;
+    z->request.dtype = r.dtype;
+    z->request.shape = r.shape;
+    z->input_device = z->output_device = device_;
+    DeviceGuard on(*cuda_, device_);
+    DeviceContext::Buffer b = context_->acquire(z->bytes(), false);
+    check(cuda_->MemsetAsync(b.data, 0, z->bytes(), context_->stream()),
+          "cudaMemsetAsync (a joined rank's zeros)");
+    z->input = z->output = b.data;
+    joined_.push_back(Joined{std::move(z), b});
+    return joined_.back().entry.get();
+  }
+
+  bool is_joined_zeros(const TensorEntry* e) const {
+    for (const Joined& j : joined_) {
+      if (j.entry.get() == e) return true;
+    }
+    return false;
+  }
+
+  void release_joined_zeros() {
+    if (joined_.empty()) return;
+    DeviceGuard on(*cuda_, device_);
+    for (Joined& j : joined_) {
+      Event after = context_->new_event();
+      check(cuda_->EventRecord(after, context_->stream()), "cudaEventRecord (a joined rank's zeros)");
+      context_->release(j.buffer, after);
+    }
+    joined_.clear();
+  }
 
   void ensure_device(int device, const std::string& name) {
     if (context_) {
@@ -238,6 +292,7 @@ class NcclCollectives : public DeviceCollectives {
       }
     }
     for (TensorEntry* e : entries) {
+      if (is_joined_zeros(e)) continue;  // nobody waits for it
       if (error.empty()) count_run(e->request.op);
       complete_(e, error.empty() ? Outcome{} : Outcome{Status::Internal, error});
     }
@@ -692,6 +747,7 @@ class NcclCollectives : public DeviceCollectives {
   std::vector<Batch> open_;       // all-reduces, by dtype and op
   std::vector<Gathered> gathers_;  // all-gathers (moved as bytes: one batch)
   std::vector<Batch> scatters_;    // reduce-scatters, by dtype and op
+  std::vector<Joined> joined_;     // this round's zeros of a joined rank (Note [join over NCCL])
   std::vector<uint8_t> cross_scratch_;  // the cross-host ring's (hierarchical)
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;

@@ -108,6 +108,15 @@ def test_cuda_tensors_through_the_core(standin, np_):
 
 
 @pytest.mark.parametrize("np_", [2, 3])
+def test_join_over_nccl(nccl_env, np_):
+    # A joined rank takes part in the others' NCCL all-reduces with zeros (Note [join over
+    # NCCL] in csrc/device/nccl_collectives.cc).
+    proc = run_mpi(np_, "workers/gpu_standin_nccl.py", "join", timeout=240, env=nccl_env)
+    for r in range(np_):
+        assert re.search(rf"rank {r}: \d+ checks passed", proc.stdout), proc.stdout
+
+
+@pytest.mark.parametrize("np_", [2, 3])
 def test_cuda_tensors_over_nccl(nccl_env, np_):
     # Ordering, one NCCL call per fused group, broadcast, the host path for what NCCL does
     # not carry, one communicator per process set.

@@ -203,6 +203,36 @@ if mode == "ok":
     check("no copy of the wrong kind", rt.violations() == "", rt.violations())
     check("every event waited on", rt.unwaited_events() == 0, str(rt.unwaited_events()))
 
+if mode == "join":
+    # Note [join over NCCL]: the last rank joins after one all-reduce of its own; the others
+    # go on all-reducing CUDA tensors over NCCL (one at a time, and fused), and it takes part
+    # with zeros, so Sum is the others' sum and Average divides it by every rank.
+    x = arr(values(10, np.float32, rank))
+    ops.allreduce_async(x, op=hvd.Sum, stream=stream).wait()
+    check("before the join", np.array_equal(x.numpy(stream), sum(values(10, np.float32, r) for r in range(size))))
+    others = range(size - 1)
+    before = collectives()
+    if rank == size - 1:
+        last = ops.join_async(finish=ops.last_joined_rank).wait()
+    else:
+        for i in range(3):
+            for n in (1, 1000, 300_001):
+                y = arr(np.zeros(n, np.float32))
+                rt.fill_async(y, values(n, np.float32, rank), 20_000, stream)
+                ops.allreduce_async(y, op=hvd.Sum, stream=stream).wait()
+                check(f"joined rank adds zeros: {n}", np.array_equal(y.numpy(stream), sum(values(n, np.float32, r) for r in others)))
+            ys = [arr(values(n, np.float64, rank)) for n in (5, 70)]
+            ops.grouped_allreduce_async(ys, op=hvd.Average, stream=stream).wait()
+            for y, n in zip(ys, (5, 70)):
+                want = sum(values(n, np.float64, r) for r in others) / size
+                check(f"joined rank, fused average: {n}", np.allclose(y.numpy(stream), want))
+        last = ops.join_async(finish=ops.last_joined_rank).wait()
+    check("the all-reduces ran on NCCL on every rank", collectives() - before >= 12, str(collectives() - before))
+    check("last joined rank", last == (size - 2 if size > 1 else 0), str(last))
+    rt.sync(stream)
+    check("no copy of the wrong kind", rt.violations() == "", rt.violations())
+    check("every event waited on", rt.unwaited_events() == 0, str(rt.unwaited_events()))
+
 if mode == "error":
     # The stand-in fails this rank's 3rd collective (NCCL_STANDIN_FAIL_*); its peers then
     # wait in vain and time out. Every rank must get an hvdlite error, and none hang.

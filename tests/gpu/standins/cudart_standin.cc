@@ -213,6 +213,18 @@ int cudaMemcpyAsync(void* dst, const void* src, size_t bytes, int kind, void* st
   return kSuccess;
 }
 
+int cudaMemsetAsync(void* dst, int value, size_t bytes, void* stream) {
+  if (!is_device(dst, bytes)) {
+    violation("cudaMemsetAsync: destination is not device memory (or out of its allocation)");
+    return kInvalidValue;
+  }
+  resolve(stream)->push([=] {
+    copy_delay(bytes);
+    std::memset(dst, value, bytes);
+  });
+  return kSuccess;
+}
+
 int cudaStreamCreateWithFlags(void** s, unsigned) { *s = new Stream(); return kSuccess; }
 int cudaStreamCreate(void** s) { return cudaStreamCreateWithFlags(s, 0); }
 int cudaStreamDestroy(void* s) { delete static_cast<Stream*>(s); return kSuccess; }

@@ -89,16 +89,17 @@ class _Completer:
 
     Only a Work whose future was asked for comes here (Note [futures on demand])."""
 
-    def __init__(self):
+    def __init__(self, thread_name="hvdlite-c10d-completer"):
         self._queue = queue.SimpleQueue()
         self._thread = None
+        self._thread_name = thread_name
         self._lock = threading.Lock()
 
     def submit(self, work):
         if self._thread is None:
             with self._lock:
                 if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="hvdlite-c10d-completer",
+                    self._thread = threading.Thread(target=self._run, name=self._thread_name,
                                                     daemon=True)
                     self._thread.start()
         self._queue.put(work)
@@ -908,23 +909,10 @@ class _AllOf(HvdliteWork):
         self._complete(error)
 
 
-class _PollingCompleter:
+class _PollingCompleter(_Completer):
     """One thread that completes point-to-point futures in whatever order the transfers
     finish: it polls every transfer asked for, sleeping a little longer each idle pass (up to
     a millisecond), and sleeps on its queue while none is in flight."""
-
-    def __init__(self):
-        self._queue = queue.SimpleQueue()
-        self._thread = None
-        self._lock = threading.Lock()
-
-    def submit(self, work):
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="hvdlite-c10d-p2p",
-                                                daemon=True)
-                self._thread.start()
-        self._queue.put(work)
 
     def _run(self):
         works, nap = [], 1e-5
@@ -941,7 +929,7 @@ class _PollingCompleter:
                 time.sleep(nap)
 
 
-_p2p_completer = _PollingCompleter()
+_p2p_completer = _PollingCompleter("hvdlite-c10d-p2p")
 
 
 class _PeerToPeerWork(HvdliteWork):

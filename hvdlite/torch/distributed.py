@@ -801,7 +801,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     def _end_coalescing(self, device):
         works, self._coalesced = self._coalesced or [], None
-        return _AllOf(works)
+        return _AllOf(works, self._timeout)
 
     # -- point-to-point: the group's own channel in the core, not the engine ------------
 
@@ -876,8 +876,9 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 class _AllOf(HvdliteWork):
     """The Work of a coalescing block: done when every Work issued in it is done."""
 
-    def __init__(self, works):
+    def __init__(self, works, timeout=None):
         self._works = works
+        self._timeout = timeout   # the group's (Note [group timeouts])
         dist._Work.__init__(self)
         self._future = None
         self._lock, self._done, self._error, self._what = threading.Lock(), False, None, "coalesced"

@@ -2,7 +2,7 @@
 ranks: a barrier only rank 0 calls ends after the group's timeout with a GroupTimeoutError (a
 DistBackendError, "Timed out waiting 2000ms"), its request still in flight, so rank 1's late
 barrier completes it and the group goes on; a call's own timeout (barrier(timeout=...)) and
-Work.wait(timeout=...) win over the group's."""
+Work.wait(timeout=...) win over the group's; a coalescing block's Work keeps the group's."""
 import datetime
 import time
 
@@ -63,5 +63,24 @@ else:
     dist.all_reduce(t)
 check(torch.equal(t, torch.full((2,), float(N * (N + 1) / 2))), "the timed-out all-reduce's result")
 all_reduce_ok("async")
+
+# 4. A coalescing block's Work: the group's timeout bounds its wait() as any other's.
+pg = dist.distributed_c10d._get_default_group()
+cpu = torch.device("cpu")
+ts = [torch.full((3,), float(R + 1)), torch.full((5,), float(R + 1))]
+if R == 0:
+    pg._start_coalescing(cpu)
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    block = pg._end_coalescing(cpu)
+    expect_error(hvd_dist.GroupTimeoutError, block.wait, ["Timed out waiting 2000ms"],
+                 "a coalescing block's wait()")
+    block.wait(timeout=datetime.timedelta(seconds=60))
+else:
+    time.sleep(3.0)
+    for t in ts:
+        dist.all_reduce(t)
+for t in ts:
+    check(torch.equal(t, torch.full(t.shape, float(N * (N + 1) / 2))), "the coalesced all-reduces' results")
+all_reduce_ok("coalesced")
 dist.destroy_process_group()
 print(f"c10d timeout ok on rank {R}", flush=True)

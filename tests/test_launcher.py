@@ -841,12 +841,15 @@ def test_elastic_job_under_mpich_is_refused_before_launch(tmp_path):
 
 
 @needs_core
-@pytest.mark.parametrize("rank_1_code", [0, 3])
-def test_an_mpirun_that_outlives_every_rank_is_ended_and_the_ranks_decide(tmp_path, rank_1_code):
+@pytest.mark.parametrize("rank_1_code, rank_0_waits", [(0, False), (3, False), (3, True)])
+def test_an_mpirun_that_outlives_every_rank_is_ended_and_the_ranks_decide(tmp_path, rank_1_code,
+                                                                          rank_0_waits):
     """Open MPI 5's prterun once stayed up after every rank had ended (a PMIx deadlock of its
     own, ~1 job in 40 on the loaded 2-core machine, deaf to SIGTERM): hvdlite-run must end it
     and report what the ranks did, not hang. Stood in for by an mpirun that ignores SIGTERM
-    and lingers after the real one."""
+    and lingers after the real one. When rank 1 fails, the runtime kills rank 0, which may
+    never report its end (rank_0_waits makes sure it is killed): the grace counts from the
+    failure then."""
     real = mpirun_path()
     fake = tmp_path / "mpirun"
     fake.write_text("#!/bin/sh\n"
@@ -854,11 +857,17 @@ def test_an_mpirun_that_outlives_every_rank_is_ended_and_the_ranks_decide(tmp_pa
                     f"trap '' TERM\n{real} \"$@\"\nsleep 600\n")
     fake.chmod(0o755)
     code = ("import os, sys; print('ran'); rank = os.environ.get('OMPI_COMM_WORLD_RANK', "
-            f"os.environ.get('PMI_RANK')); sys.exit({rank_1_code} if rank == '1' else 0)")
+            f"os.environ.get('PMI_RANK'));"
+            f"{'import time; time.sleep(600) if rank == chr(48) else None;' if rank_0_waits else ''}"
+            f"sys.exit({rank_1_code} if rank == '1' else 0)")
     proc, elapsed = run_launcher("-np", 2, "--mpirun", fake, sys.executable, "-c", code)
     assert proc.returncode == rank_1_code, show(proc)
-    assert (f"was still running {launch.EXIT_GRACE_SECONDS:.0f} s after every rank had ended, "
-            "and was ended; the result is the ranks'") in proc.stderr, show(proc)
+    # Whichever grace ends first: the one from every rank's end, or the one from the failure.
+    afters = ["every rank had ended"] + (["it was asked to end the job after a rank failed"]
+                                         if rank_1_code else [])
+    assert any(f"was still running {launch.EXIT_GRACE_SECONDS:.0f} s after {after}"
+               in proc.stderr for after in afters), show(proc)
+    assert "and was ended; the result is the ranks'" in proc.stderr, show(proc)
     if rank_1_code:
         assert "hvdlite-run: rank 1 exited with code 3" in proc.stderr, show(proc)
     assert elapsed < launch.EXIT_GRACE_SECONDS + 60, show(proc)

@@ -497,6 +497,16 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     if watcher is not None:
         watcher.start()
 
+    ended = {}
+
+    def end_lingering_mpirun(why):
+        if proc.poll() is None and not received:
+            lingered.append(why)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+
     def end_job():
         if proc.poll() is None and not received:
             failed.append(True)
@@ -504,16 +514,12 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
                 proc.send_signal(signal.SIGTERM)
             except OSError:
                 pass
-
-    ended = {}
-
-    def end_lingering_mpirun():
-        if proc.poll() is None:
-            lingered.append(True)
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
+            # The runtime that deadlocks after its ranks end is deaf to SIGTERM too, and a
+            # rank it killed may never report its end: give it the same grace, then end it.
+            timer = threading.Timer(EXIT_GRACE_SECONDS, end_lingering_mpirun,
+                                    args=("it was asked to end the job after a rank failed",))
+            timer.daemon = True
+            timer.start()
 
     ended_lock = threading.Lock()
 
@@ -525,7 +531,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
             everyone = bool(router.size) and len(ended) == router.size
         if everyone:
             grace = EXIT_GRACE_SECONDS if membership is None else ELASTIC_EXIT_GRACE_SECONDS
-            timer = threading.Timer(grace, end_lingering_mpirun)
+            timer = threading.Timer(grace, end_lingering_mpirun,
+                                    args=("every rank had ended",))
             timer.daemon = True
             timer.start()
         if membership is not None:
@@ -597,7 +604,7 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     if lingered and membership is None and not received:
         # Every rank had ended and mpirun did not follow (EXIT_GRACE_SECONDS): the ranks' result.
         announce(f"note: {os.path.basename(cmd[0])} was still running {EXIT_GRACE_SECONDS:.0f} s "
-                 f"after every rank had ended, and was ended; the result is the ranks'")
+                 f"after {lingered[0]}, and was ended; the result is the ranks'")
         first_failed = min((x for x in ended.values() if x.code or x.signal),
                            key=lambda x: x.seq, default=None)
         rc = 0 if first_failed is None else (first_failed.code or 128 + first_failed.signal)

@@ -116,7 +116,7 @@ def test_torch_sharded_state_is_resharded(tmp_path, mode):
 
 
 @needs_ulfm
-def test_core_rebuild_keeps_process_sets():
+def test_core_rebuild_keeps_process_sets_and_point_to_point():
     proc = run_launcher("-np", 3, "--min-np", 2, "python",
                         os.path.join(HERE, "workers", "elastic_core.py"))
     assert proc.returncode == 0, proc.stdout + proc.stderr

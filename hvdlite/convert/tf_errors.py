@@ -54,6 +54,16 @@ class HvdliteUnsupportedError(_exc.HvdliteUnsupportedError, HvdliteInvalidArgume
     __str__ = HvdliteInvalidArgumentError.__str__
     __reduce__ = HvdliteInvalidArgumentError.__reduce__
 
+
+class HvdliteRanksLostError(_exc.HvdliteRanksLostError, HvdliteInternalError):
+    """hvdlite.HvdliteRanksLostError (so elastic.run recovers from it) and this module's
+    HvdliteInternalError (so also tf.errors.InternalError)."""
+
+    __init__ = HvdliteInternalError.__init__
+    __str__ = HvdliteInternalError.__str__
+    __reduce__ = HvdliteInternalError.__reduce__
+
+
 _NATIVE = {
     _exc.HvdliteInvalidArgumentError: HvdliteInvalidArgumentError,
     _exc.HvdliteUnsupportedError: HvdliteUnsupportedError,
@@ -61,6 +71,7 @@ _NATIVE = {
     _exc.HvdliteNotInitializedError: HvdliteNotInitializedError,
     _exc.HvdliteShutdownError: HvdliteShutdownError,
     _exc.HvdliteInternalError: HvdliteInternalError,
+    _exc.HvdliteRanksLostError: HvdliteRanksLostError,
     _exc.HvdliteOutOfMemoryError: HvdliteOutOfMemoryError,
     _exc.HvdliteDeadlockError: HvdliteDeadlockError,
     _exc.HvdliteTimeoutError: HvdliteTimeoutError,

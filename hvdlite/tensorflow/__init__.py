@@ -41,7 +41,7 @@ from .distributed import (DistributedGradientTape,  # noqa: F401
 from .errors import (HvdliteDeadlockError, HvdliteInternalError,  # noqa: F401
                      HvdliteInvalidArgumentError, HvdliteTimeoutError,
                      HvdliteMismatchError, HvdliteNotInitializedError, HvdliteOutOfMemoryError,
-                     HvdliteShutdownError, HvdliteUnsupportedError)
+                     HvdliteRanksLostError, HvdliteShutdownError, HvdliteUnsupportedError)
 from .functions import (allgather_object, broadcast_global_variables,  # noqa: F401
                         broadcast_object, broadcast_variables)
 from .mpi_ops import (ProcessSet, add_process_set, allgather, allreduce,  # noqa: F401

@@ -24,11 +24,13 @@ from .functions import broadcast_object, broadcast_variables
 
 def _as_hvdlite_error(error):
     """The hvdlite error a graph op reported, or None when it was something else."""
+    if isinstance(error, HvdliteInternalError):   # raised eagerly: already the right class
+        return error
     text = str(getattr(error, "message", error))
     if "HvdliteRanksLostError" in text:
-        return HvdliteRanksLostError(text)
+        return _errors.HvdliteRanksLostError(text)
     if "HvdliteInternalError" in text:
-        return HvdliteInternalError(text)
+        return _errors.HvdliteInternalError(text)
     return None
 
 

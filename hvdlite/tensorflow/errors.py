@@ -5,5 +5,5 @@ TensorFlow bridge shares."""
 from hvdlite.convert.tf_errors import (HvdliteDeadlockError, HvdliteInternalError,  # noqa: F401
                                        HvdliteInvalidArgumentError, HvdliteMismatchError,
                                        HvdliteNotInitializedError, HvdliteOutOfMemoryError,
-                                       HvdliteShutdownError, HvdliteTimeoutError,
-                                       HvdliteUnsupportedError, native)
+                                       HvdliteRanksLostError, HvdliteShutdownError,
+                                       HvdliteTimeoutError, HvdliteUnsupportedError, native)

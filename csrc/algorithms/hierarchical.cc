@@ -44,8 +44,8 @@ std::unique_ptr<Hierarchy> make_hierarchy(Transport& t, const Config& config) {
   // local_size is the same on every rank once agreed, so all ranks take the same branch.
   if (!same_ranks_per_host(t) || topo.local_size == 1 || topo.local_size == topo.size) return nullptr;
   auto h = std::make_unique<Hierarchy>();
-  h->intra = t.split(topo.host, topo.local_rank);
-  h->cross = t.split(topo.local_rank, topo.cross_rank);
+  h->intra = t.split(topo.host, topo.local_rank, Transport::SplitFor::Stage);
+  h->cross = t.split(topo.local_rank, topo.cross_rank, Transport::SplitFor::Stage);
   h->chunk_bytes = config.hierarchical_chunk_bytes;
   h->exchange_max_bytes = config.exchange_max_bytes;
   if (shm_allreduce_nranks_available(*h->intra)) h->shm_min_bytes = config.shm_allreduce_min_bytes;

@@ -28,7 +28,7 @@ Engine::Engine(std::unique_ptr<Transport> world, Config config, const SetTable& 
     const std::vector<int>& ranks = kv.second;
     const auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
     const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
-    std::unique_ptr<Transport> sub = world->split(index < 0 ? -1 : 0, index);
+    std::unique_ptr<Transport> sub = world->split(index < 0 ? -1 : 0, index, Transport::SplitFor::ProcessSet);
     set_ranks_[kv.first] = ranks;
     if (sub) {
       groups_[kv.first] = std::make_shared<Group>(Membership{kv.first, ranks}, std::move(sub),
@@ -300,7 +300,8 @@ Outcome Engine::apply_change(const Response& r) {
   const int index = pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
   std::unique_ptr<Transport> sub;
   try {
-    sub = world_->transport().split(index < 0 ? -1 : 0, index);
+    sub = world_->transport().split(index < 0 ? -1 : 0, index,
+                                     Transport::SplitFor::ProcessSet);
   } catch (const Error& e) {
     return Outcome{e.status(), e.what()};
   }

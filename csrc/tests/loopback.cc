@@ -215,7 +215,7 @@ class LoopbackTransport : public Transport {
     return false;
   }
 
-  std::unique_ptr<Transport> split(int color, int key_) override {
+  std::unique_ptr<Transport> split(int color, int key_, SplitFor) override {
     const int32_t mine[2] = {color, key_};
     for (int r = 0; r < size(); ++r) {
       if (r != rank()) fabric_.send(key(kSplit, rank(), r), mine, sizeof(mine));

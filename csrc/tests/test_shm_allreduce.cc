@@ -135,7 +135,7 @@ TEST(shm_allreduce_at_two_ranks_needs_one_host_and_an_area) {
   Fabric four(4);
   run_ranks(4, [&](int r) {
     auto world = four.world(r);
-    auto pair = world->split(r / 2, r);
+    auto pair = world->split(r / 2, r, Transport::SplitFor::ProcessSet);
     CHECK(shm_allreduce_available(*pair));
     std::vector<float> d(50000, static_cast<float>(r));
     shm_allreduce(*pair, SpanBuffer({{d.data(), d.size()}}, sizeof(float)), DataType::Float32,

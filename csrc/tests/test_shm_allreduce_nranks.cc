@@ -207,7 +207,7 @@ TEST(shm_allreduce_for_the_ranks_of_one_host) {
   Fabric six(6);
   run_ranks(6, [&](int r) {
     auto world = six.world(r);
-    auto trio = world->split(r % 2, r);
+    auto trio = world->split(r % 2, r, Transport::SplitFor::ProcessSet);
     CHECK(shm_allreduce_available(*trio));
     std::vector<float> d(50000, static_cast<float>(r));
     shm_allreduce(*trio, SpanBuffer({{d.data(), d.size()}}, sizeof(float)), DataType::Float32, ReduceOp::Sum, 1.0);

@@ -89,8 +89,10 @@ std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>
 class MpiTransport : public Transport {
  public:
   // Takes ownership of two communicators over the same ranks. max_transfer_bytes: the largest
-  // byte count one MPI collective call is given.
-  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes)
+  // byte count one MPI collective call is given. with_peer_channel: make the user
+  // point-to-point channel (every transport but a hierarchical stage's).
+  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes,
+               bool with_peer_channel = true)
       : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))),
         control_(control), data_(data) {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
@@ -113,7 +115,7 @@ class MpiTransport : public Transport {
     if (topo_.size >= 2 && topo_.local_size == topo_.size) share_memory();
     // Every path that makes a transport (world, split, shrink, regroup) runs here on all of its
     // members, so the collective dup of the point-to-point channel is safe here and nowhere later.
-    peer_ = make_mpi_peer_channel(data_);
+    if (with_peer_channel) peer_ = make_mpi_peer_channel(data_);
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
@@ -410,7 +412,7 @@ class MpiTransport : public Transport {
           "MPI_Bcast");
   }
 
-  std::unique_ptr<Transport> split(int color, int key) override {
+  std::unique_ptr<Transport> split(int color, int key, SplitFor use) override {
     // Each group runs on its own thread, so MPI must allow calls from several at once. The
     // thread level is the same on every rank, so all of them refuse together.
     int provided = 0;
@@ -425,7 +427,7 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
     check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
     if (control == MPI_COMM_NULL) return nullptr;
-    auto child = std::make_unique<MpiTransport>(control, data, limit_);
+    auto child = std::make_unique<MpiTransport>(control, data, limit_, use == SplitFor::ProcessSet);
     child->count_into(*this);
     return child;
   }

@@ -1118,6 +1118,23 @@ NB_MODULE(_core, m) {
   // the device); None: the host waits. Ignored for host tensors. timeout: seconds or None.
   m.def("wait", &wait, nb::arg("handle"), nb::arg("stream") = nb::none(),
         nb::arg("timeout") = nb::none());
+  // A future completer's two calls (Note [watched handles] in engine/handle.h): watch these
+  // handles; the next watched handle that finished, or None after `timeout` seconds (the GIL
+  // released meanwhile). wait() then returns the handle's outcome at once.
+  m.def("watch", [](const std::vector<int64_t>& handles) {
+    std::shared_ptr<Engine> eng = context_ref();
+    for (int64_t h : handles) eng->watch(h);
+  }, nb::arg("handles"));
+  m.def("next_watched", [](double timeout) -> std::optional<int64_t> {
+    std::shared_ptr<Engine> eng = context_ref();
+    nb::gil_scoped_release release;
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>(timeout));
+    std::optional<int64_t> handle = eng->next_watched(until);
+    eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
+    return handle;
+  }, nb::arg("timeout"));
 
   // Process sets. Adding and removing are collective over the global set and block until
   // every rank has applied the change.

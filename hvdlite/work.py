@@ -24,7 +24,7 @@ import time
 import traceback
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence
 
-from . import _core
+from . import _core, completions
 from .exceptions import HvdliteError, HvdliteInvalidArgumentError, HvdliteTimeoutError
 
 
@@ -127,6 +127,14 @@ class Work:
         if self._error is not None:
             raise _fresh(self._error)  # Note [no cycles through a failed Work]
         return self._value
+
+    def when_done(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once every member has finished (successfully or not), on
+        hvdlite's completion thread, without anyone waiting (hvdlite/completions.py); a
+        ``wait()`` there returns at once. At once, here, when the Work is done already."""
+        # No lock: a wait() in progress holds it until the requests finish. A member that
+        # wait() took meanwhile counts as finished.
+        completions.when_done([] if self._done else list(self._handles), callback)
 
     def synchronize(self, what: str = "synchronize"):
         """Horovod's synchronize: wait() once; the handle is used up afterwards (its value

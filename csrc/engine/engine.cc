@@ -178,6 +178,29 @@ Engine::Blocked::~Blocked() {
   if (group_) group_->end_wait(handle_);
 }
 
+void Engine::watch(int64_t handle) {
+  auto blocked = std::make_unique<Blocked>(*this, handle);
+  {
+    std::lock_guard<std::mutex> lk(watched_mu_);
+    watched_[handle] = std::move(blocked);
+  }
+  handles_.watch(handle);
+}
+
+std::optional<int64_t> Engine::next_watched(std::chrono::steady_clock::time_point until) {
+  std::optional<int64_t> handle = handles_.next_watched(until);
+  if (handle) {
+    std::unique_ptr<Blocked> blocked;  // ends the blocked count outside the lock
+    std::lock_guard<std::mutex> lk(watched_mu_);
+    auto it = watched_.find(*handle);
+    if (it != watched_.end()) {
+      blocked = std::move(it->second);
+      watched_.erase(it);
+    }
+  }
+  return handle;
+}
+
 Engine::ProcessSetInfo Engine::process_set(int id) const {
   std::lock_guard<std::mutex> lk(sets_mu_);
   auto it = set_ranks_.find(id);

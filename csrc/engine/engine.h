@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/config.h"
@@ -65,6 +66,12 @@ class Engine {
     std::shared_ptr<Group> group_;
     int64_t handle_;
   };
+
+  // Watched handles (Note [watched handles] in handle.h), for a thread that completes
+  // futures. The rank counts as blocked on each (deadlock.h) from watch() until
+  // next_watched() returns it, as it does while a thread waits on it.
+  void watch(int64_t handle);
+  std::optional<int64_t> next_watched(std::chrono::steady_clock::time_point until);
 
   // Stops every group on every rank (the first rank to ask decides; others' pending requests
   // fail with ShutDown). Returns when this rank's loops have ended.
@@ -135,6 +142,8 @@ class Engine {
 
   Config config_;
   HandleTable handles_;
+  std::mutex watched_mu_;
+  std::unordered_map<int64_t, std::unique_ptr<Blocked>> watched_;  // guarded by watched_mu_
   Topology topology_;
 
   mutable std::mutex sets_mu_;

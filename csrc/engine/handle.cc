@@ -48,8 +48,30 @@ void HandleTable::complete(int64_t handle, Outcome outcome) {
     if (it == slots_.end()) return;
     it->second.done = true;
     it->second.outcome = std::move(outcome);
+    if (it->second.watched) finished_watched_.push_back(handle);
   }
   cv_.notify_all();
+}
+
+void HandleTable::watch(int64_t handle) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = slots_.find(handle);
+    if (it != slots_.end() && !it->second.done) {
+      it->second.watched = true;
+      return;
+    }
+    finished_watched_.push_back(handle);
+  }
+  cv_.notify_all();
+}
+
+std::optional<int64_t> HandleTable::next_watched(std::chrono::steady_clock::time_point until) {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!cv_.wait_until(lk, until, [&] { return !finished_watched_.empty(); })) return std::nullopt;
+  const int64_t handle = finished_watched_.front();
+  finished_watched_.pop_front();
+  return handle;
 }
 
 bool HandleTable::poll(int64_t handle) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <optional>
 #include <cstdint>
 #include <mutex>
@@ -57,12 +58,23 @@ class HandleTable {
   // wait() until `until`; nothing (and the handle stays) when it is not done by then.
   std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
 
+  // Note [watched handles]
+  // A thread that completes futures (the c10d backend's) waits for whichever of its requests
+  // finishes first, rather than for one request after another: it wakes once per finished
+  // request and never when one is submitted. watch() adds a handle (a finished or unknown one,
+  // e.g. already waited for, counts as finished at once); next_watched() returns each watched
+  // handle once after it finished, in the order they finished, or nothing by `until`. The
+  // outcome stays for wait(), which then returns at once.
+  void watch(int64_t handle);
+  std::optional<int64_t> next_watched(std::chrono::steady_clock::time_point until);
+
  private:
-  struct Slot { bool done = false; int owner = 0; Outcome outcome; };
+  struct Slot { bool done = false; bool watched = false; int owner = 0; Outcome outcome; };
   std::mutex mu_;
   std::condition_variable cv_;
   int64_t next_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
+  std::deque<int64_t> finished_watched_;  // guarded by mu_
 };
 
 }  // namespace hvdlite

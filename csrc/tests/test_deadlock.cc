@@ -109,6 +109,30 @@ TEST(engine_fails_divergent_waits_with_deadlock_on_every_rank_and_goes_on) {
   });
 }
 
+TEST(engine_counts_watched_handles_as_blocked) {
+  // A future completer watches rather than waits (Note [watched handles]): a deadlock between
+  // the requests behind futures is still found, and the watched handles come back failed.
+  Fabric fabric(2);
+  run_ranks(2, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.3;
+    Engine eng(fabric.world(r), config);
+    std::vector<float> x(4, 1.0f);
+    const int64_t h = allreduce(eng, r == 0 ? "bucket.0" : "bucket.1", x);
+    eng.watch(h);
+    CHECK(eng.next_watched(Clock::now() + std::chrono::seconds(10)) == h);
+    Outcome o = eng.wait(h);
+    CHECK(o.status == Status::Deadlock);
+    CHECK(o.error.find("rank 0 waits for 'bucket.0'") != std::string::npos);
+    std::vector<float> z(2, float(r));
+    const int64_t after = allreduce(eng, "after", z);
+    eng.watch(after);
+    CHECK(eng.next_watched(Clock::now() + std::chrono::seconds(10)) == after);
+    CHECK(eng.wait(after).status == Status::Success);
+    CHECK_EQ(z[1], 1.0f);
+  });
+}
+
 TEST(engine_rank_computing_past_the_grace_period_trips_nothing) {
   Fabric fabric(2);
   run_ranks(2, [&](int r) {

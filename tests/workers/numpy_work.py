@@ -1,10 +1,13 @@
 """hvdlite's numpy API on Work objects: int handles, groups, orphans, grouped allgather /
-reducescatter, object collectives. Run by tests/test_numpy_api.py at 2 and 3 ranks."""
+reducescatter, object collectives, callbacks when done. Run by tests/test_numpy_api.py at 2 and 3 ranks."""
 import gc
+import threading
+import time
 
 import numpy as np
 
 import hvdlite as hvd
+from hvdlite import completions
 from hvdlite import work as _work
 
 hvd.init()
@@ -49,6 +52,54 @@ except hvd.HvdliteMismatchError as e:
     assert "bad.1" in str(e)
 else:
     raise AssertionError("mismatch not raised")
+
+# when_done: callbacks without a waiter, each once, on the completion thread, in the order
+# the requests finish; a failed member's error reaches the callback's wait(); a done Work
+# calls back at once. Rank 0 submits "late" first, but it finishes last.
+calls, seen = [], threading.Event()
+
+
+def record(work, label):
+    def callback():
+        try:
+            calls.append((label, work.wait().tolist(), threading.current_thread().name))
+        except hvd.HvdliteError as e:
+            calls.append((label, type(e).__name__, threading.current_thread().name))
+        seen.set()
+    work.when_done(callback)
+
+
+if R == 0:
+    late = hvd.allreduce_async(np.full(2, 1.0), op=hvd.Sum, name="late")
+    record(late, "late")
+    early = hvd.allreduce_async(np.full(2, 2.0), op=hvd.Sum, name="early")
+    record(early, "early")
+    hvd.barrier()
+else:
+    early = hvd.allreduce_async(np.full(2, 2.0), op=hvd.Sum, name="early")
+    record(early, "early")
+    hvd.barrier()
+    time.sleep(0.3)
+    late = hvd.allreduce_async(np.full(2, 1.0), op=hvd.Sum, name="late")
+    record(late, "late")
+group = hvd.grouped_allreduce_async([np.ones(2), np.ones(R + 2)], name="bad_cb")
+record(group, "bad")
+deadline = time.monotonic() + 30
+while len(calls) < 3 and time.monotonic() < deadline:
+    seen.wait(0.1)
+    seen.clear()
+labels = [c[0] for c in calls]
+assert labels in (["early", "late", "bad"], ["early", "bad", "late"]), calls  # one round: either
+assert ("early", [2.0 * N] * 2, "hvdlite-completions") in calls, calls
+assert ("late", [1.0 * N] * 2, "hvdlite-completions") in calls, calls
+assert ("bad", "HvdliteMismatchError", "hvdlite-completions") in calls, calls
+done_now = []
+late.when_done(lambda: done_now.append(threading.current_thread().name))
+assert done_now == [threading.current_thread().name], done_now
+deadline = time.monotonic() + 10
+while completions._thread is not None and time.monotonic() < deadline:
+    time.sleep(0.05)
+assert completions._thread is None, "the completion thread outlived its last callback"
 
 # objects
 assert hvd.broadcast_object({"r": R} if R == N - 1 else None, root_rank=N - 1) == {"r": N - 1}

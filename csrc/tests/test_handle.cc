@@ -1,0 +1,63 @@
+// The handle table's watched handles (Note [watched handles] in engine/handle.h): each comes
+// back once, in the order the requests finished; one that finished, or was waited for, before
+// it was watched comes back at once; wait() still returns its outcome afterwards.
+#include <thread>
+
+#include "engine/handle.h"
+#include "harness.h"
+
+namespace hvdlite {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point in_ms(int ms) { return Clock::now() + std::chrono::milliseconds(ms); }
+
+TEST(watched_handles_come_back_once_in_the_order_they_finished) {
+  HandleTable table;
+  const int64_t a = table.create(), b = table.create(), c = table.create(), unwatched = table.create();
+  table.watch(a);
+  table.watch(b);
+  table.watch(c);
+  CHECK(!table.next_watched(in_ms(20)));  // nothing finished yet
+  table.complete(unwatched, Outcome{});
+  table.complete(c, Outcome{Status::Internal, "c failed"});
+  table.complete(a, Outcome{});
+  CHECK(table.next_watched(in_ms(1000)) == c);
+  CHECK(table.next_watched(in_ms(1000)) == a);
+  CHECK(!table.next_watched(in_ms(20)));   // `unwatched` never comes back
+  CHECK(table.wait(c).error == "c failed");  // the outcome stays for wait()
+  table.complete(b, Outcome{});
+  CHECK(table.next_watched(in_ms(1000)) == b);
+  CHECK(!table.next_watched(in_ms(20)));
+}
+
+TEST(a_handle_finished_or_waited_for_before_it_is_watched_comes_back_at_once) {
+  HandleTable table;
+  const int64_t done = table.create(), waited = table.create();
+  table.complete(done, Outcome{});
+  table.complete(waited, Outcome{});
+  table.wait(waited);  // gone from the table
+  table.watch(done);
+  table.watch(waited);
+  CHECK(table.next_watched(in_ms(1000)) == done);
+  CHECK(table.next_watched(in_ms(1000)) == waited);
+  CHECK(table.wait(done).status == Status::Success);
+}
+
+TEST(a_thread_waiting_for_the_next_watched_handle_wakes_when_it_finishes) {
+  HandleTable table;
+  const int64_t h = table.create();
+  table.watch(h);
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    table.complete(h, Outcome{});
+  });
+  const auto start = Clock::now();
+  CHECK(table.next_watched(in_ms(5000)) == h);
+  CHECK(Clock::now() - start < std::chrono::seconds(4));
+  completer.join();
+}
+
+}  // namespace
+}  // namespace hvdlite

@@ -1,6 +1,6 @@
 """Callbacks run when requests finish, without anyone waiting: what completes a c10d future.
 
-One daemon thread, started on demand and ending when nothing is left to watch, waits in the
+One daemon thread, started on demand and ending once idle for a while, waits in the
 core for whichever watched request finishes next (Note [watched handles] in
 csrc/engine/handle.h): it wakes once per finished request and never when one is submitted,
 and a request that finishes early is not held up behind one that finishes late. The rank
@@ -11,13 +11,14 @@ A callback runs on that thread once every handle given with it has finished; the
 outcomes are still in the core, so the callback's ``wait()`` returns at once. A callback
 must not block on another watched request (it would hold up every later callback).
 """
+import atexit
 import threading
 import traceback
 from typing import Callable, Dict, List, Sequence
 
 from hvdlite import _core
 
-_POLL_SECONDS = 0.5   # how often the thread looks whether anything is left to watch
+_POLL_SECONDS = 0.2   # the thread ends after this long with nothing to watch
 
 
 class _Pending:
@@ -56,19 +57,30 @@ def when_done(handles: Sequence[int], callback: Callable[[], None]) -> None:
         raise
 
 
+@atexit.register
+def _end_thread():
+    # A daemon thread still inside the core when Python finalizes would be torn down there,
+    # through C++ frames that must not unwind (std::terminate): end it first.
+    with _lock:
+        thread = _thread
+        _watched.clear()
+    if thread is not None:
+        thread.join(timeout=2 * _POLL_SECONDS + 1)
+
+
 def _run():
     global _thread
     while True:
-        with _lock:
-            if not _watched:
-                _thread = None
-                return
         try:
             handle = _core.next_watched(_POLL_SECONDS)
         except Exception:  # noqa: BLE001 - hvdlite shut down: the callbacks' waits raise why
+            handle = None
             _run_all_left()
-            continue
         if handle is None:
+            with _lock:   # idle for a while: end (when_done starts another)
+                if not _watched:
+                    _thread = None
+                    return
             continue
         with _lock:
             pending = _watched.pop(handle, None)

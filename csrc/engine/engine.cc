@@ -188,6 +188,15 @@ void Engine::watch(int64_t handle) {
 }
 
 std::optional<int64_t> Engine::next_watched(std::chrono::steady_clock::time_point until) {
+  int64_t oldest = 0;
+  {
+    std::lock_guard<std::mutex> lk(watched_mu_);
+    if (!watched_.empty()) oldest = watched_.begin()->first;
+  }
+  if (oldest != 0) {
+    std::shared_ptr<Group> group = owner_of(oldest);
+    if (group) group->help(oldest, until);
+  }
   std::optional<int64_t> handle = handles_.next_watched(until);
   if (handle) {
     std::unique_ptr<Blocked> blocked;  // ends the blocked count outside the lock

@@ -69,7 +69,8 @@ class Engine {
 
   // Watched handles (Note [watched handles] in handle.h), for a thread that completes
   // futures. The rank counts as blocked on each (deadlock.h) from watch() until
-  // next_watched() returns it, as it does while a thread waits on it.
+  // next_watched() returns it, as it does while a thread waits on it; and next_watched()
+  // runs the rounds of the oldest one's set while no other thread does, as wait() would.
   void watch(int64_t handle);
   std::optional<int64_t> next_watched(std::chrono::steady_clock::time_point until);
 
@@ -143,7 +144,7 @@ class Engine {
   Config config_;
   HandleTable handles_;
   std::mutex watched_mu_;
-  std::unordered_map<int64_t, std::unique_ptr<Blocked>> watched_;  // guarded by watched_mu_
+  std::map<int64_t, std::unique_ptr<Blocked>> watched_;  // guarded by watched_mu_; oldest first
   Topology topology_;
 
   mutable std::mutex sets_mu_;

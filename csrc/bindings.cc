@@ -315,6 +315,39 @@ void attach_output(TensorEntry& e, nb::handle output) {
   }
 }
 
+// A host output for an all-gather or reduce-scatter, of the input's dtype; the result lands
+// there when its size is the result's (Note [outputs the caller gives] in
+// algorithms/collectives.cc).
+void attach_result_output(TensorEntry& e, nb::handle output) {
+  Request out_req;
+  OutArray out = to_array<OutArray>(output, e.request.name, "output", out_req);
+  if (out_req.dtype != e.request.dtype) {
+    throw Error(Status::InvalidArgument,
+                "tensor '" + e.request.name + "': output is " + dtype_name(out_req.dtype) +
+                " but input is " + dtype_name(e.request.dtype) + "; they must match");
+  }
+  if (cuda_device_of(out) >= 0 || e.input_device >= 0) {
+    throw Error(Status::InvalidArgument,
+                "tensor '" + e.request.name + "': an output to write into is taken for host "
+                "tensors only (a CUDA result comes from the device's pool)");
+  }
+  e.output = out.data();
+  e.output_given = true;
+  e.output_bytes = static_cast<size_t>(num_elements(out_req.shape)) * dtype_size(out_req.dtype);
+}
+
+// The grouped forms' optional outputs: one per input, or none.
+void attach_result_outputs(EntryList& entries, const std::optional<std::vector<nb::object>>& outputs,
+                           const char* op) {
+  if (!outputs) return;
+  if (outputs->size() != entries.size()) {
+    throw Error(Status::InvalidArgument, "grouped " + std::string(op) + " got " +
+                std::to_string(entries.size()) + " tensors but " +
+                std::to_string(outputs->size()) + " outputs");
+  }
+  for (size_t i = 0; i < entries.size(); ++i) attach_result_output(*entries[i], (*outputs)[i]);
+}
+
 void check_reduction(const Request& r, int op_code, double prescale, double postscale) {
   if (op_code != 0 && op_code != 1 && op_code != 3 && op_code != 4 && op_code != 5) {
     throw Error(Status::InvalidArgument, "tensor '" + r.name + "': unsupported reduce op code " +
@@ -625,11 +658,13 @@ int64_t enqueue_broadcast(const std::string& name, nb::handle input, nb::handle 
 // Grouped forms enqueue their members together, so the group negotiates in one round.
 std::vector<int64_t> enqueue_grouped_allgather(const std::vector<std::string>& names,
                                                const std::vector<nb::object>& inputs,
-                                               int process_set, Stream stream, bool device_output) {
+                                               int process_set, Stream stream, bool device_output,
+                                               const std::optional<std::vector<nb::object>>& outputs) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "allgather");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) entries.push_back(make_entry(names[i], OpType::Allgather, inputs[i]));
+  attach_result_outputs(entries, outputs, "allgather");
   return submit(*eng, process_set, std::move(entries), stream, true, device_output);
 }
 
@@ -697,13 +732,15 @@ std::vector<int64_t> enqueue_grouped_reducescatter(const std::vector<std::string
                                                    const std::vector<nb::object>& inputs, int op,
                                                    double prescale, double postscale,
                                                    int process_set, Stream stream,
-                                                   bool device_output) {
+                                                   bool device_output,
+                                                   const std::optional<std::vector<nb::object>>& outputs) {
   std::shared_ptr<Engine> eng = context_ref();
   check_group(names, inputs.size(), "reducescatter");
   EntryList entries;
   for (size_t i = 0; i < inputs.size(); ++i) {
     entries.push_back(make_reducescatter(names[i], inputs[i], op, prescale, postscale));
   }
+  attach_result_outputs(entries, outputs, "reducescatter");
   return submit(*eng, process_set, std::move(entries), stream, true, device_output);
 }
 
@@ -1047,9 +1084,11 @@ NB_MODULE(_core, m) {
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),
         nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
         nb::arg("device_output") = false);
+  // outputs: host arrays the results land in (Note [outputs the caller gives]); None: the
+  // core allocates them and wait() returns them.
   m.def("enqueue_grouped_allgather", &enqueue_grouped_allgather, nb::arg("names"),
         nb::arg("inputs"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
-        nb::arg("device_output") = false);
+        nb::arg("device_output") = false, nb::arg("outputs") = nb::none());
   m.def("enqueue_alltoall", &enqueue_alltoall, nb::arg("name"), nb::arg("input"),
         nb::arg("splits"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
         nb::arg("device_output") = false);
@@ -1060,7 +1099,7 @@ NB_MODULE(_core, m) {
   m.def("enqueue_grouped_reducescatter", &enqueue_grouped_reducescatter, nb::arg("names"),
         nb::arg("inputs"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
         nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none(),
-        nb::arg("device_output") = false);
+        nb::arg("device_output") = false, nb::arg("outputs") = nb::none());
   m.def("enqueue_barrier",
         [](const std::string& name, int process_set) { return enqueue_marker(name, OpType::Barrier, process_set); },
         nb::arg("name"), nb::kw_only(), nb::arg("process_set") = 0);

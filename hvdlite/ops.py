@@ -164,13 +164,15 @@ def allgather_async(tensor, name: Optional[str] = None, process_set=None, finish
 
 
 def grouped_allgather_async(tensors, names=None, process_set=None, finish=None,
-                            stream=None, *, device_output: bool = False) -> Work:
-    """All-gather many tensors as one group."""
+                            stream=None, *, device_output: bool = False, outputs=None) -> Work:
+    """All-gather many tensors as one group. ``outputs`` (host arrays, one per tensor): the
+    results land there, and the Work's results carry no output (Note [outputs the caller
+    gives] in csrc/algorithms/collectives.cc); an output of the wrong size fails its request."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_allgather(_names(names, len(tensors), "allgather", process_set), tensors,
                                               **_set_kw(process_set), **_stream_kw(stream),
-                                              **_device_kw(device_output))
-    return Work(handles, tensors, finish, stream=stream)
+                                              **_device_kw(device_output), **_outputs_kw(outputs))
+    return Work(handles, (tensors, outputs), finish, stream=stream)
 
 
 def alltoall_async(tensor, splits: Optional[Sequence[int]] = None, name: Optional[str] = None,
@@ -203,14 +205,14 @@ def reducescatter_async(tensor, name: Optional[str] = None, op: int = Average,
 def grouped_reducescatter_async(tensors, names=None, op: int = Average,
                                 prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                                 process_set=None, finish=None, stream=None, *,
-                                device_output: bool = False) -> Work:
-    """Reduce-scatter many tensors as one group."""
+                                device_output: bool = False, outputs=None) -> Work:
+    """Reduce-scatter many tensors as one group; ``outputs`` as for grouped_allgather_async."""
     tensors = list(tensors)
     handles = _core.enqueue_grouped_reducescatter(
         _names(names, len(tensors), "reducescatter", process_set), tensors, resolve_op(op),
         float(prescale_factor), float(postscale_factor), **_set_kw(process_set),
-        **_stream_kw(stream), **_device_kw(device_output))
-    return Work(handles, tensors, finish, stream=stream)
+        **_stream_kw(stream), **_device_kw(device_output), **_outputs_kw(outputs))
+    return Work(handles, (tensors, outputs), finish, stream=stream)
 
 
 def barrier_async(name: Optional[str] = None, process_set=None) -> Work:
@@ -273,6 +275,11 @@ def _stream_kw(stream):
 def _device_kw(device_output):
     """``device_output=`` for the core, passed only when the caller takes CUDA outputs."""
     return {"device_output": True} if device_output else {}
+
+
+def _outputs_kw(outputs):
+    """``outputs=`` for the core, passed only when the caller gives them."""
+    return {} if outputs is None else {"outputs": list(outputs)}
 
 
 def _set_kw(process_set):

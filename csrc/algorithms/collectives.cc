@@ -85,6 +85,31 @@ Outcome run_broadcast(Transport& t, const Response& r, TensorEntry& e, bool shar
   return Outcome{};
 }
 
+// Note [outputs the caller gives]
+// An all-gather's or reduce-scatter's output size is known only once every rank's shape is,
+// so the core allocates it, and the caller copies it where it wants it (c10d's
+// all_gather_into_tensor, FSDP's reduce-scatter). A caller that knows the size gives its own
+// output instead: the result lands there, with no allocation (fresh pages, faulted in on
+// every call) and no copy. An output of the wrong size is not written: the collective still
+// runs (the other ranks need this rank's part), into a buffer of the core's, and the request
+// fails on this rank naming both sizes.
+namespace {
+
+void* given_output(const TensorEntry& e, size_t bytes) {
+  return e.output_given && e.output_bytes == bytes ? e.output : nullptr;
+}
+
+Outcome wrong_output_size(const TensorEntry& e, size_t bytes, Outcome done) {
+  if (!e.output_given || e.output_bytes == bytes || done.status != Status::Success) return done;
+  return Outcome{Status::InvalidArgument,
+                 std::string(op_name(e.request.op)) + " '" + e.request.name + "': the output given "
+                 "holds " + std::to_string(e.output_bytes) + " bytes, but this rank's result is " +
+                 std::to_string(bytes) + " bytes (" + dtype_name(e.request.dtype) +
+                 shape_string(done.output_shape) + "); the output was left untouched"};
+}
+
+}  // namespace
+
 Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Membership& members,
                       bool shared_memory) {
   const size_t rb = row_bytes(e.request.shape, e.request.dtype);
@@ -96,17 +121,19 @@ Outcome run_allgather(Transport& t, const Response& r, TensorEntry& e, const Mem
   }
   const size_t total = static_cast<size_t>(rows) * rb;  // the same on every rank
   Outcome out;
-  std::vector<int> failed = allocate_agreed(t, total >= kAgreedAllocationBytes, members,
-                                            [&] { out.output = OwnedBuffer(total); });
+  void* dst = given_output(e, total);
+  std::vector<int> failed = allocate_agreed(t, total >= kAgreedAllocationBytes, members, [&] {
+    if (!dst) dst = (out.output = OwnedBuffer(total)).data;
+  });
   if (!failed.empty()) {
     return out_of_memory(failed, sized("the", total, "output", e.request.dtype),
                          e.request, members);
   }
   out.output_shape = with_rows(e.request.shape, rows);
   out.output_dtype = e.request.dtype;
-  if (shared_memory) shm_allgatherv_nranks(t, e.input, out.output.data, bytes);
-  else t.allgatherv(e.input, bytes[t.rank()], out.output.data, bytes);
-  return out;
+  if (shared_memory) shm_allgatherv_nranks(t, e.input, dst, bytes);
+  else t.allgatherv(e.input, bytes[t.rank()], dst, bytes);
+  return wrong_output_size(e, total, std::move(out));
 }
 
 Outcome run_alltoall(Transport& t, const Response& r, TensorEntry& e, const Membership& members) {
@@ -165,11 +192,13 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   // through the work buffer.
   const bool direct = shared_memory && r.prescale == 1.0;
   const size_t work_bytes = direct ? 0 : total * es;
+  const size_t mine = segs.count[me] * es;
+  char* dst = static_cast<char*>(given_output(e, mine));
   // The input's shape is the same on every rank, so is the decision to agree.
   std::vector<int> failed = allocate_agreed(
       t, total * es >= kAgreedAllocationBytes, members, [&] {
         if (work.size() < work_bytes) work.resize(work_bytes);
-        out.output = OwnedBuffer(segs.count[me] * es);
+        if (!dst) dst = static_cast<char*>((out.output = OwnedBuffer(mine)).data);
       });
   if (!failed.empty()) {
     return out_of_memory(failed, direct ? sized("its", segs.count[me] * es, "output", dt)
@@ -182,15 +211,15 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
   const double post = applied_postscale(r.reduce_op, r.postscale, t.size());
   char* input = static_cast<char*>(const_cast<void*>(e.input));
   if (direct) {
-    std::memcpy(out.output.data, input + segs.offset[me] * es, segs.count[me] * es);
+    std::memcpy(dst, input + segs.offset[me] * es, mine);
     phases.end("MEMCPY_IN_OUTPUT");
     const size_t after = segs.offset[me] + segs.count[me];
     const SpanBuffer buf({{input, segs.offset[me]},
-                          {out.output.data, segs.count[me]},
+                          {dst, segs.count[me]},
                           {input + after * es, total - after}}, es);
     shm_reduce_scatter_nranks(t, buf, segs, dt, r.reduce_op, post);
     phases.end("SHM_REDUCE_SCATTER");
-    return out;
+    return wrong_output_size(e, mine, std::move(out));
   }
   copy_scaled(work.data(), e.input, total, dt, r.prescale);
   phases.end("MEMCPY_IN_WORK_BUFFER");
@@ -202,9 +231,9 @@ Outcome run_reducescatter(Transport& t, const Response& r, TensorEntry& e,
                         scratch, piece_bytes);
     phases.end("RING_REDUCE_SCATTER");
   }
-  std::memcpy(out.output.data, work.data() + segs.offset[me] * es, segs.count[me] * es);
+  std::memcpy(dst, work.data() + segs.offset[me] * es, mine);
   phases.end("MEMCPY_OUT_WORK_BUFFER");
-  return out;
+  return wrong_output_size(e, mine, std::move(out));
 }
 
 }  // namespace hvdlite

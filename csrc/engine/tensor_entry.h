@@ -45,6 +45,10 @@ struct TensorEntry {
   Request request;
   const void* input = nullptr;  // caller's buffers (kept alive by the Python layer)
   void* output = nullptr;
+  // Allgather / reducescatter: whether the caller gave `output`, of `output_bytes` bytes; the
+  // result lands there when it is exactly that size (Note [outputs the caller gives]).
+  bool output_given = false;
+  size_t output_bytes = 0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   std::shared_ptr<DeviceWork> device;  // a GPU tensor's staging; shared by its submission
   int input_device = -1, output_device = -1;  // CUDA device ids of the caller's arrays, -1: host

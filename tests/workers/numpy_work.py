@@ -36,6 +36,31 @@ rows = 2 * N + 1
 rs = hvd.grouped_reducescatter([np.ones((rows, 2)), np.ones(N)], op=hvd.Sum)
 assert rs[0].shape == (rows // N + (R < rows % N), 2) and np.all(rs[0] == N) and rs[1].tolist() == [N]
 
+# Outputs the caller gives (Note [outputs the caller gives]): the results land there and the
+# Work carries none; a wrong-sized output fails on its rank only, left untouched.
+from hvdlite import ops  # noqa: E402
+
+gathered = np.full((2 * N, 3), -1.0, np.float32)
+res = ops.grouped_allgather_async([np.full((2, 3), R, np.float32)], outputs=[gathered]).wait()
+assert res[0].output is None and gathered[:, 0].tolist() == [r for r in range(N) for _ in (0, 1)]
+share = np.full((2, 3), -1.0)
+ops.grouped_reducescatter_async([np.ones((2 * N, 3))], op=hvd.Sum, prescale_factor=2.0,
+                                outputs=[share]).wait()
+assert share.tolist() == [[2.0 * N] * 3] * 2, share
+small = np.full((1, 3), -1.0, np.float32)
+try:
+    ops.grouped_allgather_async([np.full((2, 3), R, np.float32)], outputs=[small]).wait()
+except hvd.HvdliteInvalidArgumentError as e:
+    assert "holds 12 bytes, but this rank's result is" in str(e) and small.min() == -1, e
+else:
+    raise AssertionError("a wrong-sized output was accepted")
+try:
+    ops.grouped_allgather_async([np.ones(2, np.float32)], outputs=[np.zeros(2 * N)])
+except hvd.HvdliteInvalidArgumentError as e:
+    assert "output is float64 but input is float32" in str(e), e
+else:
+    raise AssertionError("an output of another dtype was accepted")
+
 # A Work dropped before completion keeps its arrays until the core is done, then frees all.
 for i in range(20):
     hvd.allreduce_async(np.ones(1000) * i, name=f"dropped.{i}")

@@ -195,7 +195,8 @@ std::optional<int64_t> Engine::next_watched(std::chrono::steady_clock::time_poin
   }
   if (oldest != 0) {
     std::shared_ptr<Group> group = owner_of(oldest);
-    if (group) group->help(oldest, until);
+    // Until any watched request finished, not only the oldest (which may be waiting on a peer).
+    if (group) group->help(oldest, until, [this] { return handles_.any_watched_finished(); });
   }
   std::optional<int64_t> handle = handles_.next_watched(until);
   if (handle) {

@@ -115,7 +115,8 @@ void Group::end_wait(int64_t handle) {
   if (it != waited_.end() && --it->second == 0) waited_.erase(it);
 }
 
-void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at) {
+void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at,
+                 const std::function<bool()>& enough) {
   bool mine = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -139,7 +140,7 @@ void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at)
     }
   };
   bool alive = true;
-  while (alive && !done() && std::chrono::steady_clock::now() < leave_at) {
+  while (alive && !done() && !(enough && enough()) && std::chrono::steady_clock::now() < leave_at) {
     alive = run_round(/*caller=*/true, leave_at);
   }
   release_driver();

@@ -67,9 +67,11 @@ class Group {
   // Runs rounds on the calling thread until `handle` (one of this group's) completes or
   // `leave_at` passes, provided no other thread is running them; otherwise makes sure the
   // loop thread will. A round whose peers have not answered by `leave_at` is left to the loop
-  // thread (Controller::negotiate), so that the caller can look at its signals.
+  // thread (Controller::negotiate), so that the caller can look at its signals. `enough`, when
+  // given, is also asked after each round: true ends the help (a watcher of several handles).
   void help(int64_t handle, std::chrono::steady_clock::time_point leave_at =
-                                std::chrono::steady_clock::time_point::max());
+                                std::chrono::steady_clock::time_point::max(),
+            const std::function<bool()>& enough = nullptr);
 
   // A thread blocks waiting on `handle` (one of this group's) from begin_wait until end_wait:
   // the deadlock detector counts the rank as blocked meanwhile (deadlock.h).

@@ -66,6 +66,11 @@ void HandleTable::watch(int64_t handle) {
   cv_.notify_all();
 }
 
+bool HandleTable::any_watched_finished() {
+  std::lock_guard<std::mutex> lk(mu_);
+  return !finished_watched_.empty();
+}
+
 std::optional<int64_t> HandleTable::next_watched(std::chrono::steady_clock::time_point until) {
   std::unique_lock<std::mutex> lk(mu_);
   if (!cv_.wait_until(lk, until, [&] { return !finished_watched_.empty(); })) return std::nullopt;

@@ -67,6 +67,7 @@ class HandleTable {
   // outcome stays for wait(), which then returns at once.
   void watch(int64_t handle);
   std::optional<int64_t> next_watched(std::chrono::steady_clock::time_point until);
+  bool any_watched_finished();
 
  private:
   struct Slot { bool done = false; bool watched = false; int owner = 0; Outcome outcome; };

@@ -1,6 +1,8 @@
 // The engine with process sets over the loopback transport: sets added by every rank get the
 // same ids, collectives run in overlapping sets, a rank outside a set is refused with the set
 // and its ranks named, removal fails what is pending, and shutdown ends every group.
+#include <thread>
+
 #include "engine/engine.h"
 #include "harness.h"
 #include "loopback.h"
@@ -97,6 +99,33 @@ TEST(engine_runs_collectives_in_overlapping_process_sets) {
     CHECK_THROWS(allreduce(eng, a, "y", p), Status::InvalidArgument, "process set 1 does not exist");
     CHECK_EQ(eng.add_process_set({0, 2}), 1);  // the freed id comes back
     // The engine's destructor shuts every group down on every rank.
+  });
+}
+
+TEST(engine_next_watched_returns_a_finished_request_while_an_older_one_waits_for_a_peer) {
+  // Note [watched handles]: the watcher drives the oldest watched request's rounds, but comes
+  // back as soon as any watched request finished.
+  Fabric fabric(2);
+  run_ranks(2, [&](int r) {
+    Engine eng(fabric.world(r), Config{});
+    std::vector<float> late(2, 1.0f), early(2, 1.0f);
+    if (r == 0) {
+      const int64_t l = allreduce(eng, 0, "late", late), e = allreduce(eng, 0, "early", early);
+      eng.watch(l);
+      eng.watch(e);
+      const auto start = std::chrono::steady_clock::now();
+      CHECK(eng.next_watched(start + std::chrono::seconds(10)) == e);
+      CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(1500));
+      ok(eng, e);
+      CHECK(eng.next_watched(std::chrono::steady_clock::now() + std::chrono::seconds(10)) == l);
+      ok(eng, l);
+    } else {
+      ok(eng, allreduce(eng, 0, "early", early));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      ok(eng, allreduce(eng, 0, "late", late));
+    }
+    CHECK_EQ(late[0], 2.0f);
+    CHECK_EQ(early[0], 2.0f);
   });
 }
 

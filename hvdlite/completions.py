@@ -12,6 +12,7 @@ outcomes are still in the core, so the callback's ``wait()`` returns at once. A 
 must not block on another watched request (it would hold up every later callback).
 """
 import atexit
+import os
 import threading
 import traceback
 from typing import Callable, Dict, List, Sequence
@@ -55,6 +56,17 @@ def when_done(handles: Sequence[int], callback: Callable[[], None]) -> None:
             for h in handles:
                 _watched.pop(h, None)
         raise
+
+
+def _forget_after_fork():
+    # A forked child (a DataLoader worker) has neither the thread nor the parent's requests.
+    global _thread, _lock
+    _lock = threading.Lock()
+    _thread = None
+    _watched.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @atexit.register

@@ -38,7 +38,6 @@ from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
 from .zero import ShardedState
-from .zero import check_supported as check_sharding_supported
 
 
 class _HvdSettings:
@@ -343,7 +342,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
     """
     _check_keras_optimizer(optimizer)
     if shard_optimizer_state:
-        check_sharding_supported(optimizer, "DistributedOptimizer")
+        sharding.check_shardable(optimizer, "DistributedOptimizer")
         if getattr(optimizer, "built", False):
             raise HvdliteInvalidArgumentError(
                 "DistributedOptimizer(shard_optimizer_state=True): wrap the optimizer before "

@@ -157,6 +157,21 @@ def _extra(owner):
     return f" (buckets of {list(owner[2])} elements)" if len(owner) > 2 else ""
 
 
+def plan_buckets(dtypes: Sequence, nbytes: Sequence[int],
+                 bucket_bytes=None) -> List[List[int]]:
+    """Which pieces (their dtypes and sizes in bytes, in packing order) share a bucket: one
+    dtype per bucket (dtypes in the order of their names), each cut into buckets of about
+    ``bucket_bytes`` (None: one bucket per dtype). Depends on nothing but these, not on the
+    number of ranks: a resize re-cuts the same buckets into new slices."""
+    out = []
+    for dtype in sorted(set(dtypes), key=str):
+        same = [i for i, d in enumerate(dtypes) if d == dtype]
+        chunks = [range(len(same))] if bucket_bytes is None else \
+            buckets_by_bytes([nbytes[i] for i in same], bucket_bytes)
+        out += [[same[j] for j in chunk] for chunk in chunks]
+    return out
+
+
 def buckets_by_bytes(nbytes: Sequence[int], bucket_bytes: int) -> List[List[int]]:
     """Consecutive pieces (given their sizes in bytes) grouped into buckets of about
     ``bucket_bytes``: a bucket closes before the piece that would overflow it."""

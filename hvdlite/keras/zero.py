@@ -25,8 +25,6 @@ from hvdlite.exceptions import HvdliteInvalidArgumentError
 from . import labels
 from .backend import bridge
 
-_FLOATS = ("float32", "float64")
-
 
 class _Bucket(sharding.BucketPlan):
     """One dtype's variables in a flat index space; this rank owns [begin, end)."""
@@ -64,16 +62,14 @@ class ShardedState:
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
         self.rank_size = rank, size = sharding.place(self.process_set)
-        by_dtype = {}
-        for i, v in enumerate(variables):
-            dtype = str(v.dtype)
-            if dtype not in _FLOATS:
+        dtypes = [str(v.dtype) for v in variables]
+        for i, (v, dtype) in enumerate(zip(variables, dtypes)):
+            if dtype not in ("float32", "float64"):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
                     f"variables; {labels.variable_label(v, i)} is {dtype}")
-            by_dtype.setdefault(dtype, []).append(i)
-        self.buckets = [_Bucket(d, idx, variables, size, rank)
-                        for d, idx in sorted(by_dtype.items())]
+        self.buckets = [_Bucket(dtypes[idx[0]], idx, variables, size, rank)
+                        for idx in sharding.plan_buckets(dtypes, None)]
         # The wrapped optimizer's own variables made before build (iterations, learning
         # rate): everything after them is cut for this size.
         self.prebuilt = len(optimizer.variables)
@@ -152,9 +148,9 @@ class ShardedState:
                 for pos, i in enumerate(b.indices)}
 
     def consolidate(self, optimizer, to=0):
-        """The values of the unsharded optimizer's variables (see the module docstring),
-        gathered from every rank's shards: a list of numpy arrays on rank ``to`` (every rank
-        when None), None elsewhere. A collective: every rank must call it, eagerly."""
+        """The values the unsharded optimizer's ``variables`` would hold, in their order (a
+        plain optimizer built on the model assigns them one by one), gathered from every
+        rank's shards: numpy arrays on rank ``to`` (every rank when None), None elsewhere."""
         pieces = sharded_state.gather_slots(
             self.buckets, {key: np.ascontiguousarray(ops.convert_to_numpy(self.slots[key].value))
                            for key in sorted(self.slots)},

@@ -1,5 +1,6 @@
 """``DistributedOptimizer`` with a compression that keeps state between steps:
-``Compression.powersgd(...)``, ``Compression.topk(...)``, ``Compression.fp16/bf16(error_feedback=True)``.
+``Compression.powersgd(...)``, ``Compression.topk(...)``,
+``Compression.fp16/bf16(error_feedback=True)``.
 
 The reducers (:mod:`hvdlite.algorithms.error_feedback`, :mod:`hvdlite.algorithms.powersgd`)
 need every gradient at once, so the reduction runs in ``synchronize()`` / ``step()``, on

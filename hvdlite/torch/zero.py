@@ -42,9 +42,15 @@ class _Piece:
     def __init__(self, param, name, grad_view):
         self.param, self.name, self.grad_view = param, name, grad_view.view_as(param)
 
-    def owns_grad(self):
+    def collect(self):
+        """Bring a .grad that is not the bucket's view (replaced, e.g. by
+        ``model.zero_grad(set_to_none=True)``) into the bucket; no .grad: zeros."""
         g = self.param.grad
-        return g is not None and g.data_ptr() == self.grad_view.data_ptr()
+        with torch.no_grad():
+            if g is None:
+                self.grad_view.zero_()
+            elif g.data_ptr() != self.grad_view.data_ptr():     # else autograd added into it
+                self.grad_view.copy_(g)
 
 
 class _Bucket(sharding.BucketPlan):
@@ -89,18 +95,15 @@ class ShardedOptimizer(SynchronizeProtocol):
         # numbers parameters in this order, as the unsharded optimizer's state_dict does.
         self._zero_model_groups = [list(g["params"]) for g in self.param_groups]
         previous_state = super().state_dict() if len(self.state) else None
-        # Which parameters share a bucket depends on the bucket size only, not on the number
-        # of ranks: a resize (elastic training) re-cuts the same buckets into new slices.
         self._zero_chunks = []          # (parameter group index, the bucket's parameters)
         for gi, group in enumerate(self.param_groups):
             trainable = require_contiguous(
                 [p for p in group["params"] if p.requires_grad], names,
-                "DistributedOptimizer(shard_optimizer_state=True)")
-            for dtype in sorted({p.dtype for p in trainable}, key=str):
-                same = [p for p in reversed(trainable) if p.dtype == dtype]
-                for chunk in sharding.buckets_by_bytes(
-                        [p.numel() * p.element_size() for p in same], bucket_bytes):
-                    self._zero_chunks.append((gi, [same[i] for i in chunk]))
+                "DistributedOptimizer(shard_optimizer_state=True)")[::-1]
+            self._zero_chunks += [(gi, [trainable[i] for i in chunk]) for chunk in
+                                  sharding.plan_buckets([p.dtype for p in trainable], [
+                                      p.numel() * p.element_size() for p in trainable],
+                                      bucket_bytes)]
         self._zero_names = names
         self._zero_layout([_group_options(g) for g in self.param_groups])
         # The hooks live on the parameters: take them off when this optimizer goes away.
@@ -158,14 +161,13 @@ class ShardedOptimizer(SynchronizeProtocol):
     def _zero_attach_grads(self, zero):
         """Point every parameter's .grad at its place in its bucket (zeroed, or keeping the
         gradient it has)."""
-        with torch.no_grad():
-            for b in self._zero_buckets:
-                if zero:
-                    b.flat_grad.zero_()
-                for pc in b.pieces:
-                    if not zero and pc.param.grad is not None and not pc.owns_grad():
-                        pc.grad_view.copy_(pc.param.grad)
-                    pc.param.grad = pc.grad_view
+        for b in self._zero_buckets:
+            if zero:
+                b.flat_grad.zero_()
+            for pc in b.pieces:
+                if not zero:
+                    pc.collect()
+                pc.param.grad = pc.grad_view
 
     def _zero_reset(self, passes=None):
         self._zero_countdown = Countdown(
@@ -175,27 +177,19 @@ class ShardedOptimizer(SynchronizeProtocol):
             self._zero_countdown.group(pc.param for pc in b.pieces)
             b.handle = None
 
-    def _zero_name(self, p):
-        return self._zero_names[id(p)]
-
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p], self._zero_name(p))
+        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p],
+                          self._zero_names[id(p)])
 
     def _zero_grad_ready(self, p):
-        if self._zero_countdown.arrive(p, self._zero_name(p)):     # the bucket is complete
+        if self._zero_countdown.arrive(p, self._zero_names[id(p)]):     # the bucket is complete
             self._zero_start(self._zero_bucket_of[p])
 
     def _zero_start(self, b):
         """Reduce-scatter the bucket's flat gradient (zeros for parameters without one)."""
-        with torch.no_grad():
-            for pc in b.pieces:
-                if pc.owns_grad():
-                    continue            # autograd accumulated into the bucket itself
-                if pc.param.grad is None:
-                    pc.grad_view.zero_()
-                else:       # .grad was replaced (e.g. model.zero_grad(set_to_none=True))
-                    pc.grad_view.copy_(pc.param.grad)
+        for pc in b.pieces:
+            pc.collect()
         b.handle = _ops.reducescatter_async(b.flat_grad, f"{self._zero_prefix}.grad.{b.index}",
                                             self._zero_op, self._zero_prescale,
                                             self._zero_postscale, **self._zero_set_kw)
@@ -284,9 +278,7 @@ class ShardedOptimizer(SynchronizeProtocol):
         del set_to_none
         self._zero_countdown.refuse_zero_grad(
             any(b.handle is not None for b in self._zero_buckets))
-        # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
-        # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
-        self._zero_attach_grads(zero=True)
+        self._zero_attach_grads(zero=True)      # a .grad replaced meanwhile is let go
         for b in self._zero_buckets:
             b.shard.grad = None
 
@@ -387,8 +379,9 @@ class ShardedOptimizer(SynchronizeProtocol):
         return {"state": state, "param_groups": shard_groups}
 
     def _zero_keys(self, b):
-        """[(key, dtype if the state is per element else None)] of bucket ``b``'s state."""
-        return [(k, v.dtype if _is_elementwise(v, b.shard) else None)
+        """[(key, dtype if the state is per element, shaped as the shard, else None)] of
+        bucket ``b``'s state."""
+        return [(k, v.dtype if torch.is_tensor(v) and v.shape == b.shard.shape else None)
                 for k, v in self.state.get(b.shard, {}).items()]
 
     def _broadcast_state(self, root_rank):
@@ -403,10 +396,6 @@ class ShardedOptimizer(SynchronizeProtocol):
         full = broadcast_object(self._zero_consolidate(root_rank, keys_of), root_rank,
                                 name="zero.broadcast_state")
         self.load_state_dict(full)
-
-
-def _is_elementwise(value, shard):
-    return torch.is_tensor(value) and value.dim() == 1 and value.shape == shard.shape
 
 
 def _copy(value):

@@ -6,7 +6,7 @@ import pytest
 
 from hvdlite.algorithms.sharding import (ELEMENTWISE, BucketPlan, buckets_by_bytes,
                                          check_owner, check_reshardable, check_shardable, cut,
-                                         offsets, overlaps, place)
+                                         offsets, overlaps, place, plan_buckets)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 
@@ -33,6 +33,12 @@ def test_overlaps_reassemble_every_piece():
         for i, off, at, n in overlaps(starts, numels, s.begin, s.end):
             pieces[i][off:off + n] = shard[at:at + n]
     assert np.array_equal(np.concatenate(pieces), flat)
+
+
+def test_buckets_hold_one_dtype_in_packing_order():
+    dtypes = ["float64", "float32", "float64", "float32", "float64"]
+    assert plan_buckets(dtypes, None) == [[1, 3], [0, 2, 4]]     # float32 before float64
+    assert plan_buckets(dtypes, [8, 4, 8, 4, 8], 16) == [[1, 3], [0, 2], [4]]
 
 
 def test_buckets_close_before_overflowing():

@@ -112,17 +112,16 @@ class ShardedState:
     def _unsharded_layout(self, optimizer):
         """Where each variable of the unsharded optimizer (the wrapped class built on the
         model's variables, in its order) lives here: ("own", index in optimizer.variables) or
-        ("slot", model variable index, suffix). Found once, from a plain optimizer built
-        on the model's variables (then dropped)."""
+        ("slot", (bucket index, suffix), position in the bucket). Found once, from a plain
+        optimizer built on the model's variables (then dropped)."""
         if self.layout is not None:
             return self.layout
         plain_class = _wrapped_class(optimizer)
         plain = plain_class.from_config(optimizer.get_config())
         before = len(plain.variables)
         plain.build(self.model_variables)
-        suffixes = {suffix for _, suffix in self.slots}
-        slot_of = {f"{_reference_prefix(v)}_{suffix}": (i, suffix)
-                   for i, v in enumerate(self.model_variables) for suffix in suffixes}
+        slot_of = {f"{_reference_prefix(self.model_variables[i])}_{key[1]}": (key, pos)
+                   for key in self.slots for pos, i in enumerate(self.buckets[key[0]].indices)}
         layout = []
         for j, v in enumerate(plain.variables):
             if j < before:
@@ -142,11 +141,6 @@ class ShardedState:
         self.layout = layout
         return layout
 
-    def _where(self):
-        """model variable index -> (bucket index, position among the bucket's pieces)."""
-        return {i: (k, pos) for k, b in enumerate(self.buckets)
-                for pos, i in enumerate(b.indices)}
-
     def consolidate(self, optimizer, to=0):
         """The values the unsharded optimizer's ``variables`` would hold, in their order (a
         plain optimizer built on the model assigns them one by one), gathered from every
@@ -158,10 +152,9 @@ class ShardedState:
             lambda r: np.asarray(r.output))
         if pieces is None:
             return None
-        where, own = self._where(), optimizer.variables
+        own = optimizer.variables
         return [np.array(ops.convert_to_numpy(own[e[1]].value)) if e[0] == "own" else
-                pieces[where[e[1]][0], e[2]][where[e[1]][1]].copy()
-                for e in self._unsharded_layout(optimizer)]
+                pieces[e[1]][e[2]].copy() for e in self._unsharded_layout(optimizer)]
 
     def load_consolidated(self, optimizer, values):
         """Cut ``values`` (a ``consolidate`` result, taken at any size) into this rank's
@@ -177,20 +170,20 @@ class ShardedState:
                 f"{self.what}: load_consolidated_variables: got {len(values)} values; the "
                 f"unsharded {_wrapped_class(optimizer).__name__} on these variables has "
                 f"{len(layout)}")
-        where = self._where()
         pieces = {key: [np.zeros(n) for n in self.buckets[key[0]].numels] for key in self.slots}
         for entry, value in zip(layout, map(np.asarray, values)):
             if entry[0] == "own":
                 optimizer.variables[entry[1]].assign(value)
                 continue
-            _, i, suffix = entry
+            _, key, pos = entry
+            i = self.buckets[key[0]].indices[pos]
             variable = self.model_variables[i]
             if tuple(value.shape) != tuple(variable.shape):
                 raise HvdliteInvalidArgumentError(
-                    f"{self.what}: load_consolidated_variables: the {suffix} of "
+                    f"{self.what}: load_consolidated_variables: the {key[1]} of "
                     f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
                     f"the variable has {tuple(variable.shape)}")
-            pieces[where[i][0], suffix][where[i][1]] = value
+            pieces[key][pos] = value
         for (k, suffix), values_of in pieces.items():
             b = self.buckets[k]
             self.slots[k, suffix].assign(b.fill_shard(np.zeros(b.shard_numel, b.dtype),

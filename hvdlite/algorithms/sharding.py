@@ -31,6 +31,17 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "Ada
 WHOLE_TENSOR = ("Lamb", "LAMB", "Adafactor", "Muon", "LossScaleOptimizer", "LBFGS",
                 "SparseAdam")
 
+#: Keras options that look at a whole variable or at all of them (attributes, refusal).
+KERAS_REFUSALS = (
+    ("clipnorm", "cannot apply clipnorm (a norm over whole variables); clip the gradients "
+                 "before optimizer.apply instead"),
+    ("global_clipnorm", "cannot apply global_clipnorm (a norm over whole variables); clip the "
+                        "gradients before optimizer.apply instead"),
+    ("_exclude_from_weight_decay _exclude_from_weight_decay_names",
+     "cannot honour exclude_from_weight_decay (shards mix variables)"),
+    ("gradient_accumulation_steps use_ema", "does not combine with Keras' "
+     "gradient_accumulation_steps or use_ema (use backward_passes_per_step)"))
+
 
 def check_shardable(optimizer, what: str) -> None:
     """The one accept-rule of ``shard_optimizer_state=True``, for every framework: the
@@ -43,21 +54,9 @@ def check_shardable(optimizer, what: str) -> None:
             f"parameters into flat slices, which is exact only for optimizers that update "
             f"each element from that element alone. Supported: {', '.join(ELEMENTWISE)}. Use "
             f"shard_optimizer_state=False for {name}.")
-    for option in ("clipnorm", "global_clipnorm"):
-        if getattr(optimizer, option, None):
-            raise HvdliteInvalidArgumentError(
-                f"{what}: shard_optimizer_state=True cannot apply {option} (a norm over whole "
-                f"variables); clip the gradients before optimizer.apply instead")
-    if getattr(optimizer, "_exclude_from_weight_decay", None) or \
-            getattr(optimizer, "_exclude_from_weight_decay_names", None):
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True cannot honour exclude_from_weight_decay "
-            f"(shards mix variables)")
-    if getattr(optimizer, "gradient_accumulation_steps", None) or \
-            getattr(optimizer, "use_ema", False):
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True does not combine with Keras' "
-            f"gradient_accumulation_steps or use_ema (use backward_passes_per_step)")
+    for attributes, refusal in KERAS_REFUSALS:
+        if any(getattr(optimizer, a, None) for a in attributes.split()):
+            raise HvdliteInvalidArgumentError(f"{what}: shard_optimizer_state=True {refusal}")
 
 
 class Slice(NamedTuple):

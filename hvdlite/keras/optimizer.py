@@ -56,25 +56,22 @@ class _HvdSettings:
         self.sparse_as_dense = bool(sparse_as_dense)
         self.backward_passes_per_step = check_passes(backward_passes_per_step, self.what)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        op = policy.resolve_op(op, None, self.what)
-        policy.check_predivide(op, gradient_predivide_factor, self.what)
-        self.op = op
+        self.op = op = policy.resolve_op(op, None, self.what)
+        predivide = float(gradient_predivide_factor)
+        policy.check_predivide(op, predivide, self.what)
         check_combination(self.what, op, compression, shard_optimizer_state, local_steps,
-                          local_sgd_warmup_steps, average_optimizer_state,
-                          float(gradient_predivide_factor))
+                          local_sgd_warmup_steps, average_optimizer_state, predivide)
         self.compression_state = self.sharded = self.local_sgd = None
         if is_stateful(compression):
-            self.compression_state = CompressionState(
-                name, compression, op, float(gradient_predivide_factor), process_set, self.what)
+            self.compression_state = CompressionState(name, compression, op, predivide,
+                                                      process_set, self.what)
             self.reduce_all = self.compression_state.reduce
         else:
             self.reduce_all = bridge().gradient_reducer(
-                name, op, float(gradient_predivide_factor),
-                bridge().Compression.none if compression is None else compression,
-                self.sparse_as_dense, process_set, self.what)
+                name, op, predivide, bridge().Compression.none if compression is None
+                else compression, self.sparse_as_dense, process_set, self.what)
         if shard_optimizer_state:
-            self.sharded = ShardedState(name, op, float(gradient_predivide_factor),
-                                        process_set, self.what)
+            self.sharded = ShardedState(name, op, predivide, process_set, self.what)
         if local_steps is not None:
             self.local_sgd = LocalSGDState(name, local_steps, local_sgd_warmup_steps,
                                            average_optimizer_state, process_set, self.what)

@@ -20,31 +20,48 @@ def check_passes(passes, what=None) -> int:
 
 class Countdown:
     """Backward passes left, per key (a parameter or its index), before its gradient is
-    complete for this step."""
+    complete for this step; keys in a group (a bucket, ``groups=``) complete together."""
 
     def __init__(self, passes, keys=()):
         self.passes = check_passes(passes)
         self.left = dict.fromkeys(keys, self.passes)
+        self.group_of, self.waiting = {}, {}    # key -> its group; group -> members left
 
     def add(self, key):
         self.left[key] = self.passes
+
+    def group(self, members):
+        """``members`` (keys) complete together: :meth:`arrive` reports them at the last."""
+        members = tuple(members)
+        self.group_of.update(dict.fromkeys(members, members))
+        self.waiting[members] = len(members)
 
     def reset(self, passes=None):
         """A new step (or a new ``backward_passes_per_step``): every key starts again."""
         if passes is not None:
             self.passes = check_passes(passes)
         self.left = dict.fromkeys(self.left, self.passes)
+        self.waiting = {g: len(g) for g in self.waiting}
 
     def exhausted(self, key) -> bool:
         """Whether ``key`` has had every pass of this step (one more would be too many)."""
         return self.left[key] <= 0
 
-    def arrive(self, key, name) -> bool:
-        """One more pass produced ``key``'s gradient; True when that completes it."""
+    def arrive(self, key, name):
+        """One more pass produced ``key``'s gradient. Returns what that completes: the key's
+        group (a tuple of keys; the key alone if it has none) once every member is
+        complete, else None."""
         if self.left[key] <= 0:
             self.too_many(name)
         self.left[key] -= 1
-        return self.left[key] == 0
+        if self.left[key]:
+            return None
+        group = self.group_of.get(key, (key,))
+        if key in self.group_of:
+            self.waiting[group] -= 1
+            if self.waiting[group]:
+                return None
+        return group
 
     def mid_step(self) -> bool:
         """Whether some pass of this step has arrived."""

@@ -30,6 +30,8 @@ return a :class:`StatefulCompression` setting, from which an optimizer builds it
 reducer (see :mod:`hvdlite.algorithms.error_feedback` and :mod:`hvdlite.algorithms.powersgd`).
 """
 
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
 from .error_feedback import CastReducer, TopKReducer
 from .powersgd import PowerSGDReducer
 
@@ -73,8 +75,17 @@ class StatefulCompression:
     #: Read by hvdlite.policy (which sits below this module) to tell these settings apart.
     keeps_state = True
 
+    #: The gradient dtypes the reducers take.
+    FLOATS = ("float32", "float64")
+
     def make_reducer(self):
         raise NotImplementedError
+
+    def check_dtype(self, dtype: str, label: str, what: str):
+        if dtype not in self.FLOATS:
+            raise HvdliteInvalidArgumentError(
+                f"{what}: compression={self!r}: the gradient of {label} has dtype {dtype}; "
+                f"stateful compression handles float32 and float64 gradients")
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())

@@ -1,13 +1,21 @@
-"""Local SGD's schedule (``local_steps=H``, ``local_sgd_warmup_steps=W``), written once for
-torch and Keras: the first W steps are synchronous (gradients averaged before the update:
-post-local SGD, Lin et al., 2020); afterwards each rank steps on its own gradients and the
-parameters are averaged after every H-th local step.
+"""Local SGD (``local_steps=H``, ``local_sgd_warmup_steps=W``), written once for torch and
+Keras. Ranks step on their own gradients and average their parameters (and, with
+``average_optimizer_state=True``, the optimizer's floating-point state such as momentum)
+after every H-th local step: one all-reduce of the parameters per H steps instead of one of
+the gradients per step. The first W steps are synchronous (gradients averaged before the
+update): post-local SGD (Lin et al., 2020), which keeps the early, fast-moving phase of
+training synchronous. With H=1 and plain SGD (or momentum with ``average_optimizer_state``)
+every step equals a synchronous step up to float rounding: the update is linear in the
+gradient, so the mean of the ranks' updated parameters is the update with the mean gradient.
 
 The step count may be a Python int or a backend tensor (Keras' compiled steps): ``math``
 supplies the comparisons (``keras.ops`` there; Python's operators by default).
 """
 
 import operator
+
+from hvdlite import ops as _ops
+from hvdlite.policy import Average
 
 
 class PythonMath:
@@ -37,3 +45,15 @@ class LocalSGDSchedule:
         local = steps_taken - self.warmup_steps
         return math.logical_and(math.greater(local, 0),
                                 math.equal(local % self.local_steps, 0))
+
+
+def averages_state(dtype, ndim) -> bool:
+    """With ``average_optimizer_state``: whether a piece of optimizer state is averaged
+    (per-element floating state such as momentum; not step counters or scalars)."""
+    return "float" in str(dtype) and ndim > 0
+
+
+def average(arrays, names, process_set=None):
+    """Average ``arrays`` (parameters, optimizer state) over the ranks, in place."""
+    kw = {} if process_set is None else {"process_set": process_set}
+    _ops.wait_all(_ops.grouped_allreduce_async(arrays, None, names, Average, **kw))

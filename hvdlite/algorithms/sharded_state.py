@@ -3,6 +3,7 @@ cutting it again: parameters numbered across their groups in order (as
 ``torch.optim.Optimizer.state_dict`` numbers them), each group's options kept. Works on
 plain dicts and lists; parameters are matched by identity."""
 
+from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 
@@ -44,3 +45,18 @@ def bucket_has_state(names, has_state, what):
     raise HvdliteInvalidArgumentError(
         f"{what}: parameters {missing} have no optimizer state while others stepped with "
         f"them do; a sharded optimizer keeps state for all or none of a bucket's parameters")
+
+
+def gather_slots(plans, slots, name, process_set, to, rank, unwrap):
+    """Every rank's per-element state all-gathered whole: ``slots`` maps (bucket index, key)
+    to this rank's flat shard of it (the same keys, in the same order, on every rank).
+    Returns {(bucket index, key): [each parameter's piece, in its shape]} on rank ``to``
+    (every rank when None), None elsewhere; ``unwrap`` turns a gathered result into the
+    bucket's flat array. A collective."""
+    kw = {} if process_set is None else {"process_set": process_set}
+    works = [_ops.allgather_async(shard, f"{name}.{b}.{key}", **kw)
+             for (b, key), shard in slots.items()]
+    flats = [unwrap(r) for r in _ops.wait_all(works)]
+    if to is not None and rank != to:
+        return None
+    return {key: plans[key[0]].shaped(flat) for key, flat in zip(slots, flats)}

@@ -1,11 +1,21 @@
 """The plan of sharded optimizer state (ZeRO stage 1), written once for torch and Keras.
 
-Parameters are packed into buckets, each one flat index space padded to a multiple of the
-number of ranks; rank r owns the r-th equal slice of every bucket, and the wrapped optimizer
-keeps state for that slice only. Here: which optimizers that is exact for, how buckets are
-cut and where each parameter's elements fall in a slice. The adapters move the tensors.
+Parameters are packed, per dtype, into buckets, each one flat index space padded to a
+multiple of the number of ranks; rank r owns the r-th equal slice of every bucket. The
+wrapped optimizer is built on one 1-D "shard" per bucket instead of the parameters, so its
+state (momentum, Adam's moments...) exists for this rank's slice only: about 1/size. A step:
+
+1. the bucket's flat gradient is reduce-scattered: this rank gets its slice, reduced;
+2. the shard takes this rank's slice of the parameters and the wrapped optimizer updates it;
+3. the updated shards are all-gathered and written back into the parameters.
+
+Reduce-scatter plus all-gather move the same bytes as one ring all-reduce. A flat slice cuts
+through parameters, so only optimizers (and options) that update each element from that
+element alone are exact: :func:`check_shardable`. Here: that rule, how buckets are cut and
+where each parameter's elements fall in a slice. The adapters move the tensors.
 """
 
+import math
 from typing import Iterator, List, NamedTuple, Sequence, Tuple
 
 from hvdlite import basics
@@ -21,18 +31,32 @@ ELEMENTWISE = ("SGD", "Adam", "AdamW", "Adamax", "NAdam", "Nadam", "RAdam", "Ada
 WHOLE_TENSOR = ("Lamb", "LAMB", "Adafactor", "Muon", "LossScaleOptimizer", "LBFGS",
                 "SparseAdam")
 
+#: Keras options that look at a whole variable or at all of them (attributes, refusal).
+KERAS_REFUSALS = (
+    ("clipnorm", "cannot apply clipnorm (a norm over whole variables); clip the gradients "
+                 "before optimizer.apply instead"),
+    ("global_clipnorm", "cannot apply global_clipnorm (a norm over whole variables); clip the "
+                        "gradients before optimizer.apply instead"),
+    ("_exclude_from_weight_decay _exclude_from_weight_decay_names",
+     "cannot honour exclude_from_weight_decay (shards mix variables)"),
+    ("gradient_accumulation_steps use_ema", "does not combine with Keras' "
+     "gradient_accumulation_steps or use_ema (use backward_passes_per_step)"))
+
 
 def check_shardable(optimizer, what: str) -> None:
-    """The one accept-rule of ``shard_optimizer_state=True``, for every framework."""
+    """The one accept-rule of ``shard_optimizer_state=True``, for every framework: the
+    optimizer's class, then options that look at whole variables (Keras' attributes)."""
     names = [c.__name__ for c in type(optimizer).__mro__]
     name = type(optimizer).__name__
-    if not any(n in WHOLE_TENSOR for n in names) and any(n in ELEMENTWISE for n in names):
-        return
-    raise HvdliteInvalidArgumentError(
-        f"{what}: shard_optimizer_state=True does not support {name}: sharding cuts "
-        f"parameters into flat slices, which is exact only for optimizers that update each "
-        f"element from that element alone. Supported: {', '.join(ELEMENTWISE)}. Use "
-        f"shard_optimizer_state=False for {name}.")
+    if any(n in WHOLE_TENSOR for n in names) or not any(n in ELEMENTWISE for n in names):
+        raise HvdliteInvalidArgumentError(
+            f"{what}: shard_optimizer_state=True does not support {name}: sharding cuts "
+            f"parameters into flat slices, which is exact only for optimizers that update "
+            f"each element from that element alone. Supported: {', '.join(ELEMENTWISE)}. Use "
+            f"shard_optimizer_state=False for {name}.")
+    for attributes, refusal in KERAS_REFUSALS:
+        if any(getattr(optimizer, a, None) for a in attributes.split()):
+            raise HvdliteInvalidArgumentError(f"{what}: shard_optimizer_state=True {refusal}")
 
 
 class Slice(NamedTuple):
@@ -69,15 +93,16 @@ def overlaps(starts: Sequence[int], numels: Sequence[int], begin: int,
 
 
 class BucketPlan:
-    """Pieces of ``numels`` elements packed one after another into a bucket's flat index
-    space, padded to split evenly over ``size`` ranks; this rank owns [begin, end).
+    """Pieces of ``shapes`` packed one after another into a bucket's flat index space,
+    padded to split evenly over ``size`` ranks; this rank owns [begin, end).
 
     Works on any flat array that slices (numpy arrays, torch tensors): the adapters hold
     their own tensors and ask the plan where each piece's elements are.
     """
 
-    def __init__(self, numels: Sequence[int], size: int, rank: int):
-        self.numels = [int(n) for n in numels]
+    def __init__(self, shapes: Sequence[Sequence[int]], size: int, rank: int):
+        self.shapes = [tuple(int(d) for d in s) for s in shapes]
+        self.numels = [math.prod(s) for s in self.shapes]
         self.starts = offsets(self.numels)
         self.numel = sum(self.numels)
         self.shard_numel, self.begin, self.end, self.padded = cut(self.numel, size, rank)
@@ -90,11 +115,15 @@ class BucketPlan:
         """Each piece's elements of ``flat`` (the bucket's whole flat space), flat."""
         return [flat[s:s + n] for s, n in zip(self.starts, self.numels)]
 
+    def shaped(self, flat) -> list:
+        """Each piece of ``flat`` (the bucket's whole flat space) in its own shape."""
+        return [p.reshape(s) for p, s in zip(self.split(flat), self.shapes)]
+
     def fill_shard(self, shard, pieces):
-        """Write this rank's slice of ``pieces`` (one flat array per piece) into ``shard``
-        (the padding is left as it is); returns ``shard``."""
+        """Write this rank's slice of ``pieces`` (one array per piece, of any shape) into
+        ``shard`` (the padding is left as it is); returns ``shard``."""
         for i, off, at, n in self.shard_overlaps():
-            shard[at:at + n] = pieces[i][off:off + n]
+            shard[at:at + n] = pieces[i].reshape(-1)[off:off + n]
         return shard
 
 
@@ -125,6 +154,21 @@ def check_owner(saved, mine, what: str, remedy: str) -> None:
 
 def _extra(owner):
     return f" (buckets of {list(owner[2])} elements)" if len(owner) > 2 else ""
+
+
+def plan_buckets(dtypes: Sequence, nbytes: Sequence[int],
+                 bucket_bytes=None) -> List[List[int]]:
+    """Which pieces (their dtypes and sizes in bytes, in packing order) share a bucket: one
+    dtype per bucket (dtypes in the order of their names), each cut into buckets of about
+    ``bucket_bytes`` (None: one bucket per dtype). Depends on nothing but these, not on the
+    number of ranks: a resize re-cuts the same buckets into new slices."""
+    out = []
+    for dtype in sorted(set(dtypes), key=str):
+        same = [i for i, d in enumerate(dtypes) if d == dtype]
+        chunks = [range(len(same))] if bucket_bytes is None else \
+            buckets_by_bytes([nbytes[i] for i in same], bucket_bytes)
+        out += [[same[j] for j in chunk] for chunk in chunks]
+    return out
 
 
 def buckets_by_bytes(nbytes: Sequence[int], bucket_bytes: int) -> List[List[int]]:

@@ -1,30 +1,20 @@
-"""Local SGD for the Keras ``DistributedOptimizer``: ``DistributedOptimizer(opt, local_steps=H)``.
-
-Ranks apply their own gradients and average their variables (and, with
-``average_optimizer_state=True``, the optimizer's floating-point slots such as momentum)
-every H steps: one all-reduce of the variables per H steps instead of one of the gradients
-per step. The first ``local_sgd_warmup_steps`` steps are synchronous (gradients averaged
-before the update): post-local SGD (Lin et al., 2020). As in hvdlite.torch's local SGD,
-with H=1 and plain SGD (or momentum with ``average_optimizer_state=True``) every step equals
-a synchronous step, up to float rounding.
-
-The step count is an optimizer variable (``hvdlite_local_sgd_steps``): it is saved with the
+"""Local SGD for the Keras ``DistributedOptimizer``: ``DistributedOptimizer(opt, local_steps=H)``;
+the algorithm and its schedule are :mod:`hvdlite.algorithms.local_sgd`'s, shared with torch.
+The step count is an optimizer variable (``hvdlite_local_sgd_steps``): saved with the
 optimizer and, on JAX, part of the stateless train state.
 """
 
 import numpy as np
 from keras import ops
 
-from hvdlite import ops as _ops
-from hvdlite.algorithms.local_sgd import LocalSGDSchedule
-from hvdlite.policy import Average
+from hvdlite.algorithms import local_sgd
 
 from .backend import bridge
 
 
 class LocalSGDState:
     def __init__(self, name, local_steps, warmup_steps, average_state, process_set, what):
-        self.schedule = LocalSGDSchedule(local_steps, warmup_steps, what)
+        self.schedule = local_sgd.LocalSGDSchedule(local_steps, warmup_steps, what)
         self.name, self.what, self.process_set = name, what, process_set
         self.average_state = bool(average_state)
         self.steps = None
@@ -51,16 +41,14 @@ class LocalSGDState:
             own = {id(v) for v in tensors} | {id(optimizer.iterations)}
             if self.steps is not None:
                 own.add(id(self.steps))
-            tensors += [v for v in optimizer.variables
-                        if id(v) not in own and "float" in str(v.dtype) and len(v.shape) > 0
-                        and "hvdlite" not in v.name]
+            tensors += [v for v in optimizer.variables if id(v) not in own and
+                        local_sgd.averages_state(v.dtype, len(v.shape)) and "hvdlite" not in v.name]
         names = [f"{self.name}.localsgd.{i}" for i in range(len(tensors))]
-        kw = {} if self.process_set is None else {"process_set": self.process_set}
 
         def average(run, *arrays):
             arrays = [np.array(a, order="C") for a in arrays]
             if run:
-                _ops.wait_all(_ops.grouped_allreduce_async(arrays, None, names, Average, **kw))
+                local_sgd.average(arrays, names, self.process_set)
             return arrays
 
         out = bridge().host_call(average, [t.value for t in tensors],

@@ -38,7 +38,6 @@ from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
 from .zero import ShardedState
-from .zero import check_supported as check_sharding_supported
 
 
 class _HvdSettings:
@@ -57,25 +56,22 @@ class _HvdSettings:
         self.sparse_as_dense = bool(sparse_as_dense)
         self.backward_passes_per_step = check_passes(backward_passes_per_step, self.what)
         self.average_aggregated_gradients = bool(average_aggregated_gradients)
-        op = policy.resolve_op(op, None, self.what)
-        policy.check_predivide(op, gradient_predivide_factor, self.what)
-        self.op = op
+        self.op = op = policy.resolve_op(op, None, self.what)
+        predivide = float(gradient_predivide_factor)
+        policy.check_predivide(op, predivide, self.what)
         check_combination(self.what, op, compression, shard_optimizer_state, local_steps,
-                          local_sgd_warmup_steps, average_optimizer_state,
-                          float(gradient_predivide_factor))
+                          local_sgd_warmup_steps, average_optimizer_state, predivide)
         self.compression_state = self.sharded = self.local_sgd = None
         if is_stateful(compression):
-            self.compression_state = CompressionState(
-                name, compression, op, float(gradient_predivide_factor), process_set, self.what)
+            self.compression_state = CompressionState(name, compression, op, predivide,
+                                                      process_set, self.what)
             self.reduce_all = self.compression_state.reduce
         else:
             self.reduce_all = bridge().gradient_reducer(
-                name, op, float(gradient_predivide_factor),
-                bridge().Compression.none if compression is None else compression,
-                self.sparse_as_dense, process_set, self.what)
+                name, op, predivide, bridge().Compression.none if compression is None
+                else compression, self.sparse_as_dense, process_set, self.what)
         if shard_optimizer_state:
-            self.sharded = ShardedState(name, op, float(gradient_predivide_factor),
-                                        process_set, self.what)
+            self.sharded = ShardedState(name, op, predivide, process_set, self.what)
         if local_steps is not None:
             self.local_sgd = LocalSGDState(name, local_steps, local_sgd_warmup_steps,
                                            average_optimizer_state, process_set, self.what)
@@ -170,14 +166,9 @@ class _DistributedOptimizer:
         return sharded
 
     def consolidate_variables(self, to=0):
-        """The sharded state gathered whole, for a checkpoint that loads at any size.
-
-        A collective: every rank calls it (eagerly). Returns, on rank ``to`` (every rank
-        when ``to`` is None; None elsewhere), the values the wrapped optimizer's
-        ``variables`` would hold without sharding, in their order: a plain optimizer built
-        on the model assigns them one by one, and ``load_consolidated_variables`` of a
-        sharded one cuts them for its size. (torch: ``consolidate_state_dict``.)
-        """
+        """The sharded state gathered whole, for a checkpoint that loads at any size (torch:
+        ``consolidate_state_dict``): see :meth:`hvdlite.keras.zero.ShardedState.consolidate`.
+        A collective: every rank calls it, eagerly."""
         return self._hvd_built_sharded("consolidate_variables").consolidate(self, to)
 
     def load_consolidated_variables(self, values):
@@ -188,10 +179,10 @@ class _DistributedOptimizer:
             self, values)
 
     def reshard(self, values):
-        """Re-cut the shards for the job's current size (elastic training changed it) and
-        load ``values`` (a ``consolidate_variables`` result; None: the initial, zero slots)
-        into them. Local. A model compiled with this optimizer must trace its train function
-        again (``model.train_function = None``; ``KerasState`` does it)."""
+        """Re-cut the shards for the job's current size and load ``values`` (as
+        ``load_consolidated_variables``; None: zero slots). Local. A model compiled with this
+        optimizer must trace its train function again (``model.train_function = None``);
+        ``KerasState`` does both."""
         sharded = self._hvd_built_sharded("reshard")
         sharding.check_reshardable(sharded.process_set, sharded.what)
         variables = list(self._trainable_variables)
@@ -332,18 +323,15 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             compatibility (every gradient already goes in one group).
 
     Beyond Horovod (each also works with ``backward_passes_per_step`` and ``process_set``):
-        compression: ``Compression.powersgd(rank, start_step)``, ``Compression.topk(ratio)``
-            and ``Compression.fp16/bf16(error_feedback=True)`` keep their state (error
-            buffers, PowerSGD's Q) in optimizer variables (hvdlite/keras/stateful_compression.py).
-        shard_optimizer_state: ZeRO-1, this rank keeps the optimizer's slots for 1/size of
-            the variables (hvdlite/keras/zero.py).
-        local_steps: local SGD, variables averaged every H steps; ``local_sgd_warmup_steps``
-            synchronous steps first; ``average_optimizer_state`` averages the slots too
-            (hvdlite/keras/local_sgd.py).
+        compression: ``Compression.powersgd(rank, start_step)``, ``.topk(ratio)``,
+            ``.fp16/bf16(error_feedback=True)`` (:mod:`.stateful_compression`).
+        shard_optimizer_state: ZeRO-1, slots for 1/size of the variables (:mod:`.zero`).
+        local_steps, local_sgd_warmup_steps, average_optimizer_state: local SGD
+            (:mod:`.local_sgd`).
     """
     _check_keras_optimizer(optimizer)
     if shard_optimizer_state:
-        check_sharding_supported(optimizer, "DistributedOptimizer")
+        sharding.check_shardable(optimizer, "DistributedOptimizer")
         if getattr(optimizer, "built", False):
             raise HvdliteInvalidArgumentError(
                 "DistributedOptimizer(shard_optimizer_state=True): wrap the optimizer before "

@@ -1,19 +1,13 @@
 """Compression that keeps state between steps, for the Keras ``DistributedOptimizer`` on every
 backend: ``Compression.powersgd(...)``, ``Compression.topk(...)``,
-``Compression.fp16/bf16(error_feedback=True)``.
+``Compression.fp16/bf16(error_feedback=True)``, with the reducers of
+:mod:`hvdlite.algorithms.error_feedback` and :mod:`hvdlite.algorithms.powersgd`.
 
-The algorithms are the framework-free reducers of :mod:`hvdlite.algorithms.powersgd` and
-:mod:`hvdlite.algorithms.error_feedback`. Their state lives in optimizer variables, so it is part of
-JAX's stateless train state and of every checkpoint that saves the optimizer
-(``model.save``, ``hvd.load_model``):
-
-- one error buffer per compressed gradient (what compression has not sent yet);
-- PowerSGD's Q per compressed matrix (the same on every rank);
-- the reducer's step count, and the (rank, size) that owns the error buffers.
-
-Each step all of it crosses into the reducer in one host call (``bridge().host_call``) and
-comes back updated. Error buffers belong to one rank: where the owner saved in a checkpoint
-is not this (rank, size), they restart at zero (they hold only the not-yet-sent remainder).
+Their state lives in optimizer variables, so it is part of JAX's stateless train state and
+of every checkpoint that saves the optimizer: an error buffer per compressed gradient,
+PowerSGD's Q per compressed matrix, the step, and the (rank, size) that owns the error
+buffers (restored elsewhere, they restart at zero). Each step all of it crosses into the
+reducer in one host call (``bridge().host_call``) and comes back updated.
 """
 
 import numpy as np
@@ -22,8 +16,6 @@ import hvdlite as _hvd
 
 from . import labels
 from .backend import bridge
-
-_FLOATS = ("float32", "float64")
 
 
 class CompressionState:
@@ -49,7 +41,7 @@ class CompressionState:
         self.names = [f"{self.name}.{i}" for i in range(len(variables))]
         self.errors, self.qs = {}, {}
         for i, v in enumerate(variables):
-            if str(v.dtype) not in _FLOATS:
+            if str(v.dtype) not in self.compression.FLOATS:
                 continue            # refused with a clear error if it ever has a gradient
             shape = tuple(v.shape)
             if self.reducer.keeps_error(shape, size):
@@ -74,51 +66,37 @@ class CompressionState:
         if not present:
             return grads
         for i in present:
-            grads[i] = bridge().dense_gradient(grads[i], labels.variable_label(variables[i], i),
-                                               True, self.what)
-            dtype = str(variables[i].dtype)
-            if dtype not in _FLOATS:
-                raise ValueError(f"{self.what}: the gradient of "
-                                 f"{labels.variable_label(variables[i], i)} has dtype {dtype}; "
-                                 f"compression={self.compression!r} handles float32 and float64")
-        with_error = [i for i in present if i in self.errors]
-        with_q = [i for i in present if i in self.qs]
-        names = [self.names[i] for i in present]
+            label = labels.variable_label(variables[i], i)
+            grads[i] = bridge().dense_gradient(grads[i], label, True, self.what)
+            self.compression.check_dtype(str(variables[i].dtype), label, self.what)
+        # The state this step touches: ("errors" or "qs", the gradient's name, its variable).
+        held = [(kind, self.names[i], getattr(self, kind)[i]) for kind in ("errors", "qs")
+                for i in present if i in getattr(self, kind)]
+        state = [v for _, _, v in held] + [self.step, self.owner]
+        names, n = [self.names[i] for i in present], len(present)
         reducer, reduction = self.reducer, self.reduction
-        n_g, n_e, n_q = len(present), len(with_error), len(with_q)
         me = np.array([_hvd.rank(), _hvd.size()], np.int32)
 
         def host(run, *arrays):
-            gs = list(arrays[:n_g])
-            es = list(arrays[n_g:n_g + n_e])
-            qs = list(arrays[n_g + n_e:n_g + n_e + n_q])
-            step, owner = arrays[-2], arrays[-1]
             if not run:
-                return gs + es + qs + [step, owner]
-            if not np.array_equal(owner, me):      # restored from another rank or size
-                es = [np.zeros_like(e) for e in es]
-            err_names = [self.names[i] for i in with_error]
-            q_names = [self.names[i] for i in with_q]
-            gs = [np.array(g, order="C") for g in gs]
-            errors, q_of, out_step = reducer.reduce_with_state(
-                gs, names, dict(zip(err_names, es)), dict(zip(q_names, qs)), step, *reduction)
-            es = [errors.get(n, e) for n, e in zip(err_names, es)]
-            qs = [q_of.get(n, q) for n, q in zip(q_names, qs)]
-            return gs + es + qs + [np.asarray(out_step, np.int32), me]
+                return list(arrays)
+            gs = [np.array(g, order="C") for g in arrays[:n]]
+            own = np.array_equal(arrays[-1], me)     # else restored from another rank or size
+            given = {"errors": {}, "qs": {}}
+            for (kind, name, _), a in zip(held, arrays[n:-2]):
+                given[kind][name] = a if own or kind == "qs" else np.zeros_like(a)
+            errors, qs, step = reducer.reduce_with_state(
+                gs, names, given["errors"], given["qs"], arrays[-2], *reduction)
+            back = {"errors": errors, "qs": qs}
+            return gs + [back[k].get(name, given[k][name]) for k, name, _ in held] + [
+                np.asarray(step, np.int32), me]
 
-        args = ([grads[i] for i in present] + [self.errors[i].value for i in with_error]
-                + [self.qs[i].value for i in with_q] + [self.step.value, self.owner.value])
-        specs = ([(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
-                 + [(tuple(self.errors[i].shape), str(self.errors[i].dtype)) for i in with_error]
-                 + [(tuple(self.qs[i].shape), str(self.qs[i].dtype)) for i in with_q]
-                 + [((), "int32"), ((2,), "int32")])
-        out = bridge().host_call(host, args, specs, when)
-        for i, r in zip(present, out[:n_g]):
+        out = bridge().host_call(
+            host, [grads[i] for i in present] + [v.value for v in state],
+            [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
+            + [(tuple(v.shape), str(v.dtype)) for v in state], when)
+        for i, r in zip(present, out[:n]):
             grads[i] = r
-        for i, e in zip(with_error, out[n_g:n_g + n_e]):
-            self.errors[i].assign(e)
-        for i, q in zip(with_q, out[n_g + n_e:n_g + n_e + n_q]):
-            self.qs[i].assign(q)
-        self.step.assign(out[-2])
-        self.owner.assign(out[-1])
+        for v, a in zip(state, out[n:]):
+            v.assign(a)
         return grads

@@ -1,46 +1,29 @@
 """Sharded optimizer state (ZeRO stage 1) for the Keras ``DistributedOptimizer``:
 ``DistributedOptimizer(opt, shard_optimizer_state=True)``, on every backend.
 
-Layout. The trainable variables are packed, per dtype and in the optimizer's order, into one
-flat index space padded to a multiple of the number of ranks; rank r owns the r-th equal
-slice. The wrapped optimizer is built on one 1-D "shard" variable per dtype (an optimizer
-variable) instead of the model's variables, so its slots (momentum, Adam's moments...)
-exist only for this rank's slice: about 1/size of the whole.
+The layout, the step and which optimizers and options are accepted are
+:mod:`hvdlite.algorithms.sharding`'s, shared with torch. Here one bucket holds the trainable
+variables of one dtype, in the optimizer's order; the shards are optimizer variables, on
+which the wrapped optimizer builds its slots. Keras hands ``apply`` every gradient at once;
+after the update the variables' constraints run, as Keras' own apply does.
 
-A step (Keras hands ``apply`` every gradient at once):
-1. the flat gradient is reduce-scattered: this rank gets its slice, averaged over ranks;
-2. the shard takes this rank's slice of the current variables, and the wrapped optimizer
-   updates it with that gradient slice;
-3. the updated shards are all-gathered and written back into the variables (then the
-   variables' constraints run, as Keras' own apply does).
-Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
-
-Only updates that treat each element on its own are exact on flat slices, so options that
-look at a whole variable (``clipnorm``, ``exclude_from_weight_decay``) or at all of them
-(``global_clipnorm``) are refused, and so are optimizers that
-:func:`hvdlite.algorithms.sharding.check_shardable` (shared with torch) does not accept.
-
-Checkpoints: the shards and their slots are optimizer variables, saved with the optimizer.
-They are this rank's: a checkpoint loads back on the rank and size that saved it (each rank
-saves its own file); elsewhere ``hvd.load_model`` raises. For a checkpoint that loads
-anywhere, ``optimizer.consolidate_variables(to=0)`` gathers the values the unsharded
+Checkpoints: the shards and their slots are saved with the optimizer and load back on the
+rank and size that saved them (each rank saves its own file); elsewhere ``hvd.load_model``
+raises. ``optimizer.consolidate_variables(to=0)`` gathers the values the unsharded
 optimizer's ``variables`` would hold (in their order: a plain optimizer built on the model
 assigns them one by one), and ``load_consolidated_variables`` of a sharded optimizer cuts
-them into its shards at any size. Elastic training re-cuts the shards the same way when the
-job's size changes (``reshard``).
+them into its shards at any size, as elastic training's ``reshard`` does after a resize.
 """
 
 import numpy as np
 from keras import ops
 
 from hvdlite import ops as _ops
-from hvdlite.algorithms import sharding
+from hvdlite.algorithms import sharded_state, sharding
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from . import labels
 from .backend import bridge
-
-_FLOATS = ("float32", "float64")
 
 
 class _Bucket(sharding.BucketPlan):
@@ -48,8 +31,7 @@ class _Bucket(sharding.BucketPlan):
 
     def __init__(self, dtype, indices, variables, size, rank):
         self.dtype, self.indices = dtype, indices
-        self.shapes = [tuple(variables[i].shape) for i in indices]
-        super().__init__([int(np.prod(s)) for s in self.shapes], size, rank)
+        super().__init__([variables[i].shape for i in indices], size, rank)
 
 
 def _wrapped_class(optimizer):
@@ -66,25 +48,6 @@ def _reference_prefix(variable):
     return str(variable.name).replace("/", "_").replace(":", "_")
 
 
-def check_supported(optimizer, what):
-    sharding.check_shardable(optimizer, what)
-    for option in ("clipnorm", "global_clipnorm"):
-        if getattr(optimizer, option, None):
-            raise HvdliteInvalidArgumentError(
-                f"{what}: shard_optimizer_state=True cannot apply {option} (a norm over whole "
-                f"variables); clip the gradients before optimizer.apply instead")
-    if getattr(optimizer, "_exclude_from_weight_decay", None) or \
-            getattr(optimizer, "_exclude_from_weight_decay_names", None):
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True cannot honour exclude_from_weight_decay "
-            f"(shards mix variables)")
-    if getattr(optimizer, "gradient_accumulation_steps", None) or \
-            getattr(optimizer, "use_ema", False):
-        raise HvdliteInvalidArgumentError(
-            f"{what}: shard_optimizer_state=True does not combine with Keras' "
-            f"gradient_accumulation_steps or use_ema (use backward_passes_per_step)")
-
-
 class ShardedState:
     """The layout and collectives of one sharded optimizer."""
 
@@ -99,16 +62,14 @@ class ShardedState:
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
         self.rank_size = rank, size = sharding.place(self.process_set)
-        by_dtype = {}
-        for i, v in enumerate(variables):
-            dtype = str(v.dtype)
-            if dtype not in _FLOATS:
+        dtypes = [str(v.dtype) for v in variables]
+        for i, (v, dtype) in enumerate(zip(variables, dtypes)):
+            if dtype not in ("float32", "float64"):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
                     f"variables; {labels.variable_label(v, i)} is {dtype}")
-            by_dtype.setdefault(dtype, []).append(i)
-        self.buckets = [_Bucket(d, idx, variables, size, rank)
-                        for d, idx in sorted(by_dtype.items())]
+        self.buckets = [_Bucket(dtypes[idx[0]], idx, variables, size, rank)
+                        for idx in sharding.plan_buckets(dtypes, None)]
         # The wrapped optimizer's own variables made before build (iterations, learning
         # rate): everything after them is cut for this size.
         self.prebuilt = len(optimizer.variables)
@@ -151,17 +112,16 @@ class ShardedState:
     def _unsharded_layout(self, optimizer):
         """Where each variable of the unsharded optimizer (the wrapped class built on the
         model's variables, in its order) lives here: ("own", index in optimizer.variables) or
-        ("slot", model variable index, suffix). Found once, from a plain optimizer built
-        on the model's variables (then dropped)."""
+        ("slot", (bucket index, suffix), position in the bucket). Found once, from a plain
+        optimizer built on the model's variables (then dropped)."""
         if self.layout is not None:
             return self.layout
         plain_class = _wrapped_class(optimizer)
         plain = plain_class.from_config(optimizer.get_config())
         before = len(plain.variables)
         plain.build(self.model_variables)
-        suffixes = {suffix for _, suffix in self.slots}
-        slot_of = {f"{_reference_prefix(v)}_{suffix}": (i, suffix)
-                   for i, v in enumerate(self.model_variables) for suffix in suffixes}
+        slot_of = {f"{_reference_prefix(self.model_variables[i])}_{key[1]}": (key, pos)
+                   for key in self.slots for pos, i in enumerate(self.buckets[key[0]].indices)}
         layout = []
         for j, v in enumerate(plain.variables):
             if j < before:
@@ -181,35 +141,20 @@ class ShardedState:
         self.layout = layout
         return layout
 
-    def _where(self):
-        """model variable index -> (bucket index, position among the bucket's pieces)."""
-        return {i: (k, pos) for k, b in enumerate(self.buckets)
-                for pos, i in enumerate(b.indices)}
-
     def consolidate(self, optimizer, to=0):
-        """The values of the unsharded optimizer's variables (see the module docstring),
-        gathered from every rank's shards: a list of numpy arrays on rank ``to`` (every rank
-        when None), None elsewhere. A collective: every rank must call it, eagerly."""
-        keys = sorted(self.slots)
-        works = [_ops.allgather_async(
-            np.ascontiguousarray(ops.convert_to_numpy(self.slots[key].value)),
-            f"{self.name}.zero.state.{self.buckets[key[0]].dtype}.{key[1]}", **self._set_kw())
-            for key in keys]
-        flats = dict(zip(keys, (np.asarray(r.output) for r in _ops.wait_all(works))))
-        rank = self.rank_size[0]
-        if to is not None and rank != to:
+        """The values the unsharded optimizer's ``variables`` would hold, in their order (a
+        plain optimizer built on the model assigns them one by one), gathered from every
+        rank's shards: numpy arrays on rank ``to`` (every rank when None), None elsewhere."""
+        pieces = sharded_state.gather_slots(
+            self.buckets, {key: np.ascontiguousarray(ops.convert_to_numpy(self.slots[key].value))
+                           for key in sorted(self.slots)},
+            f"{self.name}.zero.state", self.process_set, to, self.rank_size[0],
+            lambda r: np.asarray(r.output))
+        if pieces is None:
             return None
-        where, own = self._where(), optimizer.variables
-        values = []
-        for entry in self._unsharded_layout(optimizer):
-            if entry[0] == "own":
-                values.append(np.array(ops.convert_to_numpy(own[entry[1]].value)))
-                continue
-            _, i, suffix = entry
-            k, pos = where[i]
-            piece = self.buckets[k].split(flats[(k, suffix)])[pos]
-            values.append(piece.reshape(tuple(self.model_variables[i].shape)).copy())
-        return values
+        own = optimizer.variables
+        return [np.array(ops.convert_to_numpy(own[e[1]].value)) if e[0] == "own" else
+                pieces[e[1]][e[2]].copy() for e in self._unsharded_layout(optimizer)]
 
     def load_consolidated(self, optimizer, values):
         """Cut ``values`` (a ``consolidate`` result, taken at any size) into this rank's
@@ -225,26 +170,24 @@ class ShardedState:
                 f"{self.what}: load_consolidated_variables: got {len(values)} values; the "
                 f"unsharded {_wrapped_class(optimizer).__name__} on these variables has "
                 f"{len(layout)}")
-        where, own = self._where(), optimizer.variables
-        pieces = {key: [np.zeros(n, self.buckets[key[0]].dtype)
-                        for n in self.buckets[key[0]].numels] for key in self.slots}
-        for entry, value in zip(layout, values):
-            value = np.asarray(value)
+        pieces = {key: [np.zeros(n) for n in self.buckets[key[0]].numels] for key in self.slots}
+        for entry, value in zip(layout, map(np.asarray, values)):
             if entry[0] == "own":
-                own[entry[1]].assign(value)
+                optimizer.variables[entry[1]].assign(value)
                 continue
-            _, i, suffix = entry
+            _, key, pos = entry
+            i = self.buckets[key[0]].indices[pos]
             variable = self.model_variables[i]
             if tuple(value.shape) != tuple(variable.shape):
                 raise HvdliteInvalidArgumentError(
-                    f"{self.what}: load_consolidated_variables: the {suffix} of "
+                    f"{self.what}: load_consolidated_variables: the {key[1]} of "
                     f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
                     f"the variable has {tuple(variable.shape)}")
-            k, pos = where[i]
-            pieces[(k, suffix)][pos] = value.reshape(-1)
-        for key, values_of in pieces.items():
-            b = self.buckets[key[0]]
-            self.slots[key].assign(b.fill_shard(np.zeros(b.shard_numel, b.dtype), values_of))
+            pieces[key][pos] = value
+        for (k, suffix), values_of in pieces.items():
+            b = self.buckets[k]
+            self.slots[k, suffix].assign(b.fill_shard(np.zeros(b.shard_numel, b.dtype),
+                                                      values_of))
 
     def check_owner(self, owner):
         sharding.check_owner(
@@ -269,10 +212,7 @@ class ShardedState:
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
         op, pre, post = self.reduction
         names = [f"{self.name}.zero.grad.{b.dtype}" for b in self.buckets]
-        kw, buckets = self._set_kw(), self.buckets
-
-        built_for = self.rank_size[1]
-        what = self.what
+        kw, buckets, built_for, what = self._set_kw(), self.buckets, self.rank_size[1], self.what
 
         def reduce_scatter(run, *arrays):
             if not run:

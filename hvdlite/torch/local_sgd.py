@@ -1,22 +1,11 @@
-"""Local SGD: ``DistributedOptimizer(..., local_steps=H)``.
-
-Ranks step independently on their own gradients and average their parameters (and, with
-``average_optimizer_state=True``, the optimizer's floating-point state such as momentum
-buffers) every H steps: one all-reduce of the parameters per H steps instead of one of the
-gradients per step, so H times fewer bytes. The first ``local_sgd_warmup_steps`` steps are
-ordinary synchronous steps (gradients averaged before each update): post-local SGD
-(Lin et al., 2020), which keeps the early, fast-moving phase of training synchronous.
-
-With H=1 and plain SGD (or SGD with momentum and ``average_optimizer_state=True``) every
-step equals a synchronous step: the update is linear in the gradient, so the mean of the
-ranks' updated parameters is the update with the mean gradient (up to float rounding).
+"""Local SGD: ``DistributedOptimizer(..., local_steps=H)``; the algorithm and its schedule are
+:mod:`hvdlite.algorithms.local_sgd`'s, shared with Keras. The step count is saved in
+``state_dict()`` under ``"hvdlite_local_sgd"``.
 """
 
 import torch
 
-from hvdlite import ops as _ops
-from hvdlite.algorithms.local_sgd import LocalSGDSchedule
-from hvdlite.policy import Average
+from hvdlite.algorithms import local_sgd
 
 from ._wrap import SynchronizeProtocol, require_contiguous, wrap
 
@@ -27,7 +16,7 @@ class LocalSGDOptimizer(SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
 
     def _local_setup(self, names, schedule, average_state, process_set):
-        self._set_kw = {} if process_set is None else {"process_set": process_set}
+        self._process_set = process_set
         self._schedule = schedule
         self.local_steps = schedule.local_steps
         self.local_sgd_warmup_steps = schedule.warmup_steps
@@ -42,13 +31,11 @@ class LocalSGDOptimizer(SynchronizeProtocol):
     def _reduce_gradients(self):
         if not self._schedule.in_warmup(self.steps_taken):
             return          # local steps use this rank's own gradients
-        grads = []
         for p in self._params:
             if p.grad is None:
                 p.grad = torch.zeros_like(p)
-            grads.append(p.grad.detach())
-        _ops.wait_all(_ops.grouped_allreduce_async(
-            grads, None, [f"localsgd.grad.{n}" for n in self._names], Average, **self._set_kw))
+        local_sgd.average([p.grad.detach() for p in self._params],
+                          [f"localsgd.grad.{n}" for n in self._names], self._process_set)
 
     def _apply_step(self, *args, **kwargs):
         result = self._base_step(*args, **kwargs)
@@ -64,12 +51,11 @@ class LocalSGDOptimizer(SynchronizeProtocol):
         if self.average_optimizer_state:
             for p, n in zip(self._params, self._names):
                 for key, v in sorted(self.state.get(p, {}).items()):
-                    if torch.is_tensor(v) and v.is_floating_point() and v.dim() > 0:
+                    if torch.is_tensor(v) and local_sgd.averages_state(v.dtype, v.dim()):
                         tensors.append(v)
                         names.append(f"localsgd.state.{n}.{key}")
         with torch.no_grad():
-            _ops.wait_all(_ops.grouped_allreduce_async(tensors, None, names, Average,
-                                                       **self._set_kw))
+            local_sgd.average(tensors, names, self._process_set)
 
     def state_dict(self):
         sd = super().state_dict()
@@ -86,7 +72,7 @@ class LocalSGDOptimizer(SynchronizeProtocol):
 
 def make_local_sgd(optimizer, names, local_steps, warmup_steps, average_state,
                    process_set=None):
-    schedule = LocalSGDSchedule(local_steps, warmup_steps, "DistributedOptimizer")
+    schedule = local_sgd.LocalSGDSchedule(local_steps, warmup_steps, "DistributedOptimizer")
     opt = wrap(LocalSGDOptimizer, optimizer)
     opt._local_setup(names, schedule, average_state, process_set)
     return opt

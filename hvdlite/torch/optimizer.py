@@ -80,12 +80,9 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_index = {}           # param -> position in _hvd_params
         self._hvd_hook_handles = []
         self._hvd_grad_accs = []
-        self._hvd_pending = {}         # int index or ("g", group id) -> _GradReduction
+        self._hvd_pending = {}         # (indices reduced together) -> _GradReduction
         self._hvd_countdown = Countdown(backward_passes_per_step)
         self._init_protocol()
-        self._hvd_group_of = []
-        self._hvd_groups = []
-        self._hvd_group_ready = []
         self._hvd_self_ref = weakref.ref(self)
         # The hooks live on the parameters: take them off when this optimizer goes away.
         weakref.finalize(self, remove_hooks, self._hvd_hook_handles)
@@ -105,7 +102,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_names.append(name)
         self._hvd_index[p] = index
         self._hvd_countdown.add(index)
-        self._hvd_group_of.append(None)
         self._hvd_grad_accs.append(watch_gradient(
             p, self._hvd_self_ref, index, "_hvd_before_accumulate", "_hvd_grad_ready",
             self._hvd_hook_handles))
@@ -125,13 +121,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
                                  "between rank 0 and this rank")
             pos = {n: i for i, n in enumerate(order)}
             params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
-        chunks = policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor")
-        for gid, chunk in enumerate(chunks):
-            members = [self._hvd_index[p] for p in chunk]
-            self._hvd_groups.append(members)
-            self._hvd_group_ready.append(0)
-            for i in members:
-                self._hvd_group_of[i] = gid
+        for chunk in policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor"):
+            self._hvd_countdown.group(self._hvd_index[p] for p in chunk)
 
     # -- reductions ---------------------------------------------------------------------
 
@@ -178,27 +169,20 @@ class _DistributedOptimizer(SynchronizeProtocol):
 
     def _hvd_grad_ready(self, i):
         """Called by autograd once parameter ``i``'s gradient is fully accumulated."""
-        if not self._hvd_countdown.arrive(i, self._hvd_names[i]) or not self._hvd_reduces:
-            return
-        gid = self._hvd_group_of[i]
-        if gid is None:
-            self._hvd_pending[i] = self._hvd_start([i])
-        else:
-            self._hvd_group_ready[gid] += 1
-            if self._hvd_group_ready[gid] == len(self._hvd_groups[gid]):
-                self._hvd_pending[("g", gid)] = self._hvd_start(self._hvd_groups[gid])
+        done = self._hvd_countdown.arrive(i, self._hvd_names[i])    # i, or i's whole group
+        if done and self._hvd_reduces:
+            self._hvd_pending[done] = self._hvd_start(done)
 
     def _reduce_gradients(self):
         """Finish the all-reduce of every gradient (starting those not started yet);
         parameters that got no gradient on this rank contribute zeros."""
         try:
             if self._hvd_reduces:
-                for i in range(len(self._hvd_params)):
-                    if self._hvd_group_of[i] is None and i not in self._hvd_pending:
-                        self._hvd_pending[i] = self._hvd_start([i])
-                for gid, members in enumerate(self._hvd_groups):
-                    if ("g", gid) not in self._hvd_pending:
-                        self._hvd_pending[("g", gid)] = self._hvd_start(members)
+                grouped = self._hvd_countdown.group_of
+                for done in [(i,) for i in range(len(self._hvd_params)) if i not in grouped] + \
+                        list(self._hvd_countdown.waiting):
+                    if done not in self._hvd_pending:
+                        self._hvd_pending[done] = self._hvd_start(done)
             error = None
             for red in self._hvd_pending.values():
                 try:
@@ -213,7 +197,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
     def _hvd_reset(self):
         self._hvd_pending.clear()
         self._hvd_countdown.reset()
-        self._hvd_group_ready = [0] * len(self._hvd_groups)
 
     # -- the optimizer interface --------------------------------------------------------
 

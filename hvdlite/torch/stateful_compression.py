@@ -1,12 +1,10 @@
-"""``DistributedOptimizer`` with a compression that keeps state between steps.
+"""``DistributedOptimizer`` with a compression that keeps state between steps:
+``Compression.powersgd(...)``, ``Compression.topk(...)``,
+``Compression.fp16/bf16(error_feedback=True)``.
 
-``Compression.powersgd(...)``, ``Compression.topk(...)`` and
-``Compression.fp16/bf16(error_feedback=True)`` need every gradient at once (PowerSGD
-batches its two all-reduces, top-k packs every tensor's pairs into one all-gather), so the
-reduction runs in ``synchronize()`` / ``step()`` rather than from backward hooks. The
-algorithms live in :mod:`hvdlite.algorithms.error_feedback` and
-:mod:`hvdlite.algorithms.powersgd`, on numpy views of the gradients; their state (error
-buffers, Q matrices, step) is saved in this optimizer's ``state_dict()`` under
+The reducers (:mod:`hvdlite.algorithms.error_feedback`, :mod:`hvdlite.algorithms.powersgd`)
+need every gradient at once, so the reduction runs in ``synchronize()`` / ``step()``, on
+numpy views of the gradients; their state is saved in ``state_dict()`` under
 ``"hvdlite_compression"``.
 """
 
@@ -14,7 +12,7 @@ import numpy as np
 import torch
 
 import hvdlite as _hvd
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.convert.torch_tensors import dtype_name
 
 from ._wrap import SynchronizeProtocol, require_contiguous, wrap
 
@@ -33,10 +31,8 @@ class CompressedOptimizer(SynchronizeProtocol):
             [p for g in self.param_groups for p in g["params"] if p.requires_grad], names,
             f"DistributedOptimizer(compression={compression!r})")
         for p in self._params:
-            if p.dtype not in (torch.float32, torch.float64):
-                raise HvdliteInvalidArgumentError(
-                    f"compression={compression!r}: parameter '{names[id(p)]}' has dtype "
-                    f"{p.dtype}; stateful compression handles float32 and float64 gradients")
+            compression.check_dtype(dtype_name(p.dtype), f"parameter '{names[id(p)]}'",
+                                    "DistributedOptimizer")
         self._names = [names[id(p)] for p in self._params]
         self._init_protocol()
 

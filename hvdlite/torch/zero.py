@@ -1,26 +1,11 @@
 """Sharded optimizer state (ZeRO stage 1): ``DistributedOptimizer(shard_optimizer_state=True)``.
 
-Layout. The trainable parameters of each parameter group are packed, per dtype and in
-reverse order (the order backward produces their gradients), into buckets of about
-``bucket_bytes``. A bucket is one flat index space padded to a multiple of ``size()``;
-rank r owns the r-th equal slice of every bucket. The wrapped optimizer is given, in place
-of the model's parameters, one 1-D "shard" tensor per bucket: its state (momentum, Adam's
-moments, ...) therefore exists only for this rank's slice, about 1/size of the whole.
-
-A step:
-1. as soon as backward has produced every gradient of a bucket (``backward_passes_per_step``
-   times), the bucket's flat gradient is reduce-scattered: this rank receives its slice,
-   averaged (or summed) over ranks, while backward goes on;
-2. ``step()`` copies this rank's slice of the parameters into the shards and runs the wrapped
-   optimizer on them;
-3. the updated shards are all-gathered and written back into the parameters.
-Reduce-scatter plus all-gather move the same bytes as one ring all-reduce.
-
-Only optimizers whose update of an element depends on that element alone are accepted
-(:func:`hvdlite.algorithms.sharding.check_shardable`, shared with Keras): a flat shard
-cuts through parameters, so anything that looks at a
-whole parameter or at all of them (LAMB's trust ratio, Adafactor's factored moments,
-LBFGS) would be silently wrong. Clipping by the global norm goes through
+The layout, the step and which optimizers are accepted are
+:mod:`hvdlite.algorithms.sharding`'s, shared with Keras. Here the buckets hold each parameter
+group's trainable parameters per dtype, in reverse order (the order backward produces their
+gradients), about ``bucket_bytes`` each; a bucket's reduce-scatter starts from the gradient
+hooks as soon as backward has produced all of its gradients (``backward_passes_per_step``
+times), while backward goes on. Clipping by the global norm goes through
 :meth:`ShardedOptimizer.clip_grad_norm_`, which all-reduces the shards' norms.
 
 Checkpoints. ``state_dict()`` is this rank's shard (it loads only at the same size and rank);
@@ -57,14 +42,20 @@ class _Piece:
     def __init__(self, param, name, grad_view):
         self.param, self.name, self.grad_view = param, name, grad_view.view_as(param)
 
-    def owns_grad(self):
+    def collect(self):
+        """Bring a .grad that is not the bucket's view (replaced, e.g. by
+        ``model.zero_grad(set_to_none=True)``) into the bucket; no .grad: zeros."""
         g = self.param.grad
-        return g is not None and g.data_ptr() == self.grad_view.data_ptr()
+        with torch.no_grad():
+            if g is None:
+                self.grad_view.zero_()
+            elif g.data_ptr() != self.grad_view.data_ptr():     # else autograd added into it
+                self.grad_view.copy_(g)
 
 
 class _Bucket(sharding.BucketPlan):
     def __init__(self, index, group, params, names, size, rank):
-        super().__init__([p.numel() for p in params], size, rank)
+        super().__init__([p.shape for p in params], size, rank)
         self.index, self.group = index, group
         dtype = params[0].dtype
         # The local gradients; after the reduce-scatter, [begin, end) holds the reduced slice
@@ -76,7 +67,6 @@ class _Bucket(sharding.BucketPlan):
         self.pieces = [_Piece(p, names[id(p)], view)
                        for p, view in zip(params, self.split(self.flat_grad))]
         self.shard = torch.zeros(self.shard_numel, dtype=dtype, requires_grad=True)
-        self.pending = 0        # members whose gradient is not ready yet this step
         self.handle = None      # the reduce-scatter in flight
 
 
@@ -105,18 +95,15 @@ class ShardedOptimizer(SynchronizeProtocol):
         # numbers parameters in this order, as the unsharded optimizer's state_dict does.
         self._zero_model_groups = [list(g["params"]) for g in self.param_groups]
         previous_state = super().state_dict() if len(self.state) else None
-        # Which parameters share a bucket depends on the bucket size only, not on the number
-        # of ranks: a resize (elastic training) re-cuts the same buckets into new slices.
         self._zero_chunks = []          # (parameter group index, the bucket's parameters)
         for gi, group in enumerate(self.param_groups):
             trainable = require_contiguous(
                 [p for p in group["params"] if p.requires_grad], names,
-                "DistributedOptimizer(shard_optimizer_state=True)")
-            for dtype in sorted({p.dtype for p in trainable}, key=str):
-                same = [p for p in reversed(trainable) if p.dtype == dtype]
-                for chunk in sharding.buckets_by_bytes(
-                        [p.numel() * p.element_size() for p in same], bucket_bytes):
-                    self._zero_chunks.append((gi, [same[i] for i in chunk]))
+                "DistributedOptimizer(shard_optimizer_state=True)")[::-1]
+            self._zero_chunks += [(gi, [trainable[i] for i in chunk]) for chunk in
+                                  sharding.plan_buckets([p.dtype for p in trainable], [
+                                      p.numel() * p.element_size() for p in trainable],
+                                      bucket_bytes)]
         self._zero_names = names
         self._zero_layout([_group_options(g) for g in self.param_groups])
         # The hooks live on the parameters: take them off when this optimizer goes away.
@@ -174,46 +161,35 @@ class ShardedOptimizer(SynchronizeProtocol):
     def _zero_attach_grads(self, zero):
         """Point every parameter's .grad at its place in its bucket (zeroed, or keeping the
         gradient it has)."""
-        with torch.no_grad():
-            for b in self._zero_buckets:
-                if zero:
-                    b.flat_grad.zero_()
-                for pc in b.pieces:
-                    if not zero and pc.param.grad is not None and not pc.owns_grad():
-                        pc.grad_view.copy_(pc.param.grad)
-                    pc.param.grad = pc.grad_view
+        for b in self._zero_buckets:
+            if zero:
+                b.flat_grad.zero_()
+            for pc in b.pieces:
+                if not zero:
+                    pc.collect()
+                pc.param.grad = pc.grad_view
 
     def _zero_reset(self, passes=None):
         self._zero_countdown = Countdown(
             self.backward_passes_per_step if passes is None else passes, self._zero_bucket_of)
         self.backward_passes_per_step = self._zero_countdown.passes
         for b in self._zero_buckets:
-            b.pending, b.handle = len(b.pieces), None
-
-    def _zero_name(self, p):
-        return self._zero_names[id(p)]
+            self._zero_countdown.group(pc.param for pc in b.pieces)
+            b.handle = None
 
     def _zero_before_accumulate(self, p):
         # Refuse an extra backward pass before it adds into a bucket being reduce-scattered.
-        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p], self._zero_name(p))
+        refuse_extra_pass(self._zero_countdown, p, self._zero_grad_accs[p],
+                          self._zero_names[id(p)])
 
     def _zero_grad_ready(self, p):
-        if self._zero_countdown.arrive(p, self._zero_name(p)):
-            b = self._zero_bucket_of[p]
-            b.pending -= 1
-            if b.pending == 0:
-                self._zero_start(b)
+        if self._zero_countdown.arrive(p, self._zero_names[id(p)]):     # the bucket is complete
+            self._zero_start(self._zero_bucket_of[p])
 
     def _zero_start(self, b):
         """Reduce-scatter the bucket's flat gradient (zeros for parameters without one)."""
-        with torch.no_grad():
-            for pc in b.pieces:
-                if pc.owns_grad():
-                    continue            # autograd accumulated into the bucket itself
-                if pc.param.grad is None:
-                    pc.grad_view.zero_()
-                else:       # .grad was replaced (e.g. model.zero_grad(set_to_none=True))
-                    pc.grad_view.copy_(pc.param.grad)
+        for pc in b.pieces:
+            pc.collect()
         b.handle = _ops.reducescatter_async(b.flat_grad, f"{self._zero_prefix}.grad.{b.index}",
                                             self._zero_op, self._zero_prescale,
                                             self._zero_postscale, **self._zero_set_kw)
@@ -268,7 +244,7 @@ class ShardedOptimizer(SynchronizeProtocol):
             for b in self._zero_buckets:
                 # The parameters are the truth (broadcast_parameters, load_state_dict of the
                 # model): take this rank's slice of them afresh every step.
-                b.fill_shard(b.shard.zero_(), [flat_view(pc.param) for pc in b.pieces])
+                b.fill_shard(b.shard.zero_(), [pc.param for pc in b.pieces])
         result = self._base_step()
         self._zero_gather_params()
         return result
@@ -302,9 +278,7 @@ class ShardedOptimizer(SynchronizeProtocol):
         del set_to_none
         self._zero_countdown.refuse_zero_grad(
             any(b.handle is not None for b in self._zero_buckets))
-        # Gradients stay views of their buckets, zeroed (set_to_none has nothing to free: the
-        # bucket is the gradients' memory); a .grad replaced meanwhile is let go.
-        self._zero_attach_grads(zero=True)
+        self._zero_attach_grads(zero=True)      # a .grad replaced meanwhile is let go
         for b in self._zero_buckets:
             b.shard.grad = None
 
@@ -346,35 +320,23 @@ class ShardedOptimizer(SynchronizeProtocol):
         by elastic training) then sends zeros for it, which only it would have received."""
         if keys_of is None:
             keys_of = [self._zero_keys(b) for b in self._zero_buckets]
-        handles = []
-        for b, keys in zip(self._zero_buckets, keys_of):
-            st = self.state.get(b.shard, {})
-            for k, dtype in keys:
-                if dtype is not None:
-                    value = st[k] if k in st else torch.zeros(b.shard_numel, dtype=dtype)
-                    handles.append(_ops.allgather_async(
-                        value.detach().contiguous(), f"{self._zero_prefix}.state.{b.index}.{k}",
-                        **self._zero_set_kw))
-        results = iter(_ops.wait_all(handles))
-        if to is not None and self._zero_rank != to:
-            for _ in results:
-                pass
+        slots = {(b.index, k): self.state.get(b.shard, {}).get(k, torch.zeros(
+                     b.shard_numel, dtype=dtype)).detach().contiguous()
+                 for b, keys in zip(self._zero_buckets, keys_of) for k, dtype in keys
+                 if dtype is not None}
+        pieces = sharded_state.gather_slots(
+            self._zero_buckets, slots, f"{self._zero_prefix}.state",
+            self._zero_set_kw.get("process_set"), to, self._zero_rank,
+            lambda r: from_core(r, torch.device("cpu")))
+        if pieces is None:
             return None
         by_param = {}
         for b, keys in zip(self._zero_buckets, keys_of):
             st = self.state.get(b.shard, {})
-            per_param = {pc.param: {} for pc in b.pieces}
-            for k, dtype in keys:
-                if dtype is not None:
-                    flat = from_core(next(results), torch.device("cpu"))
-                    for pc, part in zip(b.pieces, b.split(flat)):
-                        per_param[pc.param][k] = part.clone().view_as(pc.param)
-                else:
-                    for pc in b.pieces:
-                        v = st[k]
-                        per_param[pc.param][k] = v.clone() if torch.is_tensor(v) else v
-            if keys:
-                by_param.update({id(p): st for p, st in per_param.items()})
+            for j, pc in enumerate(b.pieces):
+                if keys:
+                    by_param[id(pc.param)] = {k: _copy(st[k] if dtype is None else
+                                                       pieces[b.index, k][j]) for k, dtype in keys}
         return sharded_state.number_state(by_param, self._zero_model_groups,
                                           [_group_options(g) for g in self.param_groups])
 
@@ -402,20 +364,14 @@ class ShardedOptimizer(SynchronizeProtocol):
                                                    "load_state_dict")
         state = {}
         for b in self._zero_buckets:
-            if not sharded_state.bucket_has_state([pc.name for pc in b.pieces],
-                                                  [id(pc.param) in param_state
-                                                   for pc in b.pieces], "load_state_dict"):
-                continue
-            first = param_state[id(b.pieces[0].param)]
-            shard_state = {}
-            for k, v in first.items():
-                if _key_is_elementwise(k, b, param_state):
-                    shard_state[k] = b.fill_shard(
-                        torch.zeros(b.shard_numel, dtype=v.dtype),
-                        [param_state[id(pc.param)][k].reshape(-1) for pc in b.pieces])
-                else:
-                    shard_state[k] = v.clone() if torch.is_tensor(v) else v
-            state[b.index] = shard_state
+            if sharded_state.bucket_has_state([pc.name for pc in b.pieces],
+                                              [id(pc.param) in param_state for pc in b.pieces],
+                                              "load_state_dict"):
+                states = [param_state[id(pc.param)] for pc in b.pieces]
+                state[b.index] = {k: b.fill_shard(torch.zeros(b.shard_numel, dtype=v.dtype),
+                                                  [st[k] for st in states])
+                                  if _per_element(k, b, states) else _copy(v)
+                                  for k, v in states[0].items()}
         # torch numbers the shards by their position in param_groups: bucket order.
         index_of = {id(b.shard): b.index for b in self._zero_buckets}
         shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
@@ -423,8 +379,9 @@ class ShardedOptimizer(SynchronizeProtocol):
         return {"state": state, "param_groups": shard_groups}
 
     def _zero_keys(self, b):
-        """[(key, dtype if the state is per element else None)] of bucket ``b``'s state."""
-        return [(k, v.dtype if _is_elementwise(v, b.shard) else None)
+        """[(key, dtype if the state is per element, shaped as the shard, else None)] of
+        bucket ``b``'s state."""
+        return [(k, v.dtype if torch.is_tensor(v) and v.shape == b.shard.shape else None)
                 for k, v in self.state.get(b.shard, {}).items()]
 
     def _broadcast_state(self, root_rank):
@@ -441,21 +398,17 @@ class ShardedOptimizer(SynchronizeProtocol):
         self.load_state_dict(full)
 
 
-def _is_elementwise(value, shard):
-    return torch.is_tensor(value) and value.dim() == 1 and value.shape == shard.shape
+def _copy(value):
+    return value.clone() if torch.is_tensor(value) else value
 
 
-def _key_is_elementwise(key, bucket, param_state):
-    """Whether state ``key`` holds one value per element (else one value per parameter).
-
-    Decided from a parameter with at least one dimension, whose per-element state has its
-    shape while per-parameter values (``step``) are 0-d; a bucket of 0-d parameters only has
-    ``step`` as its per-parameter key in every supported optimizer.
-    """
-    for pc in bucket.pieces:
+def _per_element(key, bucket, states):
+    """Whether state ``key`` holds one value per element (else one per parameter): decided
+    from a parameter with a dimension (per-parameter values such as ``step`` are 0-d); a
+    bucket of 0-d parameters only has ``step`` per parameter in every supported optimizer."""
+    for pc, st in zip(bucket.pieces, states):
         if pc.param.dim() > 0:
-            v = param_state[id(pc.param)][key]
-            return torch.is_tensor(v) and v.shape == pc.param.shape
+            return torch.is_tensor(st[key]) and st[key].shape == pc.param.shape
     return key != "step"
 
 

@@ -18,11 +18,13 @@ from fake_collectives import FakeCollectives  # noqa: E402
 def ranks(monkeypatch):
     """``ranks(n)``: a FakeCollectives of n thread-ranks patched in for hvdlite.ops (and the
     core's size) in the algorithms that communicate."""
-    from hvdlite.algorithms import clipping, error_feedback, metric_average, powersgd
+    from hvdlite.algorithms import (clipping, error_feedback, local_sgd, metric_average,
+                                    powersgd, sharded_state)
 
     def make(n):
         fake = FakeCollectives(n)
-        for module in (clipping, error_feedback, metric_average, powersgd):
+        for module in (clipping, error_feedback, local_sgd, metric_average, powersgd,
+                       sharded_state):
             monkeypatch.setattr(module, "_ops", fake)
         monkeypatch.setattr(error_feedback, "_core", _FakeCore(fake))
         return fake

@@ -7,7 +7,7 @@ from hvdlite.algorithms.accumulation import Countdown, GradientAccumulationError
 
 def test_completes_after_the_last_pass():
     c = Countdown(3, ["w", "b"])
-    assert [c.arrive("w", "w") for _ in range(3)] == [False, False, True]
+    assert [c.arrive("w", "w") for _ in range(3)] == [None, None, ("w",)]
     assert c.exhausted("w") and not c.exhausted("b")
     assert c.mid_step()
     c.reset()
@@ -22,6 +22,16 @@ def test_one_pass_too_many_names_the_parameter():
         c.arrive(0, "fc.weight")
     with pytest.raises(AssertionError):        # what Horovod raises
         c.too_many("fc.weight")
+
+
+def test_a_group_completes_with_its_last_member():
+    c = Countdown(2, ["a", "b", "c"])
+    c.group(["a", "b"])
+    assert [c.arrive("a", "a"), c.arrive("b", "b"), c.arrive("a", "a")] == [None, None, None]
+    assert c.arrive("b", "b") == ("a", "b")
+    assert c.arrive("c", "c") is None and c.arrive("c", "c") == ("c",)
+    c.reset()
+    assert [c.arrive(k, k) for k in "abab"] == [None, None, None, ("a", "b")]
 
 
 def test_passes_change_and_are_checked():

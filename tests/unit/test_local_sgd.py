@@ -4,7 +4,7 @@ Python ints and (as Keras uses it) through array operations."""
 import numpy as np
 import pytest
 
-from hvdlite.algorithms.local_sgd import LocalSGDSchedule
+from hvdlite.algorithms.local_sgd import LocalSGDSchedule, average, averages_state
 
 
 class NumpyMath:
@@ -30,3 +30,23 @@ def test_bad_settings_name_the_option():
         LocalSGDSchedule(0, 0, "opt")
     with pytest.raises(ValueError, match="local_sgd_warmup_steps must be >= 0"):
         LocalSGDSchedule(1, -1, "opt")
+
+
+def test_averaged_state_is_per_element_floating_state():
+    assert averages_state("float32", 2) and averages_state("torch.bfloat16", 1)
+    assert not averages_state("float32", 0)        # a scalar (a step counter, a rate)
+    assert not averages_state("int64", 1)
+
+
+def test_average_is_the_mean_over_ranks(ranks):
+    fake = ranks(3)
+
+    def rank(r):
+        arrays = [np.full(4, float(r)), np.full((2, 2), r * 3.0)]
+        average(arrays, ["p", "m"])         # in place
+        return arrays
+
+    for params, moment in fake.run_ranks(rank):
+        assert np.array_equal(params, np.full(4, 1.0))
+        assert np.array_equal(moment, np.full((2, 2), 3.0))
+    assert {tuple(names) for _, _, names in fake.calls} == {("p", "m")}

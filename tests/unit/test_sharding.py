@@ -6,7 +6,7 @@ import pytest
 
 from hvdlite.algorithms.sharding import (ELEMENTWISE, BucketPlan, buckets_by_bytes,
                                          check_owner, check_reshardable, check_shardable, cut,
-                                         offsets, overlaps, place)
+                                         offsets, overlaps, place, plan_buckets)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 
@@ -33,6 +33,12 @@ def test_overlaps_reassemble_every_piece():
         for i, off, at, n in overlaps(starts, numels, s.begin, s.end):
             pieces[i][off:off + n] = shard[at:at + n]
     assert np.array_equal(np.concatenate(pieces), flat)
+
+
+def test_buckets_hold_one_dtype_in_packing_order():
+    dtypes = ["float64", "float32", "float64", "float32", "float64"]
+    assert plan_buckets(dtypes, None) == [[1, 3], [0, 2, 4]]     # float32 before float64
+    assert plan_buckets(dtypes, [8, 4, 8, 4, 8], 16) == [[1, 3], [0, 2], [4]]
 
 
 def test_buckets_close_before_overflowing():
@@ -66,13 +72,16 @@ def test_bucket_plan_shards_reassemble_the_pieces(size):
     pieces = [np.arange(n, dtype=float) + 10 * i for i, n in enumerate(numels)]
     shards = []
     for r in range(size):
-        plan = BucketPlan(numels, size, r)
+        plan = BucketPlan([(n,) for n in numels], size, r)
         shard = plan.fill_shard(np.full(plan.shard_numel, -1.0), pieces)
         shards.append(shard)
-    plan = BucketPlan(numels, size, 0)
+    plan = BucketPlan([(n,) for n in numels], size, 0)
     whole = np.concatenate(shards)
     assert whole.size == plan.padded
     assert all(np.array_equal(a, b) for a, b in zip(plan.split(whole), pieces))
+    shaped = BucketPlan([(2, 2), (), (3, 2), (2, 1)], size, 0).shaped(whole)
+    assert [p.shape for p in shaped] == [(2, 2), (), (3, 2), (2, 1)]
+    assert all(np.array_equal(a.reshape(-1), b) for a, b in zip(shaped, pieces))
     assert np.all(whole[plan.numel:] == -1.0)     # the padding is left alone
 
 
@@ -102,3 +111,19 @@ def test_owner_mismatch_names_both_places():
                             "elements). Save it whole.")
     with pytest.raises(HvdliteInvalidArgumentError, match="rank 1 of 2; this is rank 0 of 2"):
         check_owner((1, 2), (0, 2), "load", "")
+
+
+def test_options_over_whole_variables_are_refused():
+    sgd = named("SGD")
+    for option, value, words in [("clipnorm", 1.0, "cannot apply clipnorm"),
+                                 ("global_clipnorm", 1.0, "cannot apply global_clipnorm"),
+                                 ("_exclude_from_weight_decay", ["b"], "exclude_from_weight"),
+                                 ("gradient_accumulation_steps", 2, "gradient_accumulation"),
+                                 ("use_ema", True, "use_ema")]:
+        opt = sgd()
+        setattr(opt, option, value)
+        with pytest.raises(HvdliteInvalidArgumentError, match=f"^opt: .*{words}"):
+            check_shardable(opt, "opt")
+    opt = sgd()
+    opt.clipnorm, opt.use_ema = None, False        # Keras' defaults pass
+    check_shardable(opt, "opt")

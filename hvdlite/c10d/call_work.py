@@ -1,64 +1,109 @@
-"""A c10d Work over one hvdlite Work (a collective, a fused group of them, a point-to-point
-transfer, or every Work of a coalescing block), without the framework: the adapter mixes
-:class:`CallWork` into its own Work class and names its future and timeout error types.
+"""A c10d Work over hvdlite's (a collective, a fused group of them, a point-to-point transfer,
+or every Work of a coalescing block), and the threads that complete its future. The adapter
+mixes :class:`CallWork` into its Work class and names its future and timeout error types.
 
 ``wait()`` waits for the engine (the GIL released) and raises its error, naming the call;
-``get_future()`` completes with the output value once the engine is done, whoever waits
-(Note [futures on demand] in completers.py). A Work made for a finished call (``pending``
-None) is complete at once.
+``get_future()`` completes with the outputs once the engine is done, whoever waits.
+
+Note [futures on demand]
+A future needs a thread to complete it when nobody calls wait(): a completer. A Work that goes
+through it costs the waiter a second thread handoff (engine -> completer -> waiter, where
+wait() alone is engine -> waiter), and the completer holds the hvdlite Work's lock while it
+waits, so a wait() behind it gets both. Most callers never ask for the future (FSDP2's
+all-gathers, dist.* with async_op=True then wait()): a Work goes to a completer only once
+get_future() is called. A Work that is dropped unwaited is finished by hvdlite's orphan
+reaping, its copy-back step (non-contiguous tensors) not run, as with no future.
 """
 
 import concurrent.futures
 import copy
+import queue
 import threading
 import time
 
 from hvdlite.exceptions import HvdliteTimeoutError
 
-from . import completers
-from .calls import named_error
-from .timeouts import seconds, timed_out
+from .calls import named_error, seconds, timed_out
+
+
+class Completer:
+    """One thread, started by the first Work, that settles Works in the order they came: the
+    order a group's collectives finish in (a later group's can be held back behind them)."""
+
+    def __init__(self, thread_name):
+        self._queue = queue.SimpleQueue()
+        self._thread_name, self._thread, self._lock = thread_name, None, threading.Lock()
+
+    def submit(self, work):
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self.run, name=self._thread_name,
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put(work)
+
+    def run(self):
+        while True:
+            self._queue.get().settle()
+
+
+class PollingCompleter(Completer):
+    """One thread that completes Works in whatever order they finish: it polls every Work in
+    flight, sleeping a little longer each idle pass (up to a millisecond), and sleeps on its
+    queue while none is."""
+
+    def run(self):
+        works, nap = [], 1e-5
+        while True:
+            try:
+                while True:
+                    works.append(self._queue.get(block=not works))
+            except queue.Empty:
+                pass
+            left = [w for w in works if not w.is_completed()]
+            nap = 1e-5 if len(left) < len(works) else min(nap * 2, 1e-3)
+            works = left
+            if works:
+                time.sleep(nap)
+
+
+ORDERED = Completer("hvdlite-c10d-completer")
+# a receive may wait for a message that a later collective's future is needed to send
+POLLING = PollingCompleter("hvdlite-c10d-p2p")
 
 
 class CallWork:
-    """One c10d call's Work (see the module docstring). ``pending``: an hvdlite Work (or
-    anything with ``wait(seconds=None)`` and ``poll()``), None when the call finished already;
-    ``value``: the outputs; ``what``: the call, for errors; ``timeout``: seconds ``wait()``
-    gives it by default (the group's, Note [group timeouts])."""
+    """One c10d call's Work. ``pending``: an hvdlite Work (``wait(seconds=None)``, ``poll()``),
+    None for a call finished already; ``value``: the outputs; ``what``: the call, for errors;
+    ``timeout``: what ``wait()`` gives it by default (the group's, Note [group timeouts])."""
 
     future_type = concurrent.futures.Future   # the adapter's: set_result / set_exception
-    timeout_error = HvdliteTimeoutError       # the adapter's subclass, raised past a timeout
-    completer = completers.ORDERED            # the thread that completes a future asked for
+    timeout_error = HvdliteTimeoutError       # the adapter's subclass
+    completer = ORDERED
 
     def __init__(self, pending, value, what, timeout=None):
-        self._pending = pending
-        self._value = value
-        self._what = what
-        self._timeout = timeout
+        self._pending, self._value, self._what, self._timeout = pending, value, what, timeout
         self._future = None          # made when asked for: most blocking calls never are
         self._lock = threading.Lock()
-        self._done = False
-        self._error = None
+        self._done, self._error = False, None
         if pending is None:
             self.complete(None)
 
     def settle(self):
-        """Wait for the engine, then complete the future (once, whichever thread is first)."""
-        if self._done:
-            return
-        try:
-            self._pending.wait()
-            error = None
-        except Exception as e:  # noqa: BLE001 - the future and wait() carry it
-            error = named_error(e, self._what)
-        self.complete(error)
+        """Wait for the engine, then complete (once, whichever thread is first)."""
+        if not self._done:
+            try:
+                self._pending.wait()
+                error = None
+            except Exception as e:  # noqa: BLE001 - the future and wait() carry it
+                error = named_error(e, self._what)
+            self.complete(error)
 
     def complete(self, error):
         with self._lock:
             if self._done:
                 return
-            self._done, self._error = True, error
-            future = self._future
+            self._done, self._error, future = True, error, self._future
         if future is not None:
             self._fulfil(future)
 
@@ -83,8 +128,7 @@ class CallWork:
         return True
 
     def wait_within(self, limit):
-        """Wait for the engine up to ``limit`` seconds; HvdliteTimeoutError past them (the
-        request stays in flight)."""
+        """HvdliteTimeoutError past ``limit`` seconds, the request still in flight."""
         self._pending.wait(limit)
 
     def get_future(self):
@@ -120,11 +164,10 @@ class CallWork:
 
 
 class PeerCallWork(CallWork):
-    """The Work of a send or recv (an hvdlite.p2p.PeerWork): ``_source_rank()`` (c10d's name)
-    is the sender's rank in the group, as gloo's recv Work gives it. Its future is completed
-    by polling, never behind the collectives' completer."""
+    """A send or recv (an hvdlite.p2p.PeerWork); ``_source_rank()`` (c10d's name): the
+    sender's rank in the group, as gloo's recv Work gives it."""
 
-    completer = completers.POLLING
+    completer = POLLING
 
     def _source_rank(self):
         self.wait()
@@ -132,14 +175,14 @@ class PeerCallWork(CallWork):
 
 
 class CoalescedWork(CallWork):
-    """The Work of a coalescing block: done when every Work issued in it is done; its value is
-    theirs, one after the other, and its error the first of theirs (each names its call)."""
+    """A coalescing block: done when every Work issued in it is; its value is theirs in
+    order, its error the first of theirs (each names its call)."""
 
     def __init__(self, works, timeout=None):
         self._works = works
         super().__init__(self, [v for w in works for v in (w._value or [])], "coalesced", timeout)
         if any(isinstance(w, PeerCallWork) for w in works):
-            self.completer = completers.POLLING   # batch_isend_irecv: polled, as its transfers
+            self.completer = POLLING   # batch_isend_irecv: polled, as its transfers are
 
     def poll(self):
         return all(w.is_completed() for w in self._works)
@@ -151,8 +194,7 @@ class CoalescedWork(CallWork):
                 w.wait_within(max(deadline - time.monotonic(), 1e-6))
 
     def settle(self):
-        if self._done:
-            return
-        for w in self._works:
-            w.settle()
-        self.complete(next((w._error for w in self._works if w._error is not None), None))
+        if not self._done:
+            for w in self._works:
+                w.settle()
+            self.complete(next((w._error for w in self._works if w._error is not None), None))

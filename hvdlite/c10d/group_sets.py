@@ -1,11 +1,10 @@
 """The hvdlite process set behind a c10d group, and a group's ranks.
 
-``new_group(ranks)`` becomes an hvdlite process set: every rank of the job calls
-``new_group`` (c10d's default), and the backend's ``new_group`` hook adds the set on all of
-them, so the engine needs dynamic process sets (``init_process_group`` asks for them when it
-starts the engine; a job started by ``hvdlite.init()`` needs
-``HVDLITE_DYNAMIC_PROCESS_SETS=1``). A set is added once per job, or found among the
-engine's where another part of the program added it.
+``new_group(ranks)`` becomes an hvdlite process set: every rank of the job calls ``new_group``
+(c10d's default), and the backend's ``new_group`` hook adds the set on all of them, so the
+engine needs dynamic process sets (``init_process_group`` asks for them when it starts the
+engine; a job started by ``hvdlite.init()`` needs ``HVDLITE_DYNAMIC_PROCESS_SETS=1``). A set
+is added once per job, or found among the engine's where the program added it already.
 """
 
 import hvdlite
@@ -22,20 +21,18 @@ def process_set_for(ranks):
         return None
     key = tuple(ranks)
     if key not in _sets_by_ranks:
-        for set_id in _core.process_set_ids():
-            if list(_core.process_set_ranks(set_id)) == ranks:
-                existing = ProcessSet(ranks)
-                existing.process_set_id = set_id
-                _sets_by_ranks[key] = existing
-                break
+        found = [i for i in _core.process_set_ids() if list(_core.process_set_ranks(i)) == ranks]
+        if found:
+            _sets_by_ranks[key] = ProcessSet(ranks)
+            _sets_by_ranks[key].process_set_id = found[0]
         else:
             _sets_by_ranks[key] = add_process_set(ProcessSet(ranks))
     return _sets_by_ranks[key]
 
 
 def known_set_for(ranks, backend):
-    """The set of a group c10d creates through the backend's creator: one ``new_group`` added
-    already on every rank (which needs the default group on hvdlite too)."""
+    """The set of a group that c10d's creator makes: one ``new_group`` added on every rank
+    already, which needs the default group on hvdlite too."""
     if tuple(ranks) not in _sets_by_ranks and ranks != list(range(hvdlite.size())):
         raise HvdliteUnsupportedError(
             f"new_group(ranks={ranks}, backend={backend!r}): hvdlite adds a process set on "
@@ -50,7 +47,7 @@ def forget_sets():
 
 
 def check_every_rank_adds(group_name, backend):
-    """c10d names a group by a hash (not a number) when only its members synchronize: the
+    """c10d names a group by a hash, not a number, when only its members synchronize: the
     others never call ``new_group``, so they could not add the set."""
     if group_name and not group_name.isdigit():
         raise HvdliteUnsupportedError(
@@ -59,7 +56,7 @@ def check_every_rank_adds(group_name, backend):
 
 
 def global_rank(ranks, group_rank, what):
-    """The job's rank of ``group_rank`` in the group of ``ranks`` (e.g. a root)."""
+    """The job's rank of ``group_rank`` (e.g. a root) in the group of ``ranks``."""
     if not 0 <= group_rank < len(ranks):
         raise HvdliteInvalidArgumentError(
             f"{what}: root rank {group_rank} is out of range for a group of {len(ranks)}")

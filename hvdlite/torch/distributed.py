@@ -11,7 +11,7 @@ starts hvdlite's engine (or joins the one ``hvdlite.init()`` started) and takes 
 world size from it; ``hvdlite://`` also gives torch a real key-value store (a TCPStore on
 rank 0 whose address travels through the engine). ``dist.init_process_group("hvdlite")``
 with no init_method does the same where torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` are
-not set (Note [start-up without init_method] in hvdlite/c10d/rendezvous.py); with
+not set (Note [start-up without init_method] in hvdlite/c10d/startup.py); with
 torchrun-style variables set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
 torch's ``env://`` is used, as long as the processes were started by MPI.
 
@@ -39,21 +39,18 @@ import torch.distributed as dist
 import hvdlite
 from hvdlite import ops as _ops
 from hvdlite import p2p as _p2p
-from hvdlite.c10d import group_sets, rendezvous, shapes, startup
+from hvdlite.c10d import group_sets, shapes, startup
 from hvdlite.c10d.call_work import CallWork, CoalescedWork, PeerCallWork
-from hvdlite.c10d.calls import CallOrder, members, named_error, reduce_op
+from hvdlite.c10d.calls import CallOrder, members, named_error, reduce_op, seconds
 from hvdlite.c10d.shapes import describe
-from hvdlite.c10d.timeouts import seconds, timed_out
 from hvdlite.exceptions import (HvdliteInvalidArgumentError, HvdliteTimeoutError,
                                 HvdliteUnsupportedError)
+from hvdlite.policy.dtypes import SUPPORTED_DTYPES
 
-BACKEND = rendezvous.BACKEND
+BACKEND = startup.BACKEND
 
 # dtypes the core moves; other tensors travel as bytes where no arithmetic is done
-_CORE_DTYPES = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                torch.bfloat16, torch.float32, torch.float64, torch.bool}
-if hasattr(torch, "uint16"):
-    _CORE_DTYPES.add(torch.uint16)
+_CORE_DTYPES = {getattr(torch, name) for name in SUPPORTED_DTYPES if hasattr(torch, name)}
 
 
 class GroupTimeoutError(HvdliteTimeoutError, dist.DistBackendError):
@@ -215,23 +212,16 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                               lambda x, x_label: _check_tensor(x, what, x_label), **why)
 
     def _issue(self, start, value, what, async_op, timeout=None):
-        """Run ``start()`` (an hvdlite Work); wait here unless the call is asynchronous.
-        ``timeout``: the call's own (c10d options), else the group's (Note [group timeouts])."""
-        limit = seconds(timeout) or self._timeout
+        """Run ``start()`` (an hvdlite Work, or None where it finished the call); wait here
+        unless the call is asynchronous. ``timeout``: the call's own (c10d options), else the
+        group's (Note [group timeouts])."""
         try:
             pending = start()
         except Exception as e:  # noqa: BLE001 - raised with the c10d call named
             raise named_error(e, what) from None
-        if async_op:
-            work = HvdliteWork(pending, value, what, limit)
-        else:
-            try:
-                pending.wait(limit)
-            except HvdliteTimeoutError:
-                raise timed_out(GroupTimeoutError, what, limit) from None
-            except Exception as e:  # noqa: BLE001
-                raise named_error(e, what) from None
-            work = HvdliteWork(None, value, what)
+        work = HvdliteWork(pending, value, what, seconds(timeout) or self._timeout)
+        if not async_op:
+            work.wait()
         if self._coalesced is not None:
             self._coalesced.append(work)
         return work
@@ -301,19 +291,16 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                     _into(t, out)
             return tensors
 
-        if not async_op and not any(back):
-            # Blocking: the calling thread runs the engine's rounds (no thread handoff).
-            try:
-                if len(bufs) == 1:
-                    _ops.allreduce(bufs[0], outs[0], names[0], op, process_set=self._set)
-                else:
-                    _ops.grouped_allreduce(bufs, outs, names, op, process_set=self._set)
-            except Exception as e:  # noqa: BLE001
-                raise named_error(e, what) from None
-            return HvdliteWork(None, tensors, what)
-        return self._issue(lambda: _ops.grouped_allreduce_async(
-            bufs, outs, names, op, process_set=self._set, finish=finish, wake=True),
-            tensors, what, async_op)
+        if async_op or any(back):
+            start = functools.partial(_ops.grouped_allreduce_async, bufs, outs, names, op,
+                                      process_set=self._set, finish=finish, wake=True)
+        elif len(bufs) == 1:   # the calling thread runs the engine's rounds: no thread handoff
+            start = functools.partial(_ops.allreduce, bufs[0], outs[0], names[0], op,
+                                      process_set=self._set)
+        else:
+            start = functools.partial(_ops.grouped_allreduce, bufs, outs, names, op,
+                                      process_set=self._set)
+        return self._issue(start, tensors, what, async_op)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -329,8 +316,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         tensors = list(tensors)
         name, what = self._calls.next("broadcast")
         root = self._root(opts.rootRank, what)
-        if opts.rootTensor != 0:
-            raise HvdliteUnsupportedError(f"{what}: rootTensor={opts.rootTensor} (only 0)")
+        shapes.check_equal(what, "rootTensor", opts.rootTensor, 0, HvdliteUnsupportedError)
         for i, t in enumerate(tensors):
             _check_tensor(t, what, f"tensor {i}")
         bufs, back = zip(*map(_contiguous, tensors)) if tensors else ((), ())
@@ -378,7 +364,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         # c10d's layout: output_lists[rank][i] receives input i of that rank.
         opts = opts or dist.AllgatherOptions()
-        shapes.check_coalesced_outputs("allgather_coalesced", [len(o) for o in output_lists],
+        shapes.check_lists("allgather_coalesced", [len(o) for o in output_lists],
                                        len(input_tensors), self._size)
         pairs = [(t, [output_lists[r][i] for r in range(self._size)])
                  for i, t in enumerate(input_tensors)]
@@ -405,7 +391,8 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         opts = opts or dist.GatherOptions()
         mine = self._is_root(opts.rootRank, "gather")
         if mine:
-            shapes.check_root_lists("gather", len(output_lists), len(input_tensors))
+            shapes.check_equal("gather", "the number of the root's output lists",
+                               len(output_lists), len(input_tensors))
         pairs = [(t, output_lists[i] if mine else None) for i, t in enumerate(input_tensors)]
         return self._gather_into("gather", pairs, opts.asyncOp, output_lists)
 
@@ -515,7 +502,8 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         opts = opts or dist.ScatterOptions()
         name, what = self._calls.next("scatter")
         mine = self._is_root(opts.rootRank, what)
-        shapes.check_one_output(what, len(output_tensors))
+        shapes.check_equal(what, "the number of output tensors", len(output_tensors), 1,
+                           HvdliteUnsupportedError)
         out = output_tensors[0]
         _check_tensor(out, what, "output")
         if mine:
@@ -612,22 +600,19 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
 
 # ---------------------------------------------------------------------------------------
-# start-up: the creator and the hvdlite:// rendezvous (hvdlite/c10d/startup.py, rendezvous.py)
+# start-up: the creator and the hvdlite:// rendezvous (hvdlite/c10d/startup.py)
 
 def _create(backend_opts, pg_options):
     """``register_backend``'s creator (extended API): the group's ranks and name come in."""
     startup.start_engine()
     startup.show_errors_before_abort()
     ranks = sorted(backend_opts.global_ranks_in_group)
-    if not ranks:   # the default group
-        startup.check_launch(backend_opts.group_rank, backend_opts.group_size,
-                             f"init_process_group({BACKEND!r})")
     group = HvdliteProcessGroup(backend_opts.group_rank, backend_opts.group_size,
                                 group_sets.known_set_for(ranks, BACKEND) if ranks else None,
                                 str(backend_opts.group_id), backend_opts.store,
                                 timeout=backend_opts.timeout)
     if not ranks:
-        startup.adopt_default_group(group)
+        startup.adopt_default_group(group, backend_opts.group_rank, backend_opts.group_size)
     return group
 
 
@@ -635,15 +620,15 @@ def _rendezvous(url, timeout=None, **kwargs):
     """``hvdlite://``: rank and world size from hvdlite's engine (started here if needed),
     and a TCPStore on rank 0 whose host and port are shared through the engine."""
     startup.start_engine()
-    rendezvous.check_url(url)
+    startup.check_url(url)
     rank, size = hvdlite.rank(), hvdlite.size()
     timeout = timeout or datetime.timedelta(minutes=30)
     store, address = None, ""
     if rank == 0:
-        host = rendezvous.store_host()
+        host = startup.store_host()
         store = dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
         address = f"{host}:{store.port}"
-    host, port = rendezvous.share_address(address)
+    host, port = startup.share_address(address)
     if rank != 0:
         store = dist.TCPStore(host, port, size, False, timeout)
     yield store, rank, size
@@ -656,29 +641,35 @@ def init_process_group(**kwargs):
     dist.init_process_group(BACKEND, **kwargs)
 
 
-def _replace_in_torch(name, make_wrapper):
-    """Put ``make_wrapper(torch's function, its signature)`` in place of
-    ``torch.distributed.<name>`` (and of ``distributed_c10d.<name>``), once."""
-    original = getattr(dist.distributed_c10d, name)
-    if getattr(original, "_hvdlite_wrapped", False):
-        return
-    wrapper = functools.wraps(original)(make_wrapper(original, inspect.signature(original)))
-    wrapper._hvdlite_wrapped = True
-    setattr(dist.distributed_c10d, name, wrapper)
-    setattr(dist, name, wrapper)
+def _wrap_torch(name):
+    """Put a wrapper of ``torch.distributed.<name>`` (and ``distributed_c10d.<name>``) in its
+    place, once: the decorated ``fn(torch's function, the call's bound arguments)`` runs it."""
+    def install(fn):
+        original = getattr(dist.distributed_c10d, name)
+        if getattr(original, "_hvdlite_wrapped", False):
+            return fn
+        signature = inspect.signature(original)
+
+        @functools.wraps(original)
+        def wrapper(*args, **kwargs):
+            try:
+                call = signature.bind(*args, **kwargs)
+            except TypeError:
+                return original(*args, **kwargs)   # torch says what is wrong with the call
+            return fn(original, call)
+        wrapper._hvdlite_wrapped = True
+        setattr(dist.distributed_c10d, name, wrapper)
+        setattr(dist, name, wrapper)
+        return fn
+    return install
 
 
-def _init_process_group_wrapper(torch_init, signature):
-    """Note [start-up without init_method] (hvdlite/c10d/rendezvous.py)."""
-    def init_process_group(*args, **kwargs):
-        try:
-            call = signature.bind(*args, **kwargs)
-        except TypeError:
-            return torch_init(*args, **kwargs)   # torch says what is wrong with the call
-        if rendezvous.needs_hvdlite_rendezvous(call.arguments):
-            call.arguments["init_method"] = "hvdlite://"
-        return torch_init(*call.args, **call.kwargs)
-    return init_process_group
+@_wrap_torch("init_process_group")
+def _init_process_group(torch_init, call):
+    """Note [start-up without init_method] (hvdlite/c10d/startup.py)."""
+    if startup.needs_hvdlite_rendezvous(call.arguments):
+        call.arguments["init_method"] = "hvdlite://"
+    return torch_init(*call.args, **call.kwargs)
 
 
 # Note [new_group of another backend]
@@ -691,20 +682,16 @@ def _init_process_group_wrapper(torch_init, signature):
 _other_backend_group = threading.local()
 
 
-def _new_group_wrapper(torch_new_group, signature):
-    def new_group(*args, **kwargs):
-        try:
-            backend = signature.bind(*args, **kwargs).arguments.get("backend")
-        except TypeError:
-            backend = None   # torch says what is wrong with the call
-        if backend is None or rendezvous.hvdlite_on_cpu(backend):
-            return torch_new_group(*args, **kwargs)
-        _other_backend_group.active = True
-        try:
-            return torch_new_group(*args, **kwargs)
-        finally:
-            _other_backend_group.active = False
-    return new_group
+@_wrap_torch("new_group")
+def _new_group(torch_new_group, call):
+    backend = call.arguments.get("backend")
+    if backend is None or startup.hvdlite_on_cpu(backend):
+        return torch_new_group(*call.args, **call.kwargs)
+    _other_backend_group.active = True
+    try:
+        return torch_new_group(*call.args, **call.kwargs)
+    finally:
+        _other_backend_group.active = False
 
 
 def _register():
@@ -714,8 +701,6 @@ def _register():
         dist.register_rendezvous_handler("hvdlite", _rendezvous)
     except RuntimeError:  # registered already (the module was reloaded)
         pass
-    _replace_in_torch("init_process_group", _init_process_group_wrapper)
-    _replace_in_torch("new_group", _new_group_wrapper)
 
 
 _register()

@@ -115,6 +115,26 @@ def _wire(t):
     return t.reshape(t.shape[0], math.prod(t.shape[1:])).view(torch.uint8)
 
 
+def _buffers(tensors, what, reduced=False):
+    """``tensors`` checked (and reducible), as contiguous buffers: (buffers, whether each is
+    a copy, to be written back after the call)."""
+    for i, t in enumerate(tensors):
+        _check_tensor(t, what, f"tensor {i}")
+        if reduced:
+            _reducible(t, what, f"tensor {i}")
+    return tuple(zip(*map(_contiguous, tensors))) or ((), ())
+
+
+def _copied_back(tensors, bufs, back):
+    """A call's finish step: the buffers that are copies written back into their tensors."""
+    def finish(_results):
+        for t, buf, copy_back in zip(tensors, bufs, back):
+            if copy_back:
+                _into(t, buf)
+        return tensors
+    return finish
+
+
 def _flat_wire(t):
     """``t``'s values in one dimension, as the core moves them (elements or bytes)."""
     return _wire(t.detach().reshape(-1, 1)).reshape(-1)
@@ -275,22 +295,10 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         """``outputs``: where a non-root of reduce() receives (its input left alone)."""
         name, what = self._calls.next(kind)
         op = _op(reduce_op, what)
-        bufs, back = [], []
-        for i, t in enumerate(tensors):
-            _check_tensor(t, what, f"tensor {i}")
-            _reducible(t, what, f"tensor {i}")
-            buf, copied = _contiguous(t)
-            bufs.append(buf)
-            back.append(copied and outputs is None)
-        outs = bufs if outputs is None else outputs
+        bufs, back = _buffers(tensors, what, reduced=True)
+        outs, back = (bufs, back) if outputs is None else (outputs, [False] * len(bufs))
         names = members(name, len(tensors))
-
-        def finish(_results):
-            for t, out, copy_back in zip(tensors, outs, back):
-                if copy_back:
-                    _into(t, out)
-            return tensors
-
+        finish = _copied_back(tensors, outs, back)
         if async_op or any(back):
             start = functools.partial(_ops.grouped_allreduce_async, bufs, outs, names, op,
                                       process_set=self._set, finish=finish, wake=True)
@@ -317,19 +325,11 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         name, what = self._calls.next("broadcast")
         root = self._root(opts.rootRank, what)
         shapes.check_equal(what, "rootTensor", opts.rootTensor, 0, HvdliteUnsupportedError)
-        for i, t in enumerate(tensors):
-            _check_tensor(t, what, f"tensor {i}")
-        bufs, back = zip(*map(_contiguous, tensors)) if tensors else ((), ())
-
-        def finish(_results):
-            for t, buf, copy_back in zip(tensors, bufs, back):
-                if copy_back:
-                    _into(t, buf)
-            return tensors
-
+        bufs, back = _buffers(tensors, what)
         return self._issue(lambda: _ops.grouped_broadcast_async(
             [_wire(b) for b in bufs], root, None, members(name, len(tensors)),
-            process_set=self._set, finish=finish), tensors, what, opts.asyncOp)
+            process_set=self._set, finish=_copied_back(tensors, bufs, back)),
+            tensors, what, opts.asyncOp)
 
     # -- all-gather ---------------------------------------------------------------------
 
@@ -365,7 +365,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         # c10d's layout: output_lists[rank][i] receives input i of that rank.
         opts = opts or dist.AllgatherOptions()
         shapes.check_lists("allgather_coalesced", [len(o) for o in output_lists],
-                                       len(input_tensors), self._size)
+                           len(input_tensors), self._size)
         pairs = [(t, [output_lists[r][i] for r in range(self._size)])
                  for i, t in enumerate(input_tensors)]
         return self._gather_into("allgather_coalesced", pairs, opts.asyncOp, output_lists)

@@ -85,9 +85,7 @@ class CallWork:
         self._pending, self._value, self._what, self._timeout = pending, value, what, timeout
         self._future = None          # made when asked for: most blocking calls never are
         self._lock = threading.Lock()
-        self._done, self._error = False, None
-        if pending is None:
-            self.complete(None)
+        self._done, self._error = pending is None, None   # no future yet to complete
 
     def settle(self):
         """Wait for the engine, then complete (once, whichever thread is first)."""

@@ -41,7 +41,7 @@ from hvdlite import ops as _ops
 from hvdlite import p2p as _p2p
 from hvdlite.c10d import group_sets, shapes, startup
 from hvdlite.c10d.call_work import CallWork, CoalescedWork, PeerCallWork
-from hvdlite.c10d.calls import CallOrder, members, named_error, reduce_op, seconds
+from hvdlite.c10d.calls import REDUCE_OPS, CallOrder, members, named_error, reduce_op, seconds
 from hvdlite.c10d.shapes import describe
 from hvdlite.exceptions import (HvdliteInvalidArgumentError, HvdliteTimeoutError,
                                 HvdliteUnsupportedError)
@@ -118,11 +118,15 @@ def _wire(t):
 def _buffers(tensors, what, reduced=False):
     """``tensors`` checked (and reducible), as contiguous buffers: (buffers, whether each is
     a copy, to be written back after the call)."""
+    bufs, back = [], []
     for i, t in enumerate(tensors):
         _check_tensor(t, what, f"tensor {i}")
         if reduced:
             _reducible(t, what, f"tensor {i}")
-    return tuple(zip(*map(_contiguous, tensors))) or ((), ())
+        buf, copied = _contiguous(t)
+        bufs.append(buf)
+        back.append(copied)
+    return bufs, back
 
 
 def _copied_back(tensors, bufs, back):
@@ -161,9 +165,14 @@ def _into(dst, src):
         dst.copy_(src.reshape(dst.shape))
 
 
+_CORE_OPS = {getattr(dist.ReduceOp, name): op for name, op in REDUCE_OPS.items()}
+
+
 def _op(op, what):
-    """The core's reduce op for c10d's ``op`` (a ReduceOp, or its enum value)."""
-    return reduce_op(getattr(op, "op", op), what)
+    """The core's reduce op for c10d's ``op`` (a ReduceOp, or its enum value); the table is
+    looked up by enum value first (a string of the enum costs a microsecond a call)."""
+    op = getattr(op, "op", op)
+    return _CORE_OPS[op] if op in _CORE_OPS else reduce_op(op, what)
 
 
 # ---------------------------------------------------------------------------------------
@@ -239,8 +248,9 @@ class HvdliteProcessGroup(dist.ProcessGroup):
             pending = start()
         except Exception as e:  # noqa: BLE001 - raised with the c10d call named
             raise named_error(e, what) from None
-        work = HvdliteWork(pending, value, what, seconds(timeout) or self._timeout)
-        if not async_op:
+        limit = self._timeout if timeout is None else seconds(timeout) or self._timeout
+        work = HvdliteWork(pending, value, what, limit)
+        if not async_op and pending is not None:
             work.wait()
         if self._coalesced is not None:
             self._coalesced.append(work)

@@ -240,16 +240,16 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         shapes.check_per_rank(what, tensors, label, like, like_label, self._size,
                               lambda x, x_label: _check_tensor(x, what, x_label), **why)
 
-    def _issue(self, start, value, what, async_op, timeout=None):
+    def _issue(self, start, value, what, async_op, timeout=None, work_type=None):
         """Run ``start()`` (an hvdlite Work, or None where it finished the call); wait here
         unless the call is asynchronous. ``timeout``: the call's own (c10d options), else the
-        group's (Note [group timeouts])."""
+        group's (Note [group timeouts]); ``work_type``: the Work's class (HvdliteWork)."""
         try:
             pending = start()
         except Exception as e:  # noqa: BLE001 - raised with the c10d call named
             raise named_error(e, what) from None
         limit = self._timeout if timeout is None else seconds(timeout) or self._timeout
-        work = HvdliteWork(pending, value, what, limit)
+        work = (work_type or HvdliteWork)(pending, value, what, limit)
         if not async_op and pending is not None:
             work.wait()
         if self._coalesced is not None:
@@ -560,14 +560,9 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         wire = buf.reshape(-1).view(torch.uint8)
         finish = (lambda: _into(t, buf)) if what == "recv" and copied else None
         start = _p2p.send_async if what == "send" else _p2p.recv_async
-        try:
-            pending = start(wire, peer, tag, process_set=self._set, finish=finish)
-        except Exception as e:  # noqa: BLE001 - raised with the call named
-            raise named_error(e, label) from None
-        work = _PeerToPeerWork(pending, [t], label, self._timeout)
-        if self._coalesced is not None:   # batch_isend_irecv: one Work for the batch
-            self._coalesced.append(work)
-        return work
+        # in a coalescing block (batch_isend_irecv), one Work for the batch
+        return self._issue(lambda: start(wire, peer, tag, process_set=self._set, finish=finish),
+                           [t], label, True, work_type=_PeerToPeerWork)
 
     def send(self, tensors, dst, tag=0):
         return self._p2p("send", tensors, dst, tag)
@@ -693,7 +688,7 @@ _other_backend_group = threading.local()
 
 
 @_wrap_torch("new_group")
-def _new_group(torch_new_group, call):
+def _new_group_of_any_backend(torch_new_group, call):
     backend = call.arguments.get("backend")
     if backend is None or startup.hvdlite_on_cpu(backend):
         return torch_new_group(*call.args, **call.kwargs)

@@ -8,7 +8,6 @@ is added once per job, or found among the engine's where the program added it al
 """
 
 import hvdlite
-from hvdlite import _core
 from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
 from hvdlite.process_sets import ProcessSet, add_process_set
 
@@ -21,7 +20,8 @@ def process_set_for(ranks):
         return None
     key = tuple(ranks)
     if key not in _sets_by_ranks:
-        found = [i for i in _core.process_set_ids() if list(_core.process_set_ranks(i)) == ranks]
+        core = hvdlite._core
+        found = [i for i in core.process_set_ids() if list(core.process_set_ranks(i)) == ranks]
         if found:
             _sets_by_ranks[key] = ProcessSet(ranks)
             _sets_by_ranks[key].process_set_id = found[0]

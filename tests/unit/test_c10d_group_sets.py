@@ -13,14 +13,6 @@ def engine(monkeypatch):
     """A 4-rank engine holding set 1 = [0, 1]; ``added``: the sets added through it."""
     added = []
 
-    class Core:
-        @staticmethod
-        def process_set_ids():
-            return [0, 1]
-
-        @staticmethod
-        def process_set_ranks(set_id):
-            return [[0, 1, 2, 3], [0, 1]][set_id]
 
     def add(process_set):
         process_set.process_set_id = 2 + len(added)
@@ -28,7 +20,9 @@ def engine(monkeypatch):
         return process_set
 
     monkeypatch.setattr(hvdlite, "size", lambda: 4)
-    monkeypatch.setattr(group_sets, "_core", Core)
+    monkeypatch.setattr(hvdlite._core, "process_set_ids", lambda: [0, 1])
+    monkeypatch.setattr(hvdlite._core, "process_set_ranks",
+                        lambda set_id: [[0, 1, 2, 3], [0, 1]][set_id])
     monkeypatch.setattr(group_sets, "add_process_set", add)
     group_sets.forget_sets()
     yield added

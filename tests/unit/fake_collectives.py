@@ -91,6 +91,11 @@ class FakeCollectives:
         everyone = self._exchange(np.array(tensor))
         return FakeWork(FakeResult(np.concatenate(everyone, axis=0)))
 
+    def broadcast_async(self, tensor, root_rank, name=None, process_set=None, finish=None):
+        self.calls.append((self.rank(), "broadcast", [name]))
+        tensor[...] = self._exchange(np.array(tensor))[root_rank]
+        return FakeWork(tensor)
+
     @staticmethod
     def wait(work):
         return work.wait()

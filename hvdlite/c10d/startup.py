@@ -1,0 +1,124 @@
+"""Start-up under torch.distributed: who starts hvdlite's engine and who stops it, the
+``hvdlite://`` rendezvous, and which ``init_process_group`` calls get it.
+
+``init_process_group("hvdlite")`` starts the engine, or joins the one ``hvdlite.init()``
+started; the default group's shutdown (``destroy_process_group()``) stops it only where it was
+started here, and the job's process sets go with it. ``hvdlite://`` takes rank and world size
+from the engine; the address of torch's store (a TCPStore on rank 0) travels through it.
+
+Note [start-up without init_method]
+torch's init_process_group falls back to init_method="env://" when given neither an
+init_method nor a store, and env:// stops at once where torchrun's MASTER_ADDR / MASTER_PORT
+are missing, which is every hvdlite-run or mpirun job. c10d has no hook between choosing the
+backend and choosing the rendezvous, so the adapter wraps init_process_group: for an
+"hvdlite" CPU backend, no init_method, no store and no MASTER_ADDR / MASTER_PORT, the
+rendezvous is hvdlite://. Every other call reaches torch's function unchanged.
+"""
+
+import os
+import socket
+import sys
+from urllib.parse import parse_qs, urlparse
+
+import numpy as np
+
+import hvdlite
+from hvdlite import ops
+from hvdlite.exceptions import HvdliteInvalidArgumentError
+
+from .group_sets import forget_sets
+
+BACKEND = "hvdlite"
+_started_engine = False   # whether this module started hvdlite's engine (and so stops it)
+_default_group = None
+
+
+def start_engine():
+    global _started_engine
+    if not hvdlite.is_initialized():
+        hvdlite.init(process_sets="dynamic")
+        _started_engine = True
+
+
+def adopt_default_group(group, rank, size):
+    """``group`` is the job's default; torch.distributed's ``rank`` / ``size`` for it must be
+    the engine's (one process per rank, started by hvdlite-run or mpirun)."""
+    global _default_group
+    if size != hvdlite.size() or rank != hvdlite.rank():
+        raise HvdliteInvalidArgumentError(
+            f"init_process_group({BACKEND!r}): torch.distributed was given rank {rank} of "
+            f"{size}, but hvdlite's engine runs rank {hvdlite.rank()} of {hvdlite.size()}; "
+            f"launch with hvdlite-run or mpirun (one process per rank) and use "
+            f"init_method='hvdlite://'")
+    _default_group = group
+
+
+def shutdown_if_default(group):
+    """A group's shutdown or abort: the default group's stops what start_engine started."""
+    global _started_engine, _default_group
+    if group is _default_group:
+        _default_group = None
+        forget_sets()
+        if _started_engine and hvdlite.is_initialized():
+            hvdlite.shutdown()
+        _started_engine = False
+
+
+def show_errors_before_abort():
+    """Keep a failing rank's traceback visible: init_process_group wraps sys.excepthook in one
+    that sends stderr into a buffer while the previous hook runs, and prints it afterwards;
+    hvdlite's hook ends the job with MPI_Abort inside that call, so the buffer was never
+    printed. Wrapped here, before torch wraps it, hvdlite's hook writes to the real stderr."""
+    inner = sys.excepthook
+    if getattr(inner, "_hvdlite_c10d", False):
+        return
+
+    def hook(*args):
+        redirected, sys.stderr = sys.stderr, sys.__stderr__
+        try:
+            inner(*args)
+        finally:
+            sys.stderr = redirected
+    hook._hvdlite_c10d = True
+    sys.excepthook = hook
+
+
+def check_url(url):
+    """An ``hvdlite://`` URL's ``rank`` / ``world_size`` (optional) are the engine's."""
+    query = parse_qs(urlparse(url).query)
+    for key, mine in (("rank", hvdlite.rank()), ("world_size", hvdlite.size())):
+        given = int(query.get(key, [-1])[0])
+        if given not in (-1, mine):
+            raise HvdliteInvalidArgumentError(
+                f"init_process_group(init_method='hvdlite://'): {key}={given} was given but "
+                f"hvdlite's engine runs {key} {mine}; leave {key} out")
+
+
+def store_host():
+    """Where rank 0's store listens: loopback where every rank is on its host."""
+    return "127.0.0.1" if hvdlite.local_size() == hvdlite.size() else socket.gethostname()
+
+
+def share_address(address):
+    """Rank 0's ``"host:port"`` (``address``, ignored elsewhere) as (host, port) on every
+    rank, broadcast through the engine."""
+    buf = np.zeros(256, np.uint8)
+    if hvdlite.rank() == 0:
+        buf[:len(address)] = np.frombuffer(address.encode(), np.uint8)
+    ops.broadcast_async(buf, 0, name="c10d.rendezvous").wait()
+    host, port = bytes(buf).rstrip(b"\0").decode().rsplit(":", 1)
+    return host, int(port)
+
+
+def hvdlite_on_cpu(backend):
+    """Whether the backend string puts CPU tensors on hvdlite ("hvdlite", "cpu:hvdlite,...")."""
+    parts = (p.strip().rpartition(":") for p in str(backend or "").lower().split(","))
+    return any(name == BACKEND and device in ("", "cpu") for device, _, name in parts)
+
+
+def needs_hvdlite_rendezvous(arguments, environ=os.environ):
+    """Whether ``init_process_group(**arguments)`` gets ``init_method="hvdlite://"``
+    (Note [start-up without init_method])."""
+    return (hvdlite_on_cpu(arguments.get("backend")) and arguments.get("init_method") is None
+            and arguments.get("store") is None
+            and not ("MASTER_ADDR" in environ and "MASTER_PORT" in environ))

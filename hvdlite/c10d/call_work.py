@@ -6,10 +6,10 @@ mixes :class:`CallWork` into its Work class and names its future and timeout err
 ``get_future()`` completes with the outputs once the engine is done, whoever waits.
 
 Note [futures on demand]
-A future needs a thread to complete it when nobody calls wait(): a completer. A Work that goes
-through it costs the waiter a second thread handoff (engine -> completer -> waiter, where
-wait() alone is engine -> waiter), and the completer holds the hvdlite Work's lock while it
-waits, so a wait() behind it gets both. Most callers never ask for the future (FSDP2's
+A future needs a thread to complete it when nobody calls wait(): a completer (for a collective,
+hvdlite's completion thread, which watches rather than waits: Note [watched handles] in
+csrc/engine/handle.h). A Work that goes through it costs the waiter a second thread handoff
+(engine -> completer -> waiter, where wait() alone is engine -> waiter). Most callers never ask for the future (FSDP2's
 all-gathers, dist.* with async_op=True then wait()): a Work goes to a completer only once
 get_future() is called. A Work that is dropped unwaited is finished by hvdlite's orphan
 reaping, its copy-back step (non-contiguous tensors) not run, as with no future.
@@ -67,6 +67,16 @@ class PollingCompleter(Completer):
                 time.sleep(nap)
 
 
+class WatchingCompleter:
+    """Completes a Work on hvdlite's completion thread once its requests finish
+    (hvdlite/completions.py): woken once per finished request and never per submission, in
+    the order requests finish, so one group's future is not held back behind another's."""
+
+    def submit(self, work):
+        work._pending.when_done(work.settle)
+
+
+WATCHING = WatchingCompleter()
 ORDERED = Completer("hvdlite-c10d-completer")
 # a receive may wait for a message that a later collective's future is needed to send
 POLLING = PollingCompleter("hvdlite-c10d-p2p")
@@ -79,7 +89,7 @@ class CallWork:
 
     future_type = concurrent.futures.Future   # the adapter's: set_result / set_exception
     timeout_error = HvdliteTimeoutError       # the adapter's subclass
-    completer = ORDERED
+    completer = WATCHING
 
     def __init__(self, pending, value, what, timeout=None):
         self._pending, self._value, self._what, self._timeout = pending, value, what, timeout
@@ -175,6 +185,8 @@ class PeerCallWork(CallWork):
 class CoalescedWork(CallWork):
     """A coalescing block: done when every Work issued in it is; its value is theirs in
     order, its error the first of theirs (each names its call)."""
+
+    completer = ORDERED   # its pending is itself: settled by waiting for each of its Works
 
     def __init__(self, works, timeout=None):
         self._works = works

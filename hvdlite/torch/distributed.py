@@ -157,6 +157,24 @@ def _from_core(result):
     return t.view(torch.bfloat16) if result.bfloat16 else t
 
 
+def _landing(outputs, rows, copies):
+    """The outputs a collective's results may land in directly (Note [outputs the caller
+    gives] in csrc/algorithms/collectives.cc): each output as ``copies`` of its input's row
+    ``rows[i]`` (1 x n, as the core moves it), or None (the results are copied) unless every
+    output is contiguous and of its row's dtype."""
+    if outputs is None:
+        return None
+    given = []
+    for out, row in zip(outputs, rows):
+        if not out.is_contiguous() or out.is_conj() or out.is_neg():
+            return None
+        wire = _wire(out.detach().reshape(copies, -1))
+        if wire.dtype != row.dtype or wire.numel() != copies * row.numel():
+            return None
+        given.append(wire)
+    return given
+
+
 def _into(dst, src):
     """Copy the flat values ``src`` (any dtype of equal bytes) into the tensor ``dst``."""
     if src.dtype != dst.dtype:     # bytes back into the tensor's dtype
@@ -343,10 +361,13 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
     # -- all-gather ---------------------------------------------------------------------
 
-    def _gather_into(self, kind, pairs, async_op, value):
+    def _gather_into(self, kind, pairs, async_op, value, wholes=None):
         """All-gather each input flat (one row per rank) and copy the rows into the outputs.
 
         ``pairs``: (input, [output per group rank] or None on a rank that keeps nothing).
+        ``wholes``: one tensor per input that the rows fill (all_gather_into_tensor's output):
+        the rows land there directly where it can take them (Note [outputs the caller
+        gives] in csrc/algorithms/collectives.cc), else they are copied.
         """
         name, what = self._calls.next(kind)
         rows = []
@@ -355,16 +376,18 @@ class HvdliteProcessGroup(dist.ProcessGroup):
             if outs is not None:
                 self._check_per_rank(what, outs, f"output {i}", t, f"input {i}")
             rows.append(_wire(_contiguous(t)[0].reshape(1, -1)))
+        given = _landing(wholes, rows, self._size)
 
         def finish(results):
             for (t, outs), r in zip(pairs, results):
-                for o, row in zip(outs or (), _from_core(r)):
-                    _into(o, row)
+                if r.output is not None:   # None: landed in the output given
+                    for o, row in zip(outs or (), _from_core(r)):
+                        _into(o, row)
             return value
 
         return self._issue(lambda: _ops.grouped_allgather_async(
-            rows, members(name, len(rows)), process_set=self._set, finish=finish),
-            value, what, async_op)
+            rows, members(name, len(rows)), process_set=self._set, finish=finish,
+            outputs=given), value, what, async_op)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.AllgatherOptions()
@@ -392,7 +415,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
             if not o.is_contiguous():
                 raise HvdliteInvalidArgumentError(f"{kind}: the output tensor must be contiguous")
         pairs = [(t, list(o.view(self._size, -1))) for o, t in zip(outputs, inputs)]
-        return self._gather_into(kind, pairs, opts.asyncOp, outputs)
+        return self._gather_into(kind, pairs, opts.asyncOp, outputs, wholes=outputs)
 
     _allgather_base = all_gather_single
     allgather_into_tensor_coalesced = all_gather_single_coalesced
@@ -429,15 +452,17 @@ class HvdliteProcessGroup(dist.ProcessGroup):
                                      error=HvdliteUnsupportedError,
                                      why="; the hvdlite backend scatters equal blocks")
                 stacks.append(torch.stack([b.detach().reshape(-1) for b in blocks]))
+        given = _landing([out for out, _ in pairs], [s[:1] for s in stacks], 1)
 
         def finish(results):
             for (out, _), r in zip(pairs, results):
-                _into(out, _from_core(r))
+                if r.output is not None:   # None: landed in the output given
+                    _into(out, _from_core(r))
             return value
 
         return self._issue(lambda: _ops.grouped_reducescatter_async(
             stacks, members(name, len(stacks)), op, process_set=self._set,
-            finish=finish), value, what, opts.asyncOp)
+            finish=finish, outputs=given), value, what, opts.asyncOp)
 
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         return self._scatter_reduced("reduce_scatter", list(zip(output_tensors, input_lists)),

@@ -127,6 +127,25 @@ eq(out, torch.cat([data(r, dtype=torch.float64) for r in range(N)]), "all_gather
 out = torch.empty(N, 2, 3)
 dist.all_gather_into_tensor(out, data(R), async_op=True).wait()
 eq(out, torch.stack([data(r) for r in range(N)]), "all_gather_into_tensor stacked, async")
+# The contiguous outputs above took the results directly (Note [outputs the caller gives]):
+# no copy. A bfloat16 one, a complex one (moved as bytes) and a non-contiguous reduce-scatter
+# output likewise land or are copied, exactly.
+copies = []
+real_into = hvd_dist._into
+hvd_dist._into = lambda dst, src: (copies.append(dst.shape), real_into(dst, src))
+out = torch.empty(N * 2, 3, dtype=torch.bfloat16)
+dist.all_gather_into_tensor(out, data(R, dtype=torch.bfloat16))
+eq(out, torch.cat([data(r, dtype=torch.bfloat16) for r in range(N)]), "all_gather_into_tensor bf16")
+out = torch.empty(N * 2, dtype=torch.complex64)
+dist.all_gather_into_tensor(out, torch.tensor([R + 1j, -R - 1j], dtype=torch.complex64))
+eq(out, torch.tensor([v for r in range(N) for v in (r + 1j, -r - 1j)], dtype=torch.complex64),
+   "all_gather_into_tensor complex")
+check(copies == [], f"outputs given were copied into: {copies}")
+strided = torch.zeros(3, 2).t()[:, :2]   # 2 x 2, not contiguous
+dist.reduce_scatter_tensor(strided, torch.ones(2 * N, 2))
+eq(strided, torch.full((2, 2), float(N)), "reduce_scatter_tensor into a non-contiguous output")
+check(copies == [torch.Size([2, 2])], f"the non-contiguous output was not copied into: {copies}")
+hvd_dist._into = real_into
 objs = [None] * N
 dist.all_gather_object(objs, {"rank": R})
 check(objs == [{"rank": r} for r in range(N)], f"all_gather_object {objs}")

@@ -1,6 +1,6 @@
 """hvdlite.c10d.call_work: a c10d Work over a pending hvdlite Work: wait() with the group's
-timeout, errors naming the call, futures completed on demand (by a thread in order, or by
-polling), coalescing blocks and point-to-point Works."""
+timeout, errors naming the call, futures completed on demand (once the requests finish, by a
+thread in order, or by polling), coalescing blocks and point-to-point Works."""
 
 import threading
 
@@ -27,6 +27,13 @@ class Pending:
 
     def poll(self):
         return self._event.is_set()
+
+    def when_done(self, callback):
+        """hvdlite.work.Work's: ``callback()`` on another thread once finished."""
+        def run():
+            self._event.wait()
+            callback()
+        threading.Thread(target=run, daemon=True).start()
 
     def wait(self, seconds=None):
         self.waits += 1
@@ -84,9 +91,10 @@ def test_a_future_completes_without_anyone_waiting():
     work = CallWork(pending, ["out"], "allreduce")
     future = work.get_future()
     assert work.get_future() is future and not future.done()
+    assert work.completer is call_work.WATCHING   # a collective's: watched, not waited for
     pending.finish()
     assert future.result(timeout=10) == ["out"]
-    assert work.is_completed()
+    assert work.is_completed() and pending.waits == 1   # settled once, after it finished
 
 
 def test_a_coalescing_block_is_done_when_every_call_in_it_is():

@@ -22,8 +22,8 @@ namespace {
 // publishes staged = q + 1 (release); the owner of segment g reduces once every other rank
 // published staged >= q + 1 (acquire), then publishes reduced = q + 1; the others copy its
 // result out once they see that, then publish done = q + 1. The stage slot's piece of segment
-// g is read and written by g's owner only (the reduction folds in place there, which saves a
-// copy), so ranks never write what another rank still reads.
+// g is read by g's owner only, and the owner folds it outside the area (Note [folding in
+// cache]), so ranks never write what another rank still reads.
 //
 // The counters never go back and every rank runs the same collectives with the same element
 // counts (negotiation keeps them in step), so all ranks agree on every round's number
@@ -41,6 +41,14 @@ constexpr uint64_t kSlots = 2;
 // ranks the area makes them smaller, down to 4 KiB.
 constexpr size_t kMaxPieceBytes = size_t(64) << 10;
 constexpr size_t kMinPieceBytes = size_t(4) << 10;
+// Note [folding in cache]
+// The owner folds its peers' staged pieces in blocks small enough for L1: each block of the
+// next peer's piece is copied into one of two local buffers and the running result folded
+// into it (dst = received (op) acc, the ring's operand positions), so the owner only reads
+// the stage slots, which stay in the cache of the rank that wrote them, and writes lines of
+// its own. (Folding in place into the peers' slots moved every written line between cores
+// twice: to the owner, and back when the peer staged its next round.)
+constexpr size_t kFoldBlockBytes = 4096;
 enum Counter { kStaged = 0, kReduced = 1, kDone = 2 };
 
 size_t header_bytes(int ranks) { return 3 * static_cast<size_t>(ranks) * kLine; }
@@ -104,6 +112,31 @@ bool shm_allreduce_nranks_available(Transport& t) {
   return area.data != nullptr && shm_allreduce_nranks_piece_bytes(area.bytes, t.size()) != 0;
 }
 
+// Folds the others' staged copies of this rank's piece (count elements from element
+// `begin` of segment me, staged in round q) into `buf`, in the ring's order and operand
+// positions (Note [folding in cache]), and scales the result.
+void reduce_own_piece(const Board& board, uint64_t q, int n, int me, const SpanBuffer& buf,
+                      size_t begin, size_t count, DataType dtype, ReduceOp op, double postscale) {
+  const size_t es = buf.elem_size();
+  alignas(kLine) char folded[2][kFoldBlockBytes];
+  const size_t block = kFoldBlockBytes / es;
+  for (size_t at = 0; at < count; at += block) {
+    const size_t c = std::min(block, count - at);
+    const char* acc = board.stage((me + 1) % n, q, me) + at * es;
+    for (int k = 2; k < n; ++k) {
+      char* next = folded[k % 2];
+      std::memcpy(next, board.stage((me + k) % n, q, me) + at * es, c * es);
+      reduce_into(next, acc, c, dtype, op);
+      acc = next;
+    }
+    buf.for_each_run(begin + at, c, [&](char* p, size_t run) {
+      reduce_into(p, acc, run, dtype, op);
+      if (postscale != 1.0) copy_scaled(p, p, run, dtype, postscale);
+      acc += run * es;
+    });
+  }
+}
+
 void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
                 ReduceOp op, double postscale, Halves halves) {
   if (buf.count() == 0) return;
@@ -151,17 +184,7 @@ void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataT
     if (reduced < staged && (!halves.scatter || board.others_reached(kStaged, q_reduce + 1, me, lagging))) {
       const size_t count = piece_count(me, reduced);
       if (count > 0 && halves.scatter) {
-        const char* acc = board.stage((me + 1) % n, q_reduce, me);
-        for (int k = 2; k < n; ++k) {
-          char* dst = board.stage((me + k) % n, q_reduce, me);
-          reduce_into(dst, acc, count, dtype, op);
-          acc = dst;
-        }
-        buf.for_each_run(piece_begin(me, reduced), count, [&](char* p, size_t c) {
-          reduce_into(p, acc, c, dtype, op);
-          if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
-          acc += c * es;
-        });
+        reduce_own_piece(board, q_reduce, n, me, buf, piece_begin(me, reduced), count, dtype, op, postscale);
       }
       if (count > 0 && halves.gather) {
         char* out = board.result(me, q_reduce);

@@ -898,7 +898,7 @@ NB_MODULE(_core, m) {
     std::shared_ptr<Engine> ctx;
     {
       nb::gil_scoped_release release;
-      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes), config);
+      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes, config.shm_lanes), config);
     }
     g_owner_pid = getpid();
     if (!config.timeline.empty()) {
@@ -1028,6 +1028,7 @@ NB_MODULE(_core, m) {
     d["shared_memory_allreduces"] = read(s.shared_memory_allreduces);
     d["shared_memory_copied_bytes"] = read(s.shared_memory_copied_bytes);
     d["shared_memory_rounds"] = read(s.shared_memory_rounds);
+    d["shared_memory_extra_lanes"] = read(s.shared_memory_extra_lanes);
     d["board_allreduces"] = read(s.board_allreduces);
     d["shared_memory_collectives"] = read(s.shared_memory_collectives);
     return d;

@@ -26,6 +26,7 @@ set(HVDLITE_CORE_SOURCES
   algorithms/shm_allreduce.cc
   algorithms/shm_allreduce_nranks.cc
   algorithms/shm_collectives_nranks.cc
+  algorithms/shm_lanes.cc
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc

@@ -7,6 +7,7 @@
 
 #include "algorithms/reduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
+#include "algorithms/shm_lanes.h"
 
 namespace hvdlite {
 namespace {
@@ -99,16 +100,19 @@ bool shm_allreduce_available(Transport& t) {
 
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                    double postscale) {
+  if (shm_runs_in_lanes(t, buf.count() * buf.elem_size())) {
+    return shm_allreduce_in_lanes(t, buf, dtype, op, postscale);
+  }
   if (t.size() != 2) return shm_allreduce_nranks(t, buf, dtype, op, postscale);
-  shm_two_ranks(t, buf, even_segments(buf.count(), 2), dtype, op, postscale, Halves{true, true});
+  shm_two_ranks(ShmPort::of(t), buf, even_segments(buf.count(), 2), dtype, op, postscale, Halves{true, true});
 }
 
-void shm_two_ranks(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
                    ReduceOp op, double postscale, Halves halves) {
   if (buf.count() == 0) return;
-  const int me = t.rank(), peer = 1 - me;
+  const int me = t.rank, peer = 1 - me;
   const size_t es = buf.elem_size();
-  const Queues q(t.shared_area());
+  const Queues q(t.area);
   const size_t per_piece = kPieceBytes / es;
   const Pieces mine{segs.offset[me], segs.count[me], per_piece};
   const Pieces theirs{segs.offset[peer], segs.count[peer], per_piece};
@@ -186,14 +190,14 @@ void shm_two_ranks(Transport& t, const SpanBuffer& buf, const Segments& segs, Da
   // What this rank handed to and took from its peer, as the ring counts it: the reduce-scatter
   // half sends the peer's segment and takes this side's, the all-gather half the reverse.
   const uint64_t own = mine.count * es, other = theirs.count * es;
-  t.stats().bytes_sent += (halves.scatter ? other : 0) + (halves.gather ? own : 0);
-  t.stats().bytes_received += (halves.scatter ? own : 0) + (halves.gather ? other : 0);
+  t.stats->bytes_sent += (halves.scatter ? other : 0) + (halves.gather ? own : 0);
+  t.stats->bytes_received += (halves.scatter ? own : 0) + (halves.gather ? other : 0);
   // Copies to and from the area: the peer's segment raw, this side's sent, the peer's copied
   // out (shm_allreduce_nranks.cc counts alike).
-  t.stats().shared_memory_copied_bytes +=
+  t.stats->shared_memory_copied_bytes +=
       (halves.scatter ? other : 0) + (halves.gather ? own + other : 0);
-  t.stats().shared_memory_rounds += std::max(mine.number(), theirs.number());
-  if (halves.scatter && halves.gather) t.stats().shared_memory_allreduces += 1;
+  t.stats->shared_memory_rounds += std::max(mine.number(), theirs.number());
+  if (halves.scatter && halves.gather) t.stats->shared_memory_allreduces += 1;
 }
 
 }  // namespace hvdlite

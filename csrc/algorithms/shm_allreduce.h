@@ -38,7 +38,7 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
 // pieces and scales it), the all-gather half (each side sends its segment, the peer copies
 // it into place), or both (shm_allreduce). Every collective through the queues, whichever
 // halves it runs, keeps both sides' counters in step.
-void shm_two_ranks(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
                    ReduceOp op, double postscale, Halves halves);
 
 }  // namespace hvdlite

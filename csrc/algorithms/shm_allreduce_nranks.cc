@@ -137,12 +137,12 @@ void reduce_own_piece(const Board& board, uint64_t q, int n, int me, const SpanB
   }
 }
 
-void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+void run_rounds(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
                 ReduceOp op, double postscale, Halves halves) {
   if (buf.count() == 0) return;
-  const int n = t.size(), me = t.rank();
+  const int n = t.size, me = t.rank;
   const size_t es = buf.elem_size();
-  const Board board(t.shared_area(), n);
+  const Board board(t.area, n);
   const size_t per_piece = board.piece_bytes() / es;
   const uint64_t rounds = (segs.max_count() + per_piece - 1) / per_piece;
   // Piece i of segment g: elements [segs.offset[g] + i * per_piece, + piece_count(g, i)).
@@ -224,26 +224,26 @@ void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataT
   // its segment to each of them and takes theirs.
   const uint64_t total = buf.count() * es, own = segs.count[me] * es, others = total - own;
   const uint64_t to_each = static_cast<uint64_t>(n - 1) * own;
-  t.stats().bytes_sent += (halves.scatter ? others : 0) + (halves.gather ? to_each : 0);
-  t.stats().bytes_received += (halves.scatter ? to_each : 0) + (halves.gather ? others : 0);
+  t.stats->bytes_sent += (halves.scatter ? others : 0) + (halves.gather ? to_each : 0);
+  t.stats->bytes_received += (halves.scatter ? to_each : 0) + (halves.gather ? others : 0);
   // Copies to and from the area: staged (others), result (own), copied out (others).
-  t.stats().shared_memory_copied_bytes += (halves.scatter ? others : 0) + (halves.gather ? total : 0);
-  t.stats().shared_memory_rounds += rounds;
-  if (halves.scatter && halves.gather) t.stats().shared_memory_allreduces += 1;
+  t.stats->shared_memory_copied_bytes += (halves.scatter ? others : 0) + (halves.gather ? total : 0);
+  t.stats->shared_memory_rounds += rounds;
+  if (halves.scatter && halves.gather) t.stats->shared_memory_allreduces += 1;
 }
 
 void shm_allreduce_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                           double postscale) {
-  run_rounds(t, buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, true});
+  run_rounds(ShmPort::of(t), buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, true});
 }
 
 void shm_reduce_scatter_nranks(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
                                double postscale) {
-  run_rounds(t, buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, false});
+  run_rounds(ShmPort::of(t), buf, even_segments(buf.count(), t.size()), dtype, op, postscale, Halves{true, false});
 }
 
 void shm_allgather_nranks(Transport& t, const SpanBuffer& buf) {
-  run_rounds(t, buf, even_segments(buf.count(), t.size()), DataType::UInt8, ReduceOp::Sum, 1.0,
+  run_rounds(ShmPort::of(t), buf, even_segments(buf.count(), t.size()), DataType::UInt8, ReduceOp::Sum, 1.0,
              Halves{false, true});
 }
 

@@ -17,6 +17,7 @@
 
 #include "hvdlite.h"
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/shm_port.h"
 #include "transport/transport.h"
 
 namespace hvdlite {
@@ -53,7 +54,7 @@ void shm_allgather_nranks(Transport& t, const SpanBuffer& buf);
 struct Halves {
   bool scatter, gather;
 };
-void run_rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
+void run_rounds(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
                 ReduceOp op, double postscale, Halves halves);
 
 }  // namespace hvdlite

@@ -12,9 +12,9 @@ namespace {
 void rounds(Transport& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
             ReduceOp op, double postscale, Halves halves) {
   if (t.size() == 2) {
-    shm_two_ranks(t, buf, segs, dtype, op, postscale, halves);
+    shm_two_ranks(ShmPort::of(t), buf, segs, dtype, op, postscale, halves);
   } else {
-    run_rounds(t, buf, segs, dtype, op, postscale, halves);
+    run_rounds(ShmPort::of(t), buf, segs, dtype, op, postscale, halves);
   }
 }
 

@@ -105,6 +105,14 @@ const std::vector<Setting>& settings() {
         "shared memory they all map (each rank's contribution copied out by the others in pieces; "
         "the reduce-scatter in the ring's operand order) rather than MPI's and the ring; 0 never"},
        [](Config& c, const std::string& t, const std::string& v) { c.shm_collectives = parse_bool(v, t); }},
+      {{"HVDLITE_SHM_LANES", "", "0",
+        "when all ranks are on one host, all-reduces of at least 4 MiB through shared memory run "
+        "in this many lanes per rank, each a thread moving its part of every rank's segment "
+        "through an area of its own (results bitwise the same); 0 picks the cores of the host "
+        "per rank, at most 4, agreed by all ranks; 1 one lane"},
+       [](Config& c, const std::string& t, const std::string& v) {
+         c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
+       }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
         "that do not answer, such as a stopped one), after this many seconds; the lowest rank "

@@ -238,10 +238,14 @@ class LoopbackTransport : public Transport {
     return std::make_unique<LoopbackTransport>(fabric_, child, members, index);
   }
 
-  SharedArea shared_area() override {
-    if (size() < 2 || topo_.local_size != size()) return {};
-    return fabric_.shared_area(comm_, size());
+  SharedArea shared_area() override { return lane_area(0); }
+  int lanes() override { return shared_area().data ? fabric_.lanes : 1; }
+  SharedArea lane_area(int lane) override {
+    if (!shared_area_exists() || lane < 0 || lane >= fabric_.lanes) return {};
+    return fabric_.shared_area(lane == 0 ? comm_ : comm_ + "#lane" + std::to_string(lane), size());
   }
+
+  bool shared_area_exists() const { return size() >= 2 && topo_.local_size == size(); }
 
   // Threads cannot die alone: a peer that never comes is a test's broken algorithm, reported
   // after the fabric's timeout instead of hanging.

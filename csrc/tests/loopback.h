@@ -45,6 +45,8 @@ class Fabric {
   // board does (Transport::start_control_gather); off by default, as the controller's own
   // tests hand it entries without data.
   bool gather_rounds = false;
+  // Lanes of every shared area (Transport::lanes(), Note [lanes] in shm_lanes.h).
+  int lanes = 1;
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The shared area of communicator `comm` of `ranks` (zeroed, 64-byte aligned), made on
   // first use.

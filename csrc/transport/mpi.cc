@@ -86,15 +86,30 @@ bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
 
 std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
+// Lanes of the shared area (Note [lanes] in shm_lanes.h): `wanted`, or (0) the cores this
+// process may run on per rank of the host, at most 4; the lanes' areas together at most
+// 32 MiB, as containers often give /dev/shm only 64 MiB.
+int lanes_for(int wanted, int local_ranks, size_t area_bytes) {
+  int lanes = wanted;
+  if (lanes <= 0) {
+    cpu_set_t cpus;
+    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                                      : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    lanes = std::min(4, cores / std::max(1, local_ranks));
+    lanes = std::min<int>(lanes, static_cast<int>((size_t(32) << 20) / std::max<size_t>(1, area_bytes)));
+  }
+  return std::max(1, lanes);
+}
+
 class MpiTransport : public Transport {
  public:
   // Takes ownership of two communicators over the same ranks. max_transfer_bytes: the largest
   // byte count one MPI collective call is given. with_peer_channel: make the user
   // point-to-point channel (every transport but a hierarchical stage's).
-  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes,
+  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes, int shm_lanes,
                bool with_peer_channel = true)
       : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))),
-        control_(control), data_(data) {
+        lanes_wanted_(shm_lanes), control_(control), data_(data) {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(data_, &topo_.rank);
@@ -119,7 +134,7 @@ class MpiTransport : public Transport {
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
-  static std::unique_ptr<Transport> world(size_t max_transfer_bytes) {
+  static std::unique_ptr<Transport> world(size_t max_transfer_bytes, int shm_lanes) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -148,7 +163,7 @@ class MpiTransport : public Transport {
     hvdlite::check(MPI_Comm_dup(base, &control), "MPI_Comm_dup");
     hvdlite::check(MPI_Comm_dup(base, &data), "MPI_Comm_dup");
     if (base != MPI_COMM_WORLD) MPI_Comm_free(&base);
-    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes);
+    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes, shm_lanes);
   }
 
   ~MpiTransport() override {
@@ -168,7 +183,7 @@ class MpiTransport : public Transport {
     MPI_Comm control;
     check(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
     if (lost) *lost = missing_from(data);
-    return std::make_unique<MpiTransport>(control, data, limit_);
+    return std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_);
   }
 
   std::unique_ptr<Transport> regroup(const std::vector<int>& leaving,
@@ -212,7 +227,7 @@ class MpiTransport : public Transport {
     check(MPI_Comm_dup(world, &control), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &data), "MPI_Comm_dup");
     MPI_Comm_free(&world);
-    return std::make_unique<MpiTransport>(control, data, limit_);
+    return std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_);
   }
 
   int post_send(const void* buf, size_t bytes, int peer) override {
@@ -427,7 +442,7 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
     check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
     if (control == MPI_COMM_NULL) return nullptr;
-    auto child = std::make_unique<MpiTransport>(control, data, limit_, use == SplitFor::ProcessSet);
+    auto child = std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_, use == SplitFor::ProcessSet);
     child->count_into(*this);
     return child;
   }
@@ -465,9 +480,12 @@ class MpiTransport : public Transport {
 
   void abort(int code) override { MPI_Abort(MPI_COMM_WORLD, code); }
 
-  SharedArea shared_area() override {
-    if (!segment_) return {};
-    return {static_cast<char*>(segment_->data()) + swap_part_bytes(), shared_area_bytes(topo_.size)};
+  SharedArea shared_area() override { return lane_area(0); }
+  int lanes() override { return segment_ ? lanes_ : 1; }
+  SharedArea lane_area(int lane) override {
+    if (!segment_ || lane < 0 || lane >= lanes_) return {};
+    const size_t area = shared_area_bytes(topo_.size);
+    return {static_cast<char*>(segment_->data()) + swap_part_bytes() + static_cast<size_t>(lane) * area, area};
   }
 
   void waiting_for_peer(uint64_t polls) override {
@@ -508,7 +526,9 @@ class MpiTransport : public Transport {
   // and all-reduces take the other algorithms.
   void share_memory() {
     static std::atomic<int> segments{0};
-    const size_t bytes = swap_part_bytes() + shared_area_bytes(topo_.size);
+    lanes_ = lanes_for(lanes_wanted_, topo_.local_size, shared_area_bytes(topo_.size));
+    check(MPI_Allreduce(MPI_IN_PLACE, &lanes_, 1, MPI_INT, MPI_MIN, data_), "MPI_Allreduce");
+    const size_t bytes = swap_part_bytes() + static_cast<size_t>(lanes_) * shared_area_bytes(topo_.size);
     char name[64] = {0};
     std::unique_ptr<SharedSegment> segment;
     if (topo_.rank == 0) {
@@ -638,6 +658,8 @@ class MpiTransport : public Transport {
   }
 
   size_t limit_;  // largest count given to one MPI collective call
+  int lanes_wanted_;  // Config::shm_lanes (0: auto)
+  int lanes_ = 1;     // of the shared area, agreed by every rank (share_memory)
   Topology topo_;
   MPI_Comm control_ = MPI_COMM_NULL;
   MPI_Comm data_ = MPI_COMM_NULL;
@@ -676,8 +698,8 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes) {
-  return MpiTransport::world(max_transfer_bytes);
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, int shm_lanes) {
+  return MpiTransport::world(max_transfer_bytes, shm_lanes);
 }
 
 const char* mpi_library_version() {

@@ -37,6 +37,8 @@ struct TransportStats {
   std::atomic<uint64_t> shared_memory_allreduces{0};
   std::atomic<uint64_t> shared_memory_copied_bytes{0};
   std::atomic<uint64_t> shared_memory_rounds{0};
+  // Of those all-reduces, the lanes they ran beyond the first (Note [lanes] in shm_lanes.h).
+  std::atomic<uint64_t> shared_memory_extra_lanes{0};
   // All-reduces that rode in a negotiation round through the shared board (controller.h):
   // reduced there, with no data round of their own.
   std::atomic<uint64_t> board_allreduces{0};
@@ -108,6 +110,11 @@ class Transport {
     return std::min(size_t(16) << 20, n * (n + 1) * 2 * (size_t(64) << 10) + 3 * n * 64);
   }
   virtual SharedArea shared_area() { return {}; }
+  // Large all-reduces run in lanes (Note [lanes] in shm_lanes.h), each through an area of
+  // its own, of the same size: lanes() of them, the same on every rank; lane 0's is
+  // shared_area().
+  virtual int lanes() { return 1; }
+  virtual SharedArea lane_area(int lane) { return lane == 0 ? shared_area() : SharedArea{}; }
   // The wait policy of a rank waiting on its peer through shared memory, written once for
   // the negotiation's swap and the data path: called for each poll that found nothing new
   // (`polls`: such polls so far in this wait, from 1). Spins a little, then yields the core;
@@ -188,7 +195,8 @@ inline std::unique_ptr<Transport> Transport::regroup(const std::vector<int>&,
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
 // byte count one MPI collective call is given (Config::max_transfer_bytes). A process that an
 // elastic job started (MPI_Comm_spawn, see Transport::regroup) joins its job's world here.
-std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes);
+// `shm_lanes`: Config::shm_lanes (0: auto), for every transport made from this one.
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, int shm_lanes);
 const char* mpi_library_version();
 // True when the MPI backend can survive a lost rank (built against an MPI with ULFM).
 bool mpi_fault_tolerant();

@@ -542,7 +542,8 @@ def run(args):
         s = _core.transport_stats(reset=True)
         paths[label] = {k: s[k] / calls for k in ("shared_memory_swaps", "board_allreduces",
                                                      "shared_memory_allreduces",
-                                                     "shared_memory_copied_bytes")}
+                                                     "shared_memory_copied_bytes",
+                                                     "shared_memory_extra_lanes")}
 
     def hvdlite_phase(last):
         hvd.init()
@@ -611,10 +612,11 @@ def run(args):
     if paths:
         results["paths_per_call"] = paths
         log("\npaths per hvdlite call (rank 0): board rounds / rode the round / shm all-reduces "
-            "/ bytes copied")
+            "/ bytes copied / extra lanes")
         for label, p in paths.items():
             log(f"  {label:>8}: {p['shared_memory_swaps']:.2f} / {p['board_allreduces']:.2f} / "
-                f"{p['shared_memory_allreduces']:.2f} / {p['shared_memory_copied_bytes']:.0f}")
+                f"{p['shared_memory_allreduces']:.2f} / {p['shared_memory_copied_bytes']:.0f} / "
+                f"{p['shared_memory_extra_lanes']:.2f}")
 
     copy_GBps = None
     if copy_times:

@@ -4,8 +4,8 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; all but gpu need the build gpu_setup
-# makes). Where $OUT is set (the device tool's folder) the whole output is also written to
+# picks sections (default: "gpu static nranks c10d"; also "lanes" and "frameworks"; nranks
+# and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
 # $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -142,6 +142,24 @@ c10d_section() {
   local t0=$SECONDS
   OMP_NUM_THREADS=1 gpu_run 2 300 examples/c10d_bench.py
   say "c10d section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
+# ---------------------------------------------------------------------------------------
+# Lanes (Note [lanes] in csrc/algorithms/shm_lanes.h) against one lane, in one run: the GPU
+# table and the all-reduce sweep at 2 ranks, and the large sizes at 8 ranks (the N-rank
+# section gives 8 and 16 ranks with the default).
+lanes_section() {
+  local t0=$SECONDS lanes
+  gpu_setup || { failed=1; return; }
+  for lanes in 0 1; do
+    HVDLITE_SHM_LANES=$lanes gpu_run 2 180 examples/gpu_bench.py ${OUT:+--json "$OUT/gpu_bench_lanes$lanes.json"}
+    HVDLITE_SHM_LANES=$lanes gpu_run 2 120 examples/allreduce_bench.py --sizes 256K 4M 64M \
+      --parts sweep --target-time 0.2 --rounds 2 --no-gloo ${OUT:+--json "$OUT/allreduce_bench_2_lanes$lanes.json"}
+  done
+  HVDLITE_SHM_LANES=1 gpu_run 8 120 examples/allreduce_bench.py --sizes 4M 64M --parts sweep \
+    --target-time 0.2 --rounds 2 --no-gloo ${OUT:+--json "$OUT/allreduce_bench_8_lanes1.json"}
+  say "lanes section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ set(HVDLITE_CORE_SOURCES
   algorithms/exchange_allreduce.cc
   algorithms/half_convert.cc
   algorithms/hierarchical.cc
+  algorithms/lane_threads.cc
   algorithms/reduce.cc
   algorithms/ring_allreduce.cc
   algorithms/ring_pass.cc

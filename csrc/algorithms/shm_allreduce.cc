@@ -99,9 +99,11 @@ bool shm_allreduce_available(Transport& t) {
 }
 
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                   double postscale) {
+                   double postscale, LaneThreads* threads) {
   if (shm_runs_in_lanes(t, buf.count() * buf.elem_size())) {
-    return shm_allreduce_in_lanes(t, buf, dtype, op, postscale);
+    if (threads) return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, *threads);
+    LaneThreads for_this_call;
+    return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, for_this_call);
   }
   if (t.size() != 2) return shm_allreduce_nranks(t, buf, dtype, op, postscale);
   shm_two_ranks(ShmPort::of(t), buf, even_segments(buf.count(), 2), dtype, op, postscale, Halves{true, true});

@@ -18,6 +18,7 @@
 #include <cstddef>
 
 #include "hvdlite.h"
+#include "algorithms/lane_threads.h"
 #include "algorithms/ring_allreduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
 #include "transport/transport.h"
@@ -29,9 +30,10 @@ namespace hvdlite {
 bool shm_allreduce_available(Transport& t);
 
 // The reduction of every rank's `buf`, times postscale, on every rank. All must call it for
-// the same collectives in the same order, with the same element count and size.
+// the same collectives in the same order, with the same element count and size. Large ones
+// run in lanes (shm_lanes.h), on `threads` (null: threads started for this call).
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                   double postscale);
+                   double postscale, LaneThreads* threads = nullptr);
 
 // The two-rank queues over segments of any sizes (segs.count[r]: rank r's), as run_rounds is
 // for more ranks: the reduce-scatter half (each side reduces its segment from the peer's raw

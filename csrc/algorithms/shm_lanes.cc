@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/lane_threads.h"
 #include "algorithms/shm_allreduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
 #include "algorithms/shm_port.h"
@@ -56,18 +57,18 @@ void run_lane(const ShmPort& port, const Lane& lane, DataType dtype, ReduceOp op
 bool shm_runs_in_lanes(Transport& t, size_t bytes) { return t.lanes() > 1 && bytes >= kLaneMinBytes; }
 
 void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                            double postscale) {
+                            double postscale, LaneThreads& threads) {
   const int lanes = t.lanes();
   const Segments segs = even_segments(buf.count(), t.size());
   std::atomic<bool> give_up{false};
-  std::atomic<int> finished{0};
-  // Counters of the other lanes, added to the transport's once they are joined.
+  // The other lanes' ports, counting into stats of their own (added to the transport's once
+  // they are done), and their errors.
   std::vector<std::unique_ptr<TransportStats>> stats;
+  std::vector<ShmPort> ports(lanes);
   std::vector<std::exception_ptr> errors(lanes);
-  std::vector<std::thread> threads;
   for (int k = 1; k < lanes; ++k) {
     stats.push_back(std::make_unique<TransportStats>());
-    ShmPort port;
+    ShmPort& port = ports[k];
     port.rank = t.rank();
     port.size = t.size();
     port.area = t.lane_area(k);
@@ -77,29 +78,24 @@ void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype,
     };
     port.peer_waited = [] {};
     port.stats = stats.back().get();
-    threads.emplace_back([&, k, port] {
-      try {
-        run_lane(port, lane_of(buf, segs, k, lanes), dtype, op, postscale);
-      } catch (...) {
-        errors[k] = std::current_exception();
-      }
-      finished.fetch_add(1, std::memory_order_release);
-    });
   }
-  auto join_all = [&] {
-    for (std::thread& th : threads) th.join();
-  };
+  threads.start(lanes - 1, [&](int k) {
+    try {
+      run_lane(ports[k], lane_of(buf, segs, k, lanes), dtype, op, postscale);
+    } catch (...) {
+      errors[k] = std::current_exception();
+    }
+  });
   try {
     run_lane(ShmPort::of(t), lane_of(buf, segs, 0, lanes), dtype, op, postscale);
     uint64_t polls = 0;
-    while (finished.load(std::memory_order_acquire) < lanes - 1) t.waiting_for_peer(++polls);
+    while (!threads.done()) t.waiting_for_peer(++polls);
     t.peer_waited();
   } catch (...) {
     give_up = true;
-    join_all();
+    threads.finish();
     throw;
   }
-  join_all();
   for (const std::exception_ptr& e : errors) {
     if (e) std::rethrow_exception(e);
   }

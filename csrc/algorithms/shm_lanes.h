@@ -11,8 +11,8 @@
 //   - each lane runs the same algorithm (shm_allreduce.cc's queues at 2 ranks, run_rounds at
 //     more) through its own area (Transport::lane_area), whose counters only that lane's
 //     parts ever move, so the lanes of all ranks stay in step without a handshake;
-//   - lane 0 runs on the calling thread, the others on threads started for the call (a few
-//     tens of microseconds, against milliseconds of copying).
+//   - lane 0 runs on the calling thread, the others on threads kept between calls
+//     (lane_threads.h).
 // Only the calling thread talks to the transport. Another lane's wait spins and yields, and
 // gives up when told to; the calling thread, its own lane done, waits for the others with the
 // transport's wait policy (which notices a lost peer). On any error it tells the other lanes
@@ -23,6 +23,7 @@
 #include <cstddef>
 
 #include "hvdlite.h"
+#include "algorithms/lane_threads.h"
 #include "algorithms/ring_allreduce.h"
 #include "transport/transport.h"
 
@@ -33,8 +34,9 @@ constexpr size_t kLaneMinBytes = size_t(4) << 20;
 // True when an all-reduce of `bytes` through `t`'s shared area runs in lanes.
 bool shm_runs_in_lanes(Transport& t, size_t bytes);
 
-// shm_allreduce's result (the reduction of every rank's `buf`, times postscale), in lanes.
+// shm_allreduce's result (the reduction of every rank's `buf`, times postscale), in lanes,
+// lanes 1.. on `threads`.
 void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                            double postscale);
+                            double postscale, LaneThreads& threads);
 
 }  // namespace hvdlite

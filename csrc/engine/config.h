@@ -33,8 +33,8 @@ struct Config {
   // shared area (shm_collectives_nranks.h) instead of MPI and the ring.
   bool shm_collectives = true;
   // Lanes of a large shared-memory all-reduce: threads per rank, each moving a part of the
-  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: as many as the
-  // host's cores per rank allow, at most 4; 1: none.
+  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
+  // host's cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)

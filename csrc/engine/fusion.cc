@@ -213,7 +213,7 @@ void AllreduceExecutor::run(Batch& batch) {
       hierarchical_allreduce(*hierarchy_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post,
                              scratch_, config_.ring_piece_bytes, traced ? &times.stages : nullptr);
     } else if (shared_memory) {
-      shm_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post);
+      shm_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, &lane_threads_);
     } else if (exchange) {
       exchange_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, scratch_);
     } else {

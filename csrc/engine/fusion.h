@@ -10,6 +10,7 @@
 #include "engine/config.h"
 #include "engine/handle.h"
 #include "algorithms/hierarchical.h"
+#include "algorithms/lane_threads.h"
 #include "engine/message.h"
 #include "engine/tensor_entry.h"
 #include "transport/transport.h"
@@ -61,6 +62,7 @@ class AllreduceExecutor {
   std::vector<uint8_t> fusion_buffer_;  // persistent: grows to the largest batch, then reused
   std::vector<uint8_t> zeros_;          // a joined rank's stand-in for in-place tensors
   std::vector<uint8_t> scratch_;        // ring receive buffer
+  LaneThreads lane_threads_;            // large shared-memory all-reduces' lanes (shm_lanes.h)
   size_t round_bytes_ = 0;              // bytes reduced since the last flush (timeline counter)
 };
 

@@ -74,16 +74,19 @@ TEST(shm_allreduce_in_lanes_equals_the_ring_bit_for_bit) {
 TEST(shm_lanes_and_one_lane_collectives_follow_one_another) {
   // Large (lanes) and small (lane 0 alone) all-reduces interleaved on one transport: each
   // lane's area keeps its own counters in step, and the counters add up as one lane's would.
+  // The lanes run on threads kept between calls, as the engine's (lane_threads.h).
   const int ranks = 3;
   Fabric fabric(ranks);
   fabric.lanes = 2;
   const size_t big = kLaneMinBytes / sizeof(float), small = 1000;
   run_ranks(ranks, [&](int r) {
     auto t = fabric.world(r);
+    LaneThreads kept;
     for (int i = 0; i < 3; ++i) {
       for (size_t count : {big, small, big + 17}) {
         std::vector<float> d(count, static_cast<float>(r + 1 + i));
-        shm_allreduce(*t, SpanBuffer({{d.data(), count}}, sizeof(float)), DataType::Float32, ReduceOp::Sum, 1.0);
+        shm_allreduce(*t, SpanBuffer({{d.data(), count}}, sizeof(float)), DataType::Float32, ReduceOp::Sum, 1.0,
+                      &kept);
         for (size_t k : {size_t(0), count / 2, count - 1}) CHECK_EQ(d[k], static_cast<float>(6 + 3 * i));
       }
     }

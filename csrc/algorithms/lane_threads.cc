@@ -1,0 +1,58 @@
+#include "algorithms/lane_threads.h"
+
+namespace hvdlite {
+
+LaneThreads::~LaneThreads() { stop(); }
+
+void LaneThreads::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& th : threads_) th.join();
+  threads_.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  stopping_ = false;
+}
+
+void LaneThreads::start(int count, std::function<void(int)> task) {
+  if (static_cast<int>(threads_.size()) != count) {
+    stop();
+    uint64_t now;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      now = generation_;
+    }
+    for (int k = 1; k <= count; ++k) {
+      threads_.emplace_back([this, k, now] {
+        uint64_t seen = now;
+        for (;;) {
+          std::function<void(int)> work;
+          {
+            std::unique_lock<std::mutex> lk(mu_);
+            wake_.wait(lk, [&] { return stopping_ || generation_ != seen; });
+            if (stopping_) return;
+            seen = generation_;
+            work = task_;
+          }
+          work(k);
+          running_.fetch_sub(1, std::memory_order_acq_rel);
+        }
+      });
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    task_ = std::move(task);
+    running_.store(count, std::memory_order_release);
+    ++generation_;
+  }
+  wake_.notify_all();
+}
+
+void LaneThreads::finish() const {
+  while (!done()) std::this_thread::yield();
+}
+
+}  // namespace hvdlite

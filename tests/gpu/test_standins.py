@@ -218,6 +218,20 @@ def test_pipelined_staging_is_bitwise_the_one_piece_result(standin):
     assert pieces == whole, (pieces, whole)
 
 
+def test_pipelined_staging_in_lanes_is_bitwise_the_one_lane_result(standin):
+    # Pieces of 4.5 MiB reduced in 3 lanes each (csrc/algorithms/shm_lanes.h) on the
+    # engine's kept threads, against one piece in one lane.
+    env = {"CUDA_STANDIN_COPY_DELAY_US": "2000"}
+    one_lane = _pipeline_run(standin, "check", 0, {**env, "HVDLITE_SHM_LANES": "1"})
+    in_lanes = _pipeline_run(standin, "check", 9 << 19, {**env, "HVDLITE_SHM_LANES": "3"})
+    whole, lanes = _per_rank(one_lane, "digest "), _per_rank(in_lanes, "digest ")
+    assert len(whole) == 2 and len(set(whole)) == 1, whole
+    assert lanes == whole, (lanes, whole)
+    assert _per_rank(one_lane, "extra lanes ") == ["0", "0"], one_lane
+    # the 4.5 MiB pieces of the 10 MB case (and the float64 case) ran in 3 lanes
+    assert all(int(n) >= 2 * 2 for n in _per_rank(in_lanes, "extra lanes ")), in_lanes
+
+
 def test_pipelined_staging_overlaps_copies_and_reduction(standin):
     # A 16 MiB all-reduce with copies at 4 ms per MiB (64 ms each way). In one piece the
     # copy to the host, the reduction and the copy back run one after the other; in 1 MiB

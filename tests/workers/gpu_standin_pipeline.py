@@ -18,7 +18,7 @@ from standins.cuda_array import DeviceArray, StandinRuntime  # noqa: E402
 
 import hvdlite as hvd  # noqa: E402
 from worker_checks import count, named_check as check  # noqa: E402
-from hvdlite import ops  # noqa: E402
+from hvdlite import _core, ops  # noqa: E402
 
 mode = sys.argv[1]
 hvd.init()
@@ -46,6 +46,9 @@ if mode == "check":
         ([(np.float16, 2_000_001)], hvd.Average, 1.0, False),
         ([(np.float32, 1_000_000)], hvd.Sum, 0.5, False),
         ([(np.int32, 1_000_000), (np.int32, 33_333)], hvd.Sum, 1.0, True),
+        # 10 MB: two pieces of at least 4 MiB where pieces are 4.5 MiB, each reduced in lanes
+        # where HVDLITE_SHM_LANES asks for them (tests/gpu/test_standins.py)
+        ([(np.float32, 2_600_001)], hvd.Sum, 1.0, False),
     ]
     for seed, (specs, op, prescale, out_of_place) in enumerate(cases):
         label = f"case {seed} {[(np.dtype(d).name, n) for d, n in specs]}"
@@ -85,6 +88,7 @@ if mode == "check":
     check("no copy of the wrong kind", rt.violations() == "", rt.violations())
     check("every event waited on", rt.unwaited_events() == 0, f"{rt.unwaited_events()} unwaited")
     print(f"rank {rank}: digest {digest.hexdigest()}", flush=True)
+    print(f"rank {rank}: extra lanes {_core.transport_stats()['shared_memory_extra_lanes']}", flush=True)
 elif mode == "time":
     n = (16 << 20) // 4
     x = DeviceArray.from_numpy(rt, data(n, np.float32, rank, 0))

@@ -125,11 +125,15 @@ def test_core_rebuild_keeps_process_sets_and_point_to_point():
 
 
 @needs_ulfm
-@pytest.mark.parametrize("np_", [2, 3])
-def test_peer_lost_in_a_shared_memory_allreduce_fails_it(np_):
+@pytest.mark.parametrize("np_, lanes", [(2, 1), (3, 1), (3, 3)])
+def test_peer_lost_in_a_shared_memory_allreduce_fails_it(np_, lanes):
+    # With lanes (csrc/algorithms/shm_lanes.h), the other lanes' threads are told to give up
+    # and joined when the engine's thread notices the lost peer.
     proc = run_launcher("-np", np_, "--min-np", 1, "python",
-                        os.path.join(HERE, "workers", "elastic_shm_peer_lost.py"), timeout=120)
+                        os.path.join(HERE, "workers", "elastic_shm_peer_lost.py"), timeout=120,
+                        env={"HVDLITE_SHM_LANES": str(lanes)})
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"[0]: rank 0 ran its warm-up in {lanes} lane(s)" in proc.stdout, proc.stdout
     left = f"{np_ - 1} rank" + ("s" if np_ > 2 else "")
     assert (f"hvdlite-run: rank {np_ - 1} lost (killed by signal 9 (SIGKILL)); continuing with {left}"
             in proc.stderr), proc.stderr

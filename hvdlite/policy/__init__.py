@@ -18,8 +18,8 @@ from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # no
 from .groups import check_groups, plan_groups, split_list  # noqa: F401
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
-from .names import (auto_name, group_names, parameter_names, reset_name_counters,  # noqa: F401
-                    valid_name, with_labels)
+from .names import (auto_name, group_names, named_entries, parameter_names,  # noqa: F401
+                    reset_name_counters, valid_name, with_labels)
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                          check_predivide, integer_arg, predivide, require_average_or_sum,
                          resolve_op)

@@ -5,7 +5,7 @@ back together. Free of any framework: the caller says what a tensor is."""
 from collections import namedtuple
 
 TensorSlot = namedtuple("TensorSlot", "index shape dtype")
-TensorSlot.__doc__ = "Where a tensor stood in a skeleton: its index among the tensors, shape, dtype."
+TensorSlot.__doc__ = "Where a tensor stood in a skeleton: its index, shape and dtype."
 
 
 def map_structure(obj, leaf, is_leaf):

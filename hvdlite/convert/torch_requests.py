@@ -8,8 +8,8 @@ import torch
 from hvdlite import ops, policy
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from .torch_tensors import (Staged, check_tensor, compressed, decompressed, describe,
-                            from_core, group_wire, host, stream)
+from .torch_tensors import (Staged, check_tensor, check_tensors, compressed, decompressed,
+                            describe, from_core, group_wire, host, stream)
 
 
 def core_names(kind, names, process_set):
@@ -20,9 +20,14 @@ def start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, o
                      finish=None, wake=True):
     """wake=False when the caller waits at once (its wait runs the engine's round)."""
     tensors = list(tensors)
-    for t, n in zip(tensors, names):
-        check_tensor(t, n, opname, inplace=inplace)
-    staged = Staged(tensors, inplace)
+    check_tensors(tensors, names, opname, inplace)
+    return submit_allreduce(Staged(tensors, inplace), names, op, pre, post, wire, process_set,
+                            finish, wake)
+
+
+def submit_allreduce(staged, names, op, pre, post, wire, process_set, finish=None, wake=True):
+    """The all-reduce of checked tensors as ``staged``; ``wait()`` gives ``staged.finish``'s
+    tensors (through ``finish``, if given)."""
     return ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names("allreduce", names, process_set), op, pre, post,
         wire, process_set,

@@ -27,6 +27,16 @@ def require_tensor(tensor, name, opname):
             f"{'' if name is None else f' for {name!r}'}, got {type(tensor).__name__}")
 
 
+def require_tensors(tensors, names, opname):
+    for t, n in zip(tensors, names):
+        require_tensor(t, n, opname)
+
+
+def check_tensors(tensors, names, opname, inplace=False):
+    for t, n in zip(tensors, names):
+        check_tensor(t, n, opname, inplace)
+
+
 def check_tensor(tensor, name, opname, inplace=False):
     """The check of a tensor handed to the core: a dense torch tensor of a dtype the core
     moves (contiguous, for the in-place ops)."""

@@ -8,8 +8,8 @@ import torch
 from hvdlite import ops, policy
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from .torch_tensors import (Staged, check_tensor, check_tensors, compressed, decompressed,
-                            describe, from_core, group_wire, host, stream)
+from .torch_tensors import (Staged, check_tensor, check_tensors, describe, from_core,
+                            group_wire, host, stream)
 
 
 def core_names(kind, names, process_set):
@@ -39,10 +39,10 @@ def allreduce_group(tensors, names, op, pre, post, compression, process_set, opn
     """The grouped all-reduce of torch tensors with any compression, waited for (no
     autograd). Each tensor sent is checked once, where it is staged."""
     wire, python_side = group_wire(compression, tensors)
-    sent, ctxs = compressed(compression, tensors, python_side)
+    sent, ctxs = policy.compressed(compression, tensors, python_side)
     outs = start_allreduce(sent, names, op, pre, post, wire, process_set, False, opname,
                            wake=False).wait()
-    return decompressed(compression, outs, ctxs, python_side)
+    return policy.decompressed(compression, outs, ctxs, python_side)
 
 
 def check_gatherable(tensor, name, opname):

@@ -123,17 +123,3 @@ def group_wire(compression, tensors):
     formats = [policy.wire_format(compression, dtype_name(t.dtype)) for t in tensors]
     wires = {w for w, _ in formats if w is not None}
     return (wires.pop() if wires else None), any(p for _, p in formats)
-
-
-def compressed(compression, tensors, python_side):
-    """(tensors to send, contexts) after a Python-side ``compression.compress``."""
-    if not python_side:
-        return list(tensors), [None] * len(tensors)
-    pairs = [compression.compress(t) for t in tensors]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def decompressed(compression, outs, ctxs, python_side):
-    if not python_side:
-        return outs
-    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]

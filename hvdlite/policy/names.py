@@ -54,6 +54,12 @@ def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
     return [f"{base}.{i}" for i in range(n)]
 
 
+def member_names(base: Optional[str], n: int) -> List[Optional[str]]:
+    """Names of the members of a grouped call, one per member: ``base.i``, or None each (a
+    name generated per member) when there is no base name."""
+    return [None] * n if base is None else group_names(base, n)
+
+
 def with_labels(error, labels):
     """The error again, its message followed by what the request names in it stand for
     (``'DistributedSGD.0' is the gradient of dense/kernel``); ``labels``: {request name:

@@ -15,8 +15,7 @@ from hvdlite import policy
 from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationError,  # noqa: F401
                                               check_passes)
 from hvdlite.convert.torch_requests import submit_allreduce
-from hvdlite.convert.torch_tensors import (Staged, check_tensors, compressed, decompressed,
-                                           group_wire)
+from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
 from hvdlite.work import wait_all
 
@@ -42,7 +41,7 @@ class _GradReduction:
         reduced = wait_all(self.works)
         with torch.no_grad():
             if self.targets:
-                outs = decompressed(compression, reduced[0], self.ctxs, python_side)
+                outs = policy.decompressed(compression, reduced[0], self.ctxs, python_side)
                 for (grad, sparse_param), out in zip(self.targets, outs):
                     if sparse_param is not None:
                         param, sparse_dim = sparse_param
@@ -146,7 +145,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
             grads.append(grad)
             names.append(name)
         if grads:
-            sent, red.ctxs = compressed(self._compression, grads, self._hvd_python_compression)
+            sent, red.ctxs = policy.compressed(self._compression, grads,
+                                               self._hvd_python_compression)
             check_tensors(sent, names, "DistributedOptimizer")
             op, pre, post = policy.predivide(self.op, self.gradient_predivide_factor,
                                               self._hvd_size)

@@ -65,3 +65,10 @@ def test_named_entries_of_an_iterable_keep_their_order():
     assert named_entries([5, 6], prefix="p.") == [(None, 5), (None, 6)]   # unnamed stay so
     with pytest.raises(ValueError, match="invalid params of type"):
         named_entries(3)
+
+
+def test_member_names_name_each_member_or_none():
+    from hvdlite.policy.names import member_names
+    assert member_names("g", 2) == ["g.0", "g.1"]
+    assert member_names(None, 3) == [None, None, None]
+    assert member_names(None, 0) == []

@@ -193,16 +193,17 @@ def allreduce_differentiable(tensors, op, prescale, postscale, wire, names, proc
 
 def allreduce_sparse(slices, op, name, what, process_set=None):
     """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
-    policy.require_average_or_sum(
-        op, f"hvdlite.tensorflow.{what}: {describe(slices.values, name)} is a tf.IndexedSlices "
+    divisor = policy.gathered_rows_divisor(
+        op, process_set_or_global(process_set).size(),
+        f"hvdlite.tensorflow.{what}: {describe(slices.values, name)} is a tf.IndexedSlices "
         f"(sparse gradient)", "its rows are all-gathered; pass sparse_as_dense=True (or "
         "tf.convert_to_tensor it) to reduce it densely", tf_errors.HvdliteUnsupportedError)
     check_dtype(slices.values, what, name)
     values, indices = allgather_group([slices.values, slices.indices],
                                       op_name("sparse_allreduce", name, process_set),
                                       "grouped_allgather", process_set)
-    if op == Average:
-        values = values / tf.cast(process_set_or_global(process_set).size(), values.dtype)
+    if divisor != 1:
+        values = values / tf.cast(divisor, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 

@@ -6,7 +6,8 @@ are. ``op`` is resolved already (:func:`hvdlite.policy.resolve_op`)."""
 import torch
 
 from hvdlite import ops, policy
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+from hvdlite.process_sets import global_process_set
 
 from .torch_tensors import (Staged, check_tensor, check_tensors, describe, from_core,
                             group_wire, host, stream)
@@ -43,6 +44,30 @@ def allreduce_group(tensors, names, op, pre, post, compression, process_set, opn
     outs = start_allreduce(sent, names, op, pre, post, wire, process_set, False, opname,
                            wake=False).wait()
     return policy.decompressed(compression, outs, ctxs, python_side)
+
+
+def start_sparse_allreduce(tensor, name, op, process_set, opname):
+    """Horovod's sparse all-reduce of a COO tensor: its indices and values all-gathered;
+    ``wait()`` gives the coalesced sparse result."""
+    divisor = policy.gathered_rows_divisor(
+        op, (process_set or global_process_set).size(),
+        f"hvdlite.torch.{opname}: tensor '{name}' is sparse", "its rows are all-gathered",
+        HvdliteUnsupportedError)
+    t = tensor.coalesce()
+    indices, values = t.indices().t().contiguous(), t.values().contiguous()
+    for part, label in ((indices, "indices"), (values, "values")):
+        check_tensor(part, f"{name}.{label}", opname)
+    shape, device = t.size(), tensor.device
+
+    def finish(results):
+        idx, vals = (from_core(r, device) for r in results)
+        if divisor != 1:
+            vals = vals / divisor
+        return torch.sparse_coo_tensor(idx.t(), vals, shape, check_invariants=False).coalesce()
+
+    hosts = [host(indices)[0], host(values)[0]]
+    return ops.grouped_allgather_async(hosts, [f"{name}.indices", f"{name}.values"],
+                                       process_set, finish, stream=stream(hosts))
 
 
 def check_gatherable(tensor, name, opname):

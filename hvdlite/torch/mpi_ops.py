@@ -29,13 +29,12 @@ import hvdlite as _hvd
 from hvdlite import ops as _ops, policy
 from hvdlite.convert.torch_requests import (allreduce_group, start_allgather,
                                             start_allreduce, start_alltoall, start_broadcast,
-                                            start_reducescatter)
-from hvdlite.convert.torch_tensors import (check_tensor, from_core, group_wire, host,
-                                           require_tensor, require_tensors, stream)
+                                            start_reducescatter, start_sparse_allreduce)
+from hvdlite.convert.torch_tensors import group_wire, require_tensor, require_tensors
 from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                             compressed, decompressed, member_names, resolve_op)
 from hvdlite.policy.options import is_compressed
-from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
@@ -186,26 +185,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Start reducing a sparse COO tensor by all-gathering its indices and values (as
     Horovod); ``synchronize`` returns the coalesced sparse result."""
     op = resolve_op(op, None, "sparse_allreduce_async")
-    policy.require_average_or_sum(
-        op, f"hvdlite.torch.sparse_allreduce_async: tensor '{name}' is sparse",
-        "its rows are all-gathered", HvdliteUnsupportedError)
-    t = tensor.coalesce()
-    indices, values = t.indices().t().contiguous(), t.values().contiguous()
-    for part, label in ((indices, "indices"), (values, "values")):
-        check_tensor(part, f"{name}.{label}", "sparse_allreduce_async")
-    shape, device = t.size(), tensor.device
-    divisor = _set_size(process_set) if op == Average else 1
-
-    def finish(results):
-        idx, vals = (from_core(r, device) for r in results)
-        if divisor != 1:
-            vals = vals / divisor
-        return torch.sparse_coo_tensor(idx.t(), vals, shape, check_invariants=False).coalesce()
-
-    hi, _ = host(indices)
-    hv, _ = host(values)
-    return _ops.grouped_allgather_async([hi, hv], [f"{name}.indices", f"{name}.values"],
-                                        process_set, finish, stream=stream([hi, hv]))
+    return start_sparse_allreduce(tensor, name, op, process_set, "sparse_allreduce_async")
 
 
 # ---------------------------------------------------------------------------------------

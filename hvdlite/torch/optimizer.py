@@ -6,7 +6,6 @@ accumulating that gradient, so communication overlaps the rest of the backward p
 ``step()`` (or ``synchronize()``) waits for them and then runs the wrapped optimizer.
 """
 
-import warnings
 import weakref
 
 import torch
@@ -112,12 +111,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
         params = list(self._hvd_params)
         if self._hvd_size > 1:
             # Same grouping on every rank: order the parameters as rank 0 does.
-            order = broadcast_object(list(self._hvd_names), root_rank=0,
-                                     name="DistributedOptimizer.groups.order")
-            if sorted(order) != sorted(self._hvd_names):
-                raise ValueError("DistributedOptimizer(groups=...): the parameter names differ "
-                                 "between rank 0 and this rank")
-            pos = {n: i for i, n in enumerate(order)}
+            pos = policy.rank0_positions(self._hvd_names, broadcast_object,
+                                         "DistributedOptimizer")
             params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
         for chunk in policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor"):
             self._hvd_countdown.group(self._hvd_index[p] for p in chunk)
@@ -272,11 +267,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     check_passes(backward_passes_per_step)
-    if num_groups:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed", DeprecationWarning, stacklevel=2)
-        if groups is None:
-            groups = num_groups
+    groups = policy.groups_arg(groups, num_groups)
     if compression is None:
         compression = Compression.none
     if _extended.wants_extension(compression, shard_optimizer_state, local_steps):

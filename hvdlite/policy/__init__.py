@@ -15,8 +15,8 @@ call *means* is decided here, one concept per module:
 """
 
 from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401
-from .groups import (check_groups, groups_arg, plan_groups, rank0_positions,  # noqa: F401
-                     split_list)
+from .groups import (apart_and_together, check_groups, groups_arg, plan_groups,  # noqa: F401
+                     rank0_positions, split_list)
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
 from .names import (auto_name, group_names, member_names, named_entries,  # noqa: F401

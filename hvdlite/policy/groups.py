@@ -69,3 +69,15 @@ def rank0_positions(names, broadcast_object, what):
         raise ValueError(f"{what}(groups=...): the parameter names differ between rank 0 and "
                          f"this rank")
     return {n: i for i, n in enumerate(order)}
+
+
+def apart_and_together(apart, alone, together):
+    """Results for members ``0 .. len(apart) - 1``, in order: member i by ``alone(i)`` where
+    ``apart[i]``, the others by one ``together(indices)`` call (one grouped request) that
+    returns theirs in order. The members apart go first, then the group: every rank issues
+    its requests in the same order."""
+    out = [alone(i) if a else None for i, a in enumerate(apart)]
+    rest = [i for i, a in enumerate(apart) if not a]
+    for i, r in zip(rest, together(rest)):
+        out[i] = r
+    return out

@@ -66,22 +66,19 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
     op = resolve_tf_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    names = policy.group_names(name, len(tensors)) if name is not None else None
-    out, dense_idx = [None] * len(tensors), []
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            _req.check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
-            out[i] = _req.allreduce_sparse(t, op, None if names is None else names[i],
-                                           "grouped_allreduce", process_set)
-        else:
-            dense_idx.append(i)
-    dense = [tf.convert_to_tensor(tensors[i]) for i in dense_idx]
-    reduced = _req.allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
-                                   None if names is None else [names[i] for i in dense_idx],
-                                   "grouped_allreduce", process_set)
-    for i, r in zip(dense_idx, reduced):
-        out[i] = r
-    return out
+    names = policy.member_names(name, len(tensors))
+
+    def sparse(i):
+        _req.check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
+        return _req.allreduce_sparse(tensors[i], op, names[i], "grouped_allreduce", process_set)
+
+    def dense(indices):
+        return _req.allreduce_dense([tf.convert_to_tensor(tensors[i]) for i in indices], op,
+                                    prescale_factor, postscale_factor, compression,
+                                    None if name is None else [names[i] for i in indices],
+                                    "grouped_allreduce", process_set)
+    return policy.apart_and_together([isinstance(t, tf.IndexedSlices) for t in tensors],
+                                     sparse, dense)
 
 
 # ------------------------------------------------------------------ allgather, broadcast

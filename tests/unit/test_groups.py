@@ -67,3 +67,20 @@ def test_every_rank_orders_the_members_as_rank_0():
     assert sent == [(0, "Opt.groups.order")]
     with pytest.raises(ValueError, match=r"Opt\(groups=...\): the parameter names differ"):
         rank0_positions(["a", "b", "x"], from_rank0, "Opt")
+
+
+def test_members_apart_go_alone_first_then_the_rest_together():
+    from hvdlite.policy.groups import apart_and_together
+    calls = []
+
+    def alone(i):
+        calls.append(("alone", i))
+        return f"a{i}"
+
+    def together(indices):
+        calls.append(("together", indices))
+        return [f"t{i}" for i in indices]
+    assert apart_and_together([False, True, False, True], alone, together) == \
+        ["t0", "a1", "t2", "a3"]
+    assert calls == [("alone", 1), ("alone", 3), ("together", [0, 2])]
+    assert apart_and_together([True], alone, lambda idx: []) == ["a0"]  # an empty group too

@@ -9,5 +9,6 @@ torch and Keras adapters drive with their own tensors:
 - :mod:`.accumulation`: the countdown of ``backward_passes_per_step``;
 - :mod:`.local_sgd`: when local SGD steps synchronously and when it averages;
 - :mod:`.clipping`: the global norm of sharded gradients, for clipping;
-- :mod:`.metric_average`: logged metrics averaged over ranks.
+- :mod:`.metric_average`: logged metrics averaged over ranks;
+- :mod:`.batch_norm`: synchronous batch normalization's statistics over every rank's batch.
 """

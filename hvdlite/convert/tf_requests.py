@@ -12,17 +12,19 @@ TensorFlow's op names, also where only some of them build a set's collectives.""
 
 import warnings
 
+import numpy as np
 import tensorflow as tf
 
 from hvdlite import ops as _ops, policy
 from hvdlite.basics import rank
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.policy import GRADIENTS, Average, Sum, resolve_op, wire_format
+from hvdlite.policy.options import is_compressed
 from hvdlite.process_sets import global_process_set
 
 from . import dlpack_arrays, tf_errors, tf_tensors
 from .tf_tensors import (aligned_empty_like, as_array, grad_names, graph_counters,
-                         outermost_function_graph, tape_may_record)
+                         outermost_function_graph, result_arrays, scaled, tape_may_record)
 
 
 def cross(start, inputs, touts, shapes, label):
@@ -137,7 +139,7 @@ def _allreduce_cross(tensors, op, prescale, postscale, wire, names, process_set,
 def allgather_cross(tensors, names, process_set):
     def fn(*arrays):
         return _ops.grouped_allgather_async([as_array(a) for a in arrays], names, process_set,
-                                            tf_tensors.result_arrays).wait
+                                            result_arrays).wait
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) for t in tensors]
     return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteAllgather")
 
@@ -191,16 +193,17 @@ def allreduce_differentiable(tensors, op, prescale, postscale, wire, names, proc
 
 def allreduce_sparse(slices, op, name, what, process_set=None):
     """Horovod's sparse all-reduce: all-gather the rows (values and indices) of every rank."""
-    policy.require_average_or_sum(
-        op, f"hvdlite.tensorflow.{what}: {describe(slices.values, name)} is a tf.IndexedSlices "
+    divisor = policy.gathered_rows_divisor(
+        op, process_set_or_global(process_set).size(),
+        f"hvdlite.tensorflow.{what}: {describe(slices.values, name)} is a tf.IndexedSlices "
         f"(sparse gradient)", "its rows are all-gathered; pass sparse_as_dense=True (or "
         "tf.convert_to_tensor it) to reduce it densely", tf_errors.HvdliteUnsupportedError)
     check_dtype(slices.values, what, name)
     values, indices = allgather_group([slices.values, slices.indices],
                                       op_name("sparse_allreduce", name, process_set),
                                       "grouped_allgather", process_set)
-    if op == Average:
-        values = values / tf.cast(process_set_or_global(process_set).size(), values.dtype)
+    if divisor != 1:
+        values = values / tf.cast(divisor, values.dtype)
     return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
 
 
@@ -367,3 +370,102 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
         return None if tf.executing_eagerly() else tf.no_op()
     values = broadcast_(variables, root_rank, name=name or None, process_set=process_set)
     return None if tf.executing_eagerly() else tf.group(*values)
+
+
+# -------------------------------------------------------------------------- alltoall
+
+def alltoall(tensor, splits, name, process_set):
+    """(the rows received, in rank order; the number of rows received from each rank, int32)
+    for ``splits[i]`` rows of ``tensor`` sent to rank i (default: equal parts).
+    Differentiable: the gradient goes back along the same routes."""
+    tensor = tf.convert_to_tensor(tensor)
+    check_dtype(tensor, "alltoall", name)
+    has_splits = splits is not None
+    if has_splits and tf.is_tensor(splits) and not splits.dtype.is_integer:
+        raise tf_errors.HvdliteInvalidArgumentError(
+            f"hvdlite.tensorflow.alltoall: splits must be integers, got a "
+            f"{splits.dtype.name} tensor")
+    if has_splits and not tf.is_tensor(splits):
+        check_arg(_ops.splits_arg, np.asarray(splits).reshape(-1).tolist())  # no cast of 1.5 to 1
+    splits_t = tf.cast(tf.convert_to_tensor(splits), tf.int32) if has_splits \
+        else tf.constant([], dtype=tf.int32)
+    aname = op_name("alltoall", name, process_set)
+    received = []
+
+    def fn(arr, spl):
+        spl = [int(s) for s in np.asarray(spl).reshape(-1)]
+
+        def finish(results):
+            rs = results[0].received_splits
+            return [as_array(results[0].array()),
+                    np.asarray(rs if rs is not None else [], dtype=np.int32)]
+        return _ops.alltoall_async(as_array(arr), spl or None, aname, process_set,
+                                   finish).wait
+
+    def forward(xs):
+        out, rsplits = cross(fn, [xs[0], splits_t], [tensor.dtype, tf.int32],
+                             [tf.TensorShape([None]).concatenate(tensor.shape[1:]),
+                              tf.TensorShape([None])], "HvdliteAlltoall")
+        received.append(rsplits)
+        return [out]
+
+    def grad(xs, ys, dys):
+        backward_names = None if aname is None else grad_names([aname])
+        return [alltoall(dys[0], received[0],
+                         None if backward_names is None else backward_names[0],
+                         process_set)[0]]
+
+    out = with_gradient(forward, grad, [tensor])[0]
+    return out, received[0]
+
+
+# --------------------------------------------------------------------- reducescatter
+
+def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
+    ps = process_set_or_global(process_set)
+    member = ps.included()  # outside the set the core's call below gives the error
+    shapes = []
+    for t in tensors:
+        n0 = t.shape[0] if t.shape.rank else None
+        rows = (None if n0 is None or not member
+                else policy.reducescatter_rows(n0, ps.size(), ps.rank()))
+        shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
+
+    def fn(*arrays):
+        return _ops.grouped_reducescatter_async([as_array(a) for a in arrays], names, op,
+                                                prescale, postscale, process_set,
+                                                result_arrays).wait
+    return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
+
+
+def reducescatter_group(tensors, compression, op, name, prescale_factor, postscale_factor,
+                        process_set, what, grouped=True):
+    """Reduce ``tensors`` over ranks (``op`` not resolved yet) and give each rank its share
+    of dimension 0, in one crossing, with ``compression``. Differentiable (Horovod's
+    gradient: the all-gather of the incoming gradients, scaled)."""
+    op = resolve_tf_op(op, None, what)
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    for t in tensors:
+        check_dtype(t, what, name)
+        if t.shape.rank == 0:
+            raise tf_errors.HvdliteInvalidArgumentError(
+                f"hvdlite.tensorflow.{what}: {describe(t, name)} is a scalar; reducescatter "
+                f"splits dimension 0 and needs at least one dimension")
+    python_side = is_compressed(compression)
+    tensors, ctxs = policy.compressed(compression, tensors, python_side)
+    names = request_names(name, len(tensors), "reducescatter", process_set, grouped)
+
+    def forward(xs):
+        return _reducescatter_cross(xs, op, prescale_factor, postscale_factor, names,
+                                    process_set)
+
+    def grad(xs, ys, dys):
+        scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
+                                       process_set_or_global(process_set).size())
+        gnames = grad_names(names)
+        return [allgather_group([g], None if gnames is None else gnames[i], what,
+                                process_set, grouped=False)[0]
+                for i, g in enumerate(scaled(dys, scale))]
+
+    return policy.decompressed(compression, with_gradient(forward, grad, tensors), ctxs,
+                               python_side)

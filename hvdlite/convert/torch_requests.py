@@ -6,10 +6,11 @@ are. ``op`` is resolved already (:func:`hvdlite.policy.resolve_op`)."""
 import torch
 
 from hvdlite import ops, policy
-from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+from hvdlite.process_sets import global_process_set
 
-from .torch_tensors import (Staged, check_tensor, compressed, decompressed, describe,
-                            from_core, group_wire, host, stream)
+from .torch_tensors import (Staged, check_tensor, check_tensors, describe, from_core,
+                            group_wire, host, stream)
 
 
 def core_names(kind, names, process_set):
@@ -20,9 +21,14 @@ def start_allreduce(tensors, names, op, pre, post, wire, process_set, inplace, o
                      finish=None, wake=True):
     """wake=False when the caller waits at once (its wait runs the engine's round)."""
     tensors = list(tensors)
-    for t, n in zip(tensors, names):
-        check_tensor(t, n, opname, inplace=inplace)
-    staged = Staged(tensors, inplace)
+    check_tensors(tensors, names, opname, inplace)
+    return submit_allreduce(Staged(tensors, inplace), names, op, pre, post, wire, process_set,
+                            finish, wake)
+
+
+def submit_allreduce(staged, names, op, pre, post, wire, process_set, finish=None, wake=True):
+    """The all-reduce of checked tensors as ``staged``; ``wait()`` gives ``staged.finish``'s
+    tensors (through ``finish``, if given)."""
     return ops.grouped_allreduce_async(
         staged.bufs, staged.outs, core_names("allreduce", names, process_set), op, pre, post,
         wire, process_set,
@@ -34,10 +40,34 @@ def allreduce_group(tensors, names, op, pre, post, compression, process_set, opn
     """The grouped all-reduce of torch tensors with any compression, waited for (no
     autograd). Each tensor sent is checked once, where it is staged."""
     wire, python_side = group_wire(compression, tensors)
-    sent, ctxs = compressed(compression, tensors, python_side)
+    sent, ctxs = policy.compressed(compression, tensors, python_side)
     outs = start_allreduce(sent, names, op, pre, post, wire, process_set, False, opname,
                            wake=False).wait()
-    return decompressed(compression, outs, ctxs, python_side)
+    return policy.decompressed(compression, outs, ctxs, python_side)
+
+
+def start_sparse_allreduce(tensor, name, op, process_set, opname):
+    """Horovod's sparse all-reduce of a COO tensor: its indices and values all-gathered;
+    ``wait()`` gives the coalesced sparse result."""
+    divisor = policy.gathered_rows_divisor(
+        op, (process_set or global_process_set).size(),
+        f"hvdlite.torch.{opname}: tensor '{name}' is sparse", "its rows are all-gathered",
+        HvdliteUnsupportedError)
+    t = tensor.coalesce()
+    indices, values = t.indices().t().contiguous(), t.values().contiguous()
+    for part, label in ((indices, "indices"), (values, "values")):
+        check_tensor(part, f"{name}.{label}", opname)
+    shape, device = t.size(), tensor.device
+
+    def finish(results):
+        idx, vals = (from_core(r, device) for r in results)
+        if divisor != 1:
+            vals = vals / divisor
+        return torch.sparse_coo_tensor(idx.t(), vals, shape, check_invariants=False).coalesce()
+
+    hosts = [host(indices)[0], host(values)[0]]
+    return ops.grouped_allgather_async(hosts, [f"{name}.indices", f"{name}.values"],
+                                       process_set, finish, stream=stream(hosts))
 
 
 def check_gatherable(tensor, name, opname):

@@ -27,6 +27,16 @@ def require_tensor(tensor, name, opname):
             f"{'' if name is None else f' for {name!r}'}, got {type(tensor).__name__}")
 
 
+def require_tensors(tensors, names, opname):
+    for t, n in zip(tensors, names):
+        require_tensor(t, n, opname)
+
+
+def check_tensors(tensors, names, opname, inplace=False):
+    for t, n in zip(tensors, names):
+        check_tensor(t, n, opname, inplace)
+
+
 def check_tensor(tensor, name, opname, inplace=False):
     """The check of a tensor handed to the core: a dense torch tensor of a dtype the core
     moves (contiguous, for the in-place ops)."""
@@ -113,17 +123,3 @@ def group_wire(compression, tensors):
     formats = [policy.wire_format(compression, dtype_name(t.dtype)) for t in tensors]
     wires = {w for w, _ in formats if w is not None}
     return (wires.pop() if wires else None), any(p for _, p in formats)
-
-
-def compressed(compression, tensors, python_side):
-    """(tensors to send, contexts) after a Python-side ``compression.compress``."""
-    if not python_side:
-        return list(tensors), [None] * len(tensors)
-    pairs = [compression.compress(t) for t in tensors]
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def decompressed(compression, outs, ctxs, python_side):
-    if not python_side:
-        return outs
-    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]

@@ -15,12 +15,13 @@ call *means* is decided here, one concept per module:
 """
 
 from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401
-from .groups import check_groups, plan_groups, split_list  # noqa: F401
+from .groups import (apart_and_together, check_groups, groups_arg, plan_groups,  # noqa: F401
+                     rank0_positions, split_list)
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
-from .names import (auto_name, group_names, parameter_names, reset_name_counters,  # noqa: F401
-                    valid_name, with_labels)
+from .names import (auto_name, group_names, member_names, named_entries,  # noqa: F401
+                    parameter_names, reset_name_counters, valid_name, with_labels)
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
-                         check_predivide, integer_arg, predivide, require_average_or_sum,
-                         resolve_op)
-from .wire import wire_code, wire_format  # noqa: F401
+                         check_predivide, gathered_rows_divisor, integer_arg, predivide,
+                         require_average_or_sum, resolve_op)
+from .wire import compressed, decompressed, wire_code, wire_format  # noqa: F401

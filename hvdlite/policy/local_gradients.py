@@ -3,17 +3,14 @@
 are divided by the number of ranks, as Horovod does. Written once for the TensorFlow tape and
 the Keras optimizer."""
 
+from .groups import apart_and_together
+
 
 def reduce_except_local(reduce, grads, is_local, scale_local, set_size, divide):
     """``grads`` with those not ``is_local`` replaced by ``reduce(indices)`` (their reduced
     values, in order) and the local ones (not None) by ``divide(g, set_size)`` when
     ``scale_local``."""
-    shared = [i for i, local in enumerate(is_local) if not local]
-    out = list(grads)
-    for i, r in zip(shared, reduce(shared)):
-        out[i] = r
-    if scale_local:
-        for i, local in enumerate(is_local):
-            if local and out[i] is not None:
-                out[i] = divide(out[i], set_size)
-    return out
+    def local(i):
+        g = grads[i]
+        return divide(g, set_size) if scale_local and g is not None else g
+    return apart_and_together(is_local, local, reduce)

@@ -54,6 +54,12 @@ def group_names(base: Optional[str], n: int) -> Optional[List[str]]:
     return [f"{base}.{i}" for i in range(n)]
 
 
+def member_names(base: Optional[str], n: int) -> List[Optional[str]]:
+    """Names of the members of a grouped call, one per member: ``base.i``, or None each (a
+    name generated per member) when there is no base name."""
+    return [None] * n if base is None else group_names(base, n)
+
+
 def with_labels(error, labels):
     """The error again, its message followed by what the request names in it stand for
     (``'DistributedSGD.0' is the gradient of dense/kernel``); ``labels``: {request name:
@@ -93,3 +99,19 @@ def parameter_names(param_groups, named_parameters, what):
                          "updates, e.g. model.named_parameters()."
                          % ", ".join(str(list(p.shape)) for p in unnamed))
     return by_id
+
+
+def named_entries(params, prefix=None):
+    """The ``(name, value)`` entries of Horovod's ``broadcast_parameters`` argument: a dict
+    (by key, sorted: every rank sends in the same order) or an iterable of values or of
+    ``(name, value)`` pairs (unnamed values: name None). Names get ``prefix`` in front."""
+    if isinstance(params, dict):
+        items = sorted(params.items(), key=lambda kv: str(kv[0]))
+    else:
+        try:
+            items = [p if isinstance(p, tuple) else (None, p) for p in params]
+        except TypeError:
+            raise ValueError("invalid params of type: %s" % type(params)) from None
+    if prefix is None:
+        return items
+    return [(name if name is None else f"{prefix}{name}", p) for name, p in items]

@@ -74,6 +74,15 @@ def require_average_or_sum(op: int, what: str, why: str = "",
                     + (f" ({why})" if why else ""))
 
 
+def gathered_rows_divisor(op: int, set_size: int, what: str, why: str,
+                          error=HvdliteInvalidArgumentError) -> int:
+    """Horovod's sparse all-reduce all-gathers every rank's rows: Sum keeps them, Average
+    divides the values by the set's size (the divisor returned); other ops cannot be
+    computed that way and raise ``error`` (see :func:`require_average_or_sum`)."""
+    require_average_or_sum(op, what, why, error)
+    return set_size if op == Average else 1
+
+
 def check_predivide(op: int, factor: float, what: str) -> None:
     if factor != 1.0 and op != Average:
         raise ValueError(f"{what}: gradient_predivide_factor not supported with op != Average")

@@ -1,4 +1,5 @@
-"""Which compression the C++ core applies on the wire, and which runs in Python."""
+"""Which compression the C++ core applies on the wire, and which runs in Python (and how it
+runs there, for any framework's tensors)."""
 
 from typing import Optional, Tuple
 
@@ -35,3 +36,19 @@ def wire_format(compression, dtype_name: str) -> Tuple[Optional[str], bool]:
         if dtype_name not in FLOATING or isinstance(compression, str):
             return None, False
     return None, True
+
+
+def compressed(compression, tensors, python_side: bool):
+    """(tensors to send, contexts): ``compression.compress`` of each tensor where
+    ``python_side`` (as :func:`wire_format` says), else the tensors as they are."""
+    if not python_side:
+        return list(tensors), [None] * len(tensors)
+    pairs = [compression.compress(t) for t in tensors]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def decompressed(compression, outs, ctxs, python_side: bool):
+    """The reduced ``outs`` decompressed with the contexts :func:`compressed` gave."""
+    if not python_side:
+        return outs
+    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]

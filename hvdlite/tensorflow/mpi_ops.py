@@ -30,11 +30,7 @@ from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
 
 from hvdlite.convert import tf_requests as _req
-from hvdlite.convert.tf_errors import HvdliteInvalidArgumentError
-from hvdlite.convert.tf_requests import (check_arg, check_dtype, cross, describe,
-                                         op_name, process_set_or_global, request_names,
-                                         resolve_tf_op, with_gradient)
-from hvdlite.convert.tf_tensors import as_array, grad_names, result_arrays, scaled
+from hvdlite.convert.tf_requests import cross, op_name, resolve_tf_op
 
 from .compression import Compression
 
@@ -70,22 +66,19 @@ def grouped_allreduce(tensors, average=None, device_dense='', device_sparse='',
     """All-reduce a list of tensors in one request group (one crossing into the core)."""
     op = resolve_tf_op(op, average, "grouped_allreduce")
     tensors = list(tensors)
-    names = policy.group_names(name, len(tensors)) if name is not None else None
-    out, dense_idx = [None] * len(tensors), []
-    for i, t in enumerate(tensors):
-        if isinstance(t, tf.IndexedSlices):
-            _req.check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
-            out[i] = _req.allreduce_sparse(t, op, None if names is None else names[i],
-                                           "grouped_allreduce", process_set)
-        else:
-            dense_idx.append(i)
-    dense = [tf.convert_to_tensor(tensors[i]) for i in dense_idx]
-    reduced = _req.allreduce_dense(dense, op, prescale_factor, postscale_factor, compression,
-                                   None if names is None else [names[i] for i in dense_idx],
-                                   "grouped_allreduce", process_set)
-    for i, r in zip(dense_idx, reduced):
-        out[i] = r
-    return out
+    names = policy.member_names(name, len(tensors))
+
+    def sparse(i):
+        _req.check_sparse_scales(prescale_factor, postscale_factor, "grouped_allreduce")
+        return _req.allreduce_sparse(tensors[i], op, names[i], "grouped_allreduce", process_set)
+
+    def dense(indices):
+        return _req.allreduce_dense([tf.convert_to_tensor(tensors[i]) for i in indices], op,
+                                    prescale_factor, postscale_factor, compression,
+                                    None if name is None else [names[i] for i in indices],
+                                    "grouped_allreduce", process_set)
+    return policy.apart_and_together([isinstance(t, tf.IndexedSlices) for t in tensors],
+                                     sparse, dense)
 
 
 # ------------------------------------------------------------------ allgather, broadcast
@@ -119,97 +112,11 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
     Returns the received rows concatenated in rank order, and, when ``splits`` is given,
     also the number of rows received from each rank (int32), as Horovod does.
     """
-    tensor = tf.convert_to_tensor(tensor)
-    check_dtype(tensor, "alltoall", name)
-    has_splits = splits is not None
-    if has_splits and tf.is_tensor(splits) and not splits.dtype.is_integer:
-        raise HvdliteInvalidArgumentError(
-            f"hvdlite.tensorflow.alltoall: splits must be integers, got a {splits.dtype.name} tensor")
-    if has_splits and not tf.is_tensor(splits):
-        check_arg(_ops.splits_arg, np.asarray(splits).reshape(-1).tolist())  # no cast of 1.5 to 1
-    splits_t = tf.cast(tf.convert_to_tensor(splits), tf.int32) if has_splits \
-        else tf.constant([], dtype=tf.int32)
-    aname = op_name("alltoall", name, process_set)
-    received = []
-
-    def fn(arr, spl):
-        spl = [int(s) for s in np.asarray(spl).reshape(-1)]
-
-        def finish(results):
-            rs = results[0].received_splits
-            return [as_array(results[0].array()),
-                    np.asarray(rs if rs is not None else [], dtype=np.int32)]
-        return _ops.alltoall_async(as_array(arr), spl or None, aname, process_set,
-                                   finish).wait
-
-    def forward(xs):
-        out, rsplits = cross(fn, [xs[0], splits_t], [tensor.dtype, tf.int32],
-                             [tf.TensorShape([None]).concatenate(tensor.shape[1:]),
-                              tf.TensorShape([None])], "HvdliteAlltoall")
-        received.append(rsplits)
-        return [out]
-
-    def grad(xs, ys, dys):
-        backward_names = None if aname is None else grad_names([aname])
-        g = alltoall(dys[0], splits=received[0], process_set=process_set,
-                     name=None if backward_names is None else backward_names[0])
-        return [g[0]]
-
-    out = with_gradient(forward, grad, [tensor])[0]
-    return (out, received[0]) if has_splits else out
+    out, received = _req.alltoall(tensor, splits, name, process_set)
+    return (out, received) if splits is not None else out
 
 
 # --------------------------------------------------------------------- reducescatter
-
-def _reducescatter_cross(tensors, op, prescale, postscale, names, process_set):
-    ps = process_set_or_global(process_set)
-    member = ps.included()  # outside the set the core's call below gives the error
-    shapes = []
-    for t in tensors:
-        n0 = t.shape[0] if t.shape.rank else None
-        rows = (None if n0 is None or not member
-                else policy.reducescatter_rows(n0, ps.size(), ps.rank()))
-        shapes.append(tf.TensorShape([rows]).concatenate(t.shape[1:]))
-
-    def fn(*arrays):
-        return _ops.grouped_reducescatter_async([as_array(a) for a in arrays], names, op,
-                                                prescale, postscale, process_set,
-                                                result_arrays).wait
-    return cross(fn, tensors, [t.dtype for t in tensors], shapes, "HvdliteReducescatter")
-
-
-def _reducescatter_group(tensors, compression, op, name, prescale_factor, postscale_factor,
-                         process_set, what, grouped=True):
-    op = resolve_tf_op(op, None, what)
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
-    for t in tensors:
-        check_dtype(t, what, name)
-        if t.shape.rank == 0:
-            raise HvdliteInvalidArgumentError(
-                f"hvdlite.tensorflow.{what}: {describe(t, name)} is a scalar; reducescatter "
-                f"splits dimension 0 and needs at least one dimension")
-    python_side = compression is not None and not getattr(compression, "is_identity", False)
-    ctxs = [None] * len(tensors)
-    if python_side:
-        pairs = [compression.compress(t) for t in tensors]
-        tensors, ctxs = [p[0] for p in pairs], [p[1] for p in pairs]
-    names = request_names(name, len(tensors), "reducescatter", process_set, grouped)
-
-    def forward(xs):
-        return _reducescatter_cross(xs, op, prescale_factor, postscale_factor, names,
-                                    process_set)
-
-    def grad(xs, ys, dys):
-        scale = policy.gradient_scale("reducescatter", op, prescale_factor, postscale_factor,
-                                       process_set_or_global(process_set).size())
-        gnames = grad_names(names)
-        return [_req.allgather_group([g], None if gnames is None else gnames[i], what,
-                                     process_set, grouped=False)[0]
-                for i, g in enumerate(scaled(dys, scale))]
-
-    outs = with_gradient(forward, grad, tensors)
-    return [compression.decompress(o, c) for o, c in zip(outs, ctxs)] if python_side else outs
-
 
 def reducescatter(tensor, device_dense='', compression=Compression.none, op=Average,
                   name=None, process_set=global_process_set, ignore_name_scope=False,
@@ -218,9 +125,9 @@ def reducescatter(tensor, device_dense='', compression=Compression.none, op=Aver
 
     Rank r gets ``n // size`` rows plus one more if ``r < n % size``.
     """
-    return _reducescatter_group([tensor], compression, op, name, prescale_factor,
-                                postscale_factor, process_set, "reducescatter",
-                                grouped=False)[0]
+    return _req.reducescatter_group([tensor], compression, op, name, prescale_factor,
+                                    postscale_factor, process_set, "reducescatter",
+                                    grouped=False)[0]
 
 
 def grouped_reducescatter(tensors, device_dense='', compression=Compression.none, op=Average,
@@ -230,8 +137,8 @@ def grouped_reducescatter(tensors, device_dense='', compression=Compression.none
     tensors = list(tensors)
     if not tensors:
         return []
-    return _reducescatter_group(tensors, compression, op, name, prescale_factor,
-                                postscale_factor, process_set, "grouped_reducescatter")
+    return _req.reducescatter_group(tensors, compression, op, name, prescale_factor,
+                                    postscale_factor, process_set, "grouped_reducescatter")
 
 
 # ------------------------------------------------------------ barrier, join, queries

@@ -1,105 +1,24 @@
-"""What the optimizer wrappers beyond Horovod's (sharded state, local SGD, stateful
-compression) share: building the wrapped instance, parameter names, and the
-synchronize/skip_synchronize protocol of ``DistributedOptimizer``.
+"""What the torch optimizer wrappers (Horovod's and those beyond it: sharded state, local
+SGD, stateful compression) share on top of :mod:`hvdlite.optimizer_protocol`: parameter
+names, gradient hooks, and the checks on parameters written back in place.
 """
-
-import warnings
-from contextlib import contextmanager
 
 import torch
 
 from hvdlite import policy
+# Framework-free, re-exported for the optimizer wrappers beside this module.
+from hvdlite.optimizer_protocol import (SynchronizeProtocol, remove_hooks,  # noqa: F401
+                                        weak_hook, wrap)
 
-_class_cache = {}
-
-
-def wrap(mixin, optimizer):
-    """An instance of ``(mixin, type(optimizer))`` sharing ``optimizer``'s state and groups.
-
-    Per-instance ``step``/``zero_grad`` wrappers (e.g. an LR scheduler's) are bound to the old
-    object, so they are left behind; the caller then runs the mixin's own setup.
-    """
-    base = type(optimizer)
-    cls = _class_cache.get((mixin, base))
-    if cls is None:
-        cls = type(base.__name__, (mixin, base), {})
-        _class_cache[(mixin, base)] = cls
-    obj = cls.__new__(cls)
-    obj.__dict__.update({k: v for k, v in optimizer.__dict__.items()
-                         if k not in ("step", "zero_grad")})
-    return obj
+# torch.optim.Optimizer wraps a class's step() with its hook machinery when the first
+# instance is built; the wrapped class's own step() already is.
+SynchronizeProtocol.step.hooked = True
 
 
 def parameter_names(optimizer, named_parameters, what):
     """{id(param): name} for every parameter ``optimizer`` holds (policy.parameter_names)."""
     return policy.parameter_names([g["params"] for g in optimizer.param_groups],
                                   named_parameters, what)
-
-
-class SynchronizeProtocol:
-    """``synchronize()`` / ``skip_synchronize()`` / ``step()`` of every ``DistributedOptimizer``
-    (Horovod's all-reduce and the options beyond it).
-
-    Subclasses implement ``_reduce_gradients()``, and ``_apply_step(*step_args)`` where the
-    update is more than the wrapped optimizer's own step.
-    """
-
-    def _init_protocol(self):
-        self._synchronized = False
-        self._should_synchronize = True
-
-    def synchronize(self):
-        """Reduce the gradients now. Afterwards step with ``with optimizer.skip_synchronize():
-        optimizer.step()`` so as not to synchronize again (e.g. after clipping)."""
-        self._reduce_gradients()
-        self._synchronized = True
-
-    @contextmanager
-    def skip_synchronize(self):
-        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)::
-
-            optimizer.synchronize()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            with optimizer.skip_synchronize():
-                optimizer.step()
-        """
-        self._should_synchronize = False
-        try:
-            yield
-        finally:
-            self._should_synchronize = True
-
-    def step(self, *args, **kwargs):
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). This can cause training "
-                              "slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            self._reduce_gradients()
-        self._synchronized = False
-        return self._apply_step(*args, **kwargs)
-
-    def _base_step(self, *args, **kwargs):
-        """The wrapped optimizer's own step()."""
-        return super().step(*args, **kwargs)
-
-    _apply_step = _base_step
-
-    # torch.optim.Optimizer wraps a class's step() with its hook machinery when the first
-    # instance is built; the wrapped class's own step() already is.
-    step.hooked = True
-
-
-def weak_hook(opt_ref, method, *args):
-    """A tensor hook calling ``opt_ref().method(*args)`` while the optimizer lives (hooks sit
-    on the parameters, which may outlive the optimizer)."""
-    def hook(*_):
-        opt = opt_ref()
-        if opt is not None:
-            getattr(opt, method)(*args)
-    return hook
 
 
 def watch_gradient(p, opt_ref, key, before, ready, handles):
@@ -118,11 +37,6 @@ def refuse_extra_pass(countdown, key, grad_acc, name):
     before it adds into a buffer that is being reduced."""
     if countdown.exhausted(key) and will_accumulate(grad_acc):
         countdown.too_many(name)
-
-
-def remove_hooks(handles):
-    for h in handles:
-        h.remove()
 
 
 def will_accumulate(grad_acc):

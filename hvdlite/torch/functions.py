@@ -1,11 +1,9 @@
 """Model/optimizer/object broadcast helpers, as ``horovod.torch.functions``."""
 
-from collections import namedtuple
-
 import torch
 
 import hvdlite as _hvd
-from hvdlite import numpy_api as _np_api, ops as _ops
+from hvdlite import nested_state, numpy_api as _np_api, ops as _ops, policy
 from hvdlite.numpy_api import allgather_object, broadcast_object  # noqa: F401
 from hvdlite.work import wait_all
 
@@ -31,38 +29,13 @@ def broadcast_parameters(params, root_rank, prefix=None):
     ``model.named_parameters()`` or ``model.parameters()`` (any iterable of tensors or of
     ``(name, tensor)`` pairs). Every rank must pass the same structure.
     """
-    if isinstance(params, dict):
-        items = sorted(params.items(), key=lambda kv: str(kv[0]))
-    else:
-        try:
-            items = [p if isinstance(p, tuple) else (None, p) for p in params]
-        except TypeError:
-            raise ValueError("invalid params of type: %s" % type(params)) from None
     works = []
-    for name, p in items:
+    for name, p in policy.named_entries(params, prefix):
         if not isinstance(p, torch.Tensor):
             raise ValueError(f"broadcast_parameters: entry {name!r} is a {type(p).__name__}, "
                              f"not a tensor")
-        if prefix is not None and name is not None:
-            name = f"{prefix}{name}"
         works.append(_broadcast_into_async(p, root_rank, name))
     wait_all(works)
-
-
-_TensorSlot = namedtuple("_TensorSlot", "index shape dtype")
-
-
-def _map_structure(obj, leaf):
-    """``obj`` with ``leaf(x)`` applied to every tensor / _TensorSlot in dicts, lists, tuples."""
-    if isinstance(obj, (torch.Tensor, _TensorSlot)):
-        return leaf(obj)
-    if isinstance(obj, dict):
-        return {k: _map_structure(v, leaf) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_map_structure(v, leaf) for v in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
-        return tuple(_map_structure(v, leaf) for v in obj)
-    return obj
 
 
 def _initialize_state(optimizer, model):
@@ -105,18 +78,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None):
     if not state["state"]:
         return  # a stateless optimizer: hyper-parameters only
     is_root = _hvd.rank() == root_rank
-    tensors = []
-
-    def slot(t):
-        tensors.append(t)
-        return _TensorSlot(len(tensors) - 1, tuple(t.shape), t.dtype)
-    structure = _map_structure(state, slot) if is_root else None
-    structure = _np_api.broadcast_object(structure, root_rank,
-                                         name="broadcast_optimizer_state.structure")
+    skeleton, tensors = nested_state.split(state, torch.is_tensor) if is_root else (None, [])
+    skeleton = _np_api.broadcast_object(skeleton, root_rank,
+                                        name="broadcast_optimizer_state.structure")
     if not is_root:
-        _map_structure(structure, lambda s: tensors.append(torch.empty(s.shape, dtype=s.dtype)))
+        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in nested_state.slots(skeleton)]
     wait_all([_broadcast_into_async(t, root_rank, f"broadcast_optimizer_state.{i}")
               for i, t in enumerate(tensors)])
     if not is_root:
-        optimizer.load_state_dict(_map_structure(structure, lambda s: tensors[s.index]))
-
+        optimizer.load_state_dict(nested_state.join(skeleton, tensors))

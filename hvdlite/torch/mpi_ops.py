@@ -29,12 +29,12 @@ import hvdlite as _hvd
 from hvdlite import ops as _ops, policy
 from hvdlite.convert.torch_requests import (allreduce_group, start_allgather,
                                             start_allreduce, start_alltoall, start_broadcast,
-                                            start_reducescatter)
-from hvdlite.convert.torch_tensors import (check_tensor, compressed, decompressed,
-                                           from_core, group_wire, host, require_tensor, stream)
+                                            start_reducescatter, start_sparse_allreduce)
+from hvdlite.convert.torch_tensors import group_wire, require_tensor, require_tensors
 from hvdlite.policy import (GRADIENTS, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
-                            resolve_op)
-from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+                            compressed, decompressed, member_names, resolve_op)
+from hvdlite.policy.options import is_compressed
+from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
                                   global_process_set, remove_process_set)
@@ -78,8 +78,7 @@ class _GroupedAllreduceFn(torch.autograd.Function):
 
 def _allreduce_group(tensors, names, op, pre, post, compression, process_set, opname):
     """The synchronous (differentiable) grouped all-reduce, with any compression."""
-    for t, n in zip(tensors, names):
-        require_tensor(t, n, opname)
+    require_tensors(tensors, names, opname)
     if not _needs_grad(*tensors):
         return allreduce_group(tensors, names, op, pre, post, compression, process_set, opname)
     wire, python_side = group_wire(compression, tensors)
@@ -91,8 +90,7 @@ def _allreduce_group(tensors, names, op, pre, post, compression, process_set, op
 def _allreduce_async_group(tensors, names, average, op, pre, post, compression, process_set,
                            inplace, opname, single=False, wake=True):
     op = resolve_op(op, average, opname)
-    for t, n in zip(tensors, names):
-        require_tensor(t, n, opname)
+    require_tensors(tensors, names, opname)
     wire, python_side = group_wire(compression, tensors)
     if python_side:
         raise HvdliteInvalidArgumentError(
@@ -139,14 +137,10 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                                   "allreduce_async_", single=True, wake=False).wait()
 
 
-def _member_names(name, n):
-    return [None] * n if name is None else policy.group_names(name, n)
-
-
 def _grouped_async(tensors, average, name, op, pre, post, process_set, compression, inplace,
                    opname):
     tensors = list(tensors)
-    return _allreduce_async_group(tensors, _member_names(name, len(tensors)), average, op,
+    return _allreduce_async_group(tensors, member_names(name, len(tensors)), average, op,
                                   pre, post, compression, process_set, inplace, opname)
 
 
@@ -168,7 +162,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     tensors = list(tensors)
     if not tensors:
         return []
-    return _allreduce_group(tensors, _member_names(name, len(tensors)), op, prescale_factor,
+    return _allreduce_group(tensors, member_names(name, len(tensors)), op, prescale_factor,
                             postscale_factor, compression, process_set, "grouped_allreduce")
 
 
@@ -191,26 +185,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     """Start reducing a sparse COO tensor by all-gathering its indices and values (as
     Horovod); ``synchronize`` returns the coalesced sparse result."""
     op = resolve_op(op, None, "sparse_allreduce_async")
-    policy.require_average_or_sum(
-        op, f"hvdlite.torch.sparse_allreduce_async: tensor '{name}' is sparse",
-        "its rows are all-gathered", HvdliteUnsupportedError)
-    t = tensor.coalesce()
-    indices, values = t.indices().t().contiguous(), t.values().contiguous()
-    for part, label in ((indices, "indices"), (values, "values")):
-        check_tensor(part, f"{name}.{label}", "sparse_allreduce_async")
-    shape, device = t.size(), tensor.device
-    divisor = _set_size(process_set) if op == Average else 1
-
-    def finish(results):
-        idx, vals = (from_core(r, device) for r in results)
-        if divisor != 1:
-            vals = vals / divisor
-        return torch.sparse_coo_tensor(idx.t(), vals, shape, check_invariants=False).coalesce()
-
-    hi, _ = host(indices)
-    hv, _ = host(values)
-    return _ops.grouped_allgather_async([hi, hv], [f"{name}.indices", f"{name}.values"],
-                                        process_set, finish, stream=stream([hi, hv]))
+    return start_sparse_allreduce(tensor, name, op, process_set, "sparse_allreduce_async")
 
 
 # ---------------------------------------------------------------------------------------
@@ -243,8 +218,7 @@ class _GroupedAllgatherFn(torch.autograd.Function):
 
 
 def _allgather_group(tensors, names, process_set, opname, single):
-    for i, t in enumerate(tensors):
-        require_tensor(t, names[i], opname)
+    require_tensors(tensors, names, opname)
     if _needs_grad(*tensors):
         outs = _GroupedAllgatherFn.apply(names, process_set, *tensors)
         return outs[0] if single else list(outs)
@@ -266,7 +240,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
     """Start all-gathering a list of tensors as one group."""
     tensors = list(tensors)
-    return start_allgather(tensors, _member_names(name, len(tensors)), process_set,
+    return start_allgather(tensors, member_names(name, len(tensors)), process_set,
                             "grouped_allgather_async", False)
 
 
@@ -275,7 +249,7 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
         return []
-    return _allgather_group(tensors, _member_names(name, len(tensors)), process_set,
+    return _allgather_group(tensors, member_names(name, len(tensors)), process_set,
                             "grouped_allgather", False)
 
 
@@ -378,10 +352,9 @@ class _GroupedReducescatterFn(torch.autograd.Function):
 def _reducescatter_group(tensors, name, compression, op, pre, post, process_set, opname,
                          single):
     op = resolve_op(op, None, opname)
-    names = [name] if single else _member_names(name, len(tensors))
-    for t, n in zip(tensors, names):
-        require_tensor(t, n, opname)
-    python_side = not getattr(compression, "is_identity", compression is None)
+    names = [name] if single else member_names(name, len(tensors))
+    require_tensors(tensors, names, opname)
+    python_side = is_compressed(compression)
     sent, ctxs = compressed(compression, tensors, python_side)
     if _needs_grad(*sent):
         outs = list(_GroupedReducescatterFn.apply(names, op, pre, post, process_set, *sent))
@@ -417,7 +390,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 postscale_factor=1.0):
     """Start reduce-scattering a list of tensors as one group."""
     tensors = list(tensors)
-    return start_reducescatter(tensors, _member_names(name, len(tensors)),
+    return start_reducescatter(tensors, member_names(name, len(tensors)),
                                 resolve_op(op, None, "grouped_reducescatter_async"),
                                 prescale_factor, postscale_factor, process_set,
                                 "grouped_reducescatter_async", False)

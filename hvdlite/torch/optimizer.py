@@ -6,15 +6,15 @@ accumulating that gradient, so communication overlaps the rest of the backward p
 ``step()`` (or ``synchronize()``) waits for them and then runs the wrapped optimizer.
 """
 
-import warnings
 import weakref
 
 import torch
 
-from hvdlite import ops as _ops, policy
+from hvdlite import policy
 from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationError,  # noqa: F401
                                               check_passes)
-from hvdlite.convert.torch_tensors import check_tensor, dtype_name, host, stream
+from hvdlite.convert.torch_requests import submit_allreduce
+from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
 from hvdlite.work import wait_all
 
@@ -28,28 +28,25 @@ from .mpi_ops import Average, global_process_set, sparse_allreduce_async
 class _GradReduction:
     """The all-reduce of one parameter's gradient, or of one group of them."""
 
-    __slots__ = ("works", "items", "sparse")
+    __slots__ = ("works", "targets", "ctxs", "sparse")
 
     def __init__(self):
         self.works = []     # the dense group's Work, then one per sparse gradient
-        self.items = []     # (grad, sent, buf, copied, ctx, dense_of_sparse_param)
+        self.targets = []   # per dense gradient: (grad, (param, sparse_dim) if densified)
+        self.ctxs = []      # per dense gradient: its Python-side compression's context
         self.sparse = []    # (param, Work of sparse_allreduce_async)
 
-    def finish(self, opt):
-        wait_all(self.works)
+    def finish(self, compression, python_side):
+        reduced = wait_all(self.works)
         with torch.no_grad():
-            for grad, sent, buf, copied, ctx, sparse_param in self.items:
-                if copied:
-                    sent.copy_(buf)
-                if opt._hvd_python_compression:
-                    out = opt._compression.decompress(sent, ctx)
-                else:
-                    out = sent
-                if sparse_param is not None:
-                    param, sparse_dim = sparse_param
-                    param.grad = out.to_sparse(sparse_dim)
-                elif out is not grad:
-                    grad.copy_(out)
+            if self.targets:
+                outs = policy.decompressed(compression, reduced[0], self.ctxs, python_side)
+                for (grad, sparse_param), out in zip(self.targets, outs):
+                    if sparse_param is not None:
+                        param, sparse_dim = sparse_param
+                        param.grad = out.to_sparse(sparse_dim)
+                    elif out is not grad:
+                        grad.copy_(out)
             for p, work in self.sparse:
                 p.grad = work.wait()
 
@@ -114,12 +111,8 @@ class _DistributedOptimizer(SynchronizeProtocol):
         params = list(self._hvd_params)
         if self._hvd_size > 1:
             # Same grouping on every rank: order the parameters as rank 0 does.
-            order = broadcast_object(list(self._hvd_names), root_rank=0,
-                                     name="DistributedOptimizer.groups.order")
-            if sorted(order) != sorted(self._hvd_names):
-                raise ValueError("DistributedOptimizer(groups=...): the parameter names differ "
-                                 "between rank 0 and this rank")
-            pos = {n: i for i, n in enumerate(order)}
+            pos = policy.rank0_positions(self._hvd_names, broadcast_object,
+                                         "DistributedOptimizer")
             params.sort(key=lambda p: pos[self._hvd_names[self._hvd_index[p]]])
         for chunk in policy.plan_groups(params, groups, torch.is_tensor, "torch.Tensor"):
             self._hvd_countdown.group(self._hvd_index[p] for p in chunk)
@@ -128,43 +121,36 @@ class _DistributedOptimizer(SynchronizeProtocol):
 
     def _hvd_start(self, indices):
         """Enqueue the all-reduce of the gradients of parameters ``indices`` (one group)."""
-        red = _GradReduction()
-        bufs, names = [], []
-        wire = None
+        red, grads, names = _GradReduction(), [], []
         for i in indices:
             p, name = self._hvd_params[i], self._hvd_names[i]
             if p.grad is None:
                 # No gradient on this rank this step (unused in this forward): others may
                 # have one, so contribute zeros and keep every rank in step (as Horovod).
                 p.grad = torch.zeros_like(p, memory_format=torch.preserve_format)
-            grad = p.grad
-            sparse_param = None
+            grad, sparse_param = p.grad, None
             if grad.is_sparse:
                 if not self.sparse_as_dense:
                     work = sparse_allreduce_async(grad, name, self.op, self._hvd_process_set)
                     red.works.append(work)
                     red.sparse.append((p, work))
                     continue
-                sparse_param = (p, grad.sparse_dim())
-                grad = grad.to_dense()
-            sent, ctx = grad, None
-            if self._hvd_python_compression:
-                sent, ctx = self._compression.compress(grad)
-            else:
-                wire = wire or policy.wire_format(self._compression, dtype_name(grad.dtype))[0]
-            check_tensor(sent, name, "DistributedOptimizer")
-            buf, copied = host(sent)
-            bufs.append(buf)
+                sparse_param, grad = (p, grad.sparse_dim()), grad.to_dense()
+            red.targets.append((grad, sparse_param))
+            grads.append(grad)
             names.append(name)
-            red.items.append((grad, sent, buf, copied, ctx, sparse_param))
-        if bufs:
+        if grads:
+            sent, red.ctxs = policy.compressed(self._compression, grads,
+                                               self._hvd_python_compression)
+            check_tensors(sent, names, "DistributedOptimizer")
             op, pre, post = policy.predivide(self.op, self.gradient_predivide_factor,
                                               self._hvd_size)
-            # CUDA gradients: submitted with the current stream, never waited for here (the
-            # hook must not block the host); step()'s wait makes the stream wait.
-            red.works.insert(0, _ops.grouped_allreduce_async(bufs, None, names, op, pre, post,
-                                                             wire, self._hvd_process_set,
-                                                             stream=stream(bufs)))
+            # Reduced in place (staged copies are written back). CUDA gradients: submitted
+            # with the current stream, never waited for here (the hook must not block the
+            # host); step()'s wait makes the stream wait.
+            red.works.insert(0, submit_allreduce(
+                Staged(sent, inplace=True), names, op, pre, post,
+                group_wire(self._compression, sent)[0], self._hvd_process_set))
         return red
 
     def _hvd_grad_ready(self, i):
@@ -186,7 +172,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
             error = None
             for red in self._hvd_pending.values():
                 try:
-                    red.finish(self)
+                    red.finish(self._compression, self._hvd_python_compression)
                 except BaseException as e:  # noqa: B036 - wait for all, re-raise the first
                     error = error or e
             if error is not None:
@@ -281,11 +267,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     check_passes(backward_passes_per_step)
-    if num_groups:
-        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be "
-                      "removed", DeprecationWarning, stacklevel=2)
-        if groups is None:
-            groups = num_groups
+    groups = policy.groups_arg(groups, num_groups)
     if compression is None:
         compression = Compression.none
     if _extended.wants_extension(compression, shard_optimizer_state, local_steps):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 import hvdlite as _hvd
+from hvdlite.algorithms.batch_norm import pooled_moments
 
 from .mpi_ops import Sum, allgather, allreduce
 
@@ -40,15 +41,8 @@ class _SyncBatchNormFn(torch.autograd.Function):
             m2_l = xs.new_zeros(c)
         stats = torch.cat([xs.new_tensor([float(n_local)]), mean_l, m2_l]).unsqueeze(0)
         gathered = allgather(stats.cpu()).to(x.device)           # (size, 2c + 1)
-        counts = gathered[:, 0]
-        n_total = counts.sum()
-        if n_total.item() <= 1:
-            raise ValueError(f"Expected more than 1 value per channel when training, got "
-                             f"input size {list(x.shape)} on this rank and {int(n_total)} "
-                             f"values per channel in all")
-        means, m2s = gathered[:, 1:c + 1], gathered[:, c + 1:]
-        mean = (counts[:, None] * means).sum(0) / n_total
-        m2 = (m2s + counts[:, None] * (means - mean) ** 2).sum(0)
+        n_total, mean, m2 = pooled_moments(gathered[:, 0], gathered[:, 1:c + 1],
+                                           gathered[:, c + 1:], x.shape)
         var = m2 / n_total
         invstd = torch.rsqrt(var + eps)
         if running_mean is not None:

@@ -51,3 +51,24 @@ def test_parameter_names_generated_or_named_once_each():
         parameter_names([[a, c]], [("w", a), ("w", c)], "x")
     with pytest.raises(ValueError, match=r"not named \(shapes: \[3, 1\]\)"):
         parameter_names([[a, b]], [("w", a)], "x")
+
+
+def test_named_entries_of_a_dict_are_sorted_by_key():
+    from hvdlite.policy.names import named_entries
+    assert named_entries({"b": 2, "a": 1}) == [("a", 1), ("b", 2)]
+    assert named_entries({"b": 2, "a": 1}, prefix="m.") == [("m.a", 1), ("m.b", 2)]
+
+
+def test_named_entries_of_an_iterable_keep_their_order():
+    from hvdlite.policy.names import named_entries
+    assert named_entries(iter([("w", 1), ("b", 2)])) == [("w", 1), ("b", 2)]
+    assert named_entries([5, 6], prefix="p.") == [(None, 5), (None, 6)]   # unnamed stay so
+    with pytest.raises(ValueError, match="invalid params of type"):
+        named_entries(3)
+
+
+def test_member_names_name_each_member_or_none():
+    from hvdlite.policy.names import member_names
+    assert member_names("g", 2) == ["g.0", "g.1"]
+    assert member_names(None, 3) == [None, None, None]
+    assert member_names(None, 0) == []

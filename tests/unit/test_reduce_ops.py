@@ -71,3 +71,12 @@ def test_check_predivide():
 
 def test_names_of_every_op():
     assert set(reduce_ops.REDUCE_OP_NAMES) == {Average, Sum, Adasum, Min, Max, Product}
+
+
+def test_gathered_rows_divide_by_the_set_size_for_average_only():
+    from hvdlite.policy.reduce_ops import gathered_rows_divisor
+    assert gathered_rows_divisor(Average, 4, "sparse", "rows gathered") == 4
+    assert gathered_rows_divisor(Sum, 4, "sparse", "rows gathered") == 1
+    with pytest.raises(HvdliteUnsupportedError, match=r"sparse: op must be Average or Sum, "
+                                                      r"not Max \(rows gathered\)"):
+        gathered_rows_divisor(Max, 4, "sparse", "rows gathered", HvdliteUnsupportedError)

@@ -1,0 +1,97 @@
+"""What every ``DistributedOptimizer`` wrapper shares, free of any framework: the wrapped
+instance (a subclass of ``(mixin, type(optimizer))`` sharing the optimizer's state),
+Horovod's ``synchronize()`` / ``skip_synchronize()`` / ``step()`` protocol, and the hooks
+that hold the optimizer weakly (they sit on parameters, which may outlive it).
+
+The torch adapter (:mod:`hvdlite.torch._wrap`) adds what is torch's: autograd hooks and
+contiguity checks.
+"""
+
+import warnings
+from contextlib import contextmanager
+
+_class_cache = {}
+
+
+def wrap(mixin, optimizer):
+    """An instance of ``(mixin, type(optimizer))`` sharing ``optimizer``'s state and groups.
+
+    Per-instance ``step``/``zero_grad`` wrappers (e.g. an LR scheduler's) are bound to the old
+    object, so they are left behind; the caller then runs the mixin's own setup.
+    """
+    base = type(optimizer)
+    cls = _class_cache.get((mixin, base))
+    if cls is None:
+        cls = type(base.__name__, (mixin, base), {})
+        _class_cache[(mixin, base)] = cls
+    obj = cls.__new__(cls)
+    obj.__dict__.update({k: v for k, v in optimizer.__dict__.items()
+                         if k not in ("step", "zero_grad")})
+    return obj
+
+
+class SynchronizeProtocol:
+    """``synchronize()`` / ``skip_synchronize()`` / ``step()`` of every ``DistributedOptimizer``
+    (Horovod's all-reduce and the options beyond it).
+
+    Subclasses implement ``_reduce_gradients()``, and ``_apply_step(*step_args)`` where the
+    update is more than the wrapped optimizer's own step.
+    """
+
+    def _init_protocol(self):
+        self._synchronized = False
+        self._should_synchronize = True
+
+    def synchronize(self):
+        """Reduce the gradients now. Afterwards step with ``with optimizer.skip_synchronize():
+        optimizer.step()`` so as not to synchronize again (e.g. after clipping)."""
+        self._reduce_gradients()
+        self._synchronized = True
+
+    @contextmanager
+    def skip_synchronize(self):
+        """Make ``step()`` skip ``synchronize()`` (call ``synchronize()`` yourself first)::
+
+            optimizer.synchronize()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        """
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, *args, **kwargs):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            self._reduce_gradients()
+        self._synchronized = False
+        return self._apply_step(*args, **kwargs)
+
+    def _base_step(self, *args, **kwargs):
+        """The wrapped optimizer's own step()."""
+        return super().step(*args, **kwargs)
+
+    _apply_step = _base_step
+
+
+def weak_hook(opt_ref, method, *args):
+    """A hook calling ``opt_ref().method(*args)`` while the optimizer lives (hooks sit on the
+    parameters, which may outlive the optimizer)."""
+    def hook(*_):
+        opt = opt_ref()
+        if opt is not None:
+            getattr(opt, method)(*args)
+    return hook
+
+
+def remove_hooks(handles):
+    for h in handles:
+        h.remove()

@@ -7,12 +7,13 @@ Their state lives in optimizer variables, so it is part of JAX's stateless train
 of every checkpoint that saves the optimizer: an error buffer per compressed gradient,
 PowerSGD's Q per compressed matrix, the step, and the (rank, size) that owns the error
 buffers (restored elsewhere, they restart at zero). Each step all of it crosses into the
-reducer in one host call (``bridge().host_call``) and comes back updated.
+reducer in one host call (:mod:`hvdlite.algorithms.held_state`) and comes back updated.
 """
 
 import numpy as np
 
 import hvdlite as _hvd
+from hvdlite.algorithms.held_state import HeldStateStep
 
 from . import labels
 from .backend import bridge
@@ -73,26 +74,12 @@ class CompressionState:
         held = [(kind, self.names[i], getattr(self, kind)[i]) for kind in ("errors", "qs")
                 for i in present if i in getattr(self, kind)]
         state = [v for _, _, v in held] + [self.step, self.owner]
-        names, n = [self.names[i] for i in present], len(present)
-        reducer, reduction = self.reducer, self.reduction
-        me = np.array([_hvd.rank(), _hvd.size()], np.int32)
-
-        def host(run, *arrays):
-            if not run:
-                return list(arrays)
-            gs = [np.array(g, order="C") for g in arrays[:n]]
-            own = np.array_equal(arrays[-1], me)     # else restored from another rank or size
-            given = {"errors": {}, "qs": {}}
-            for (kind, name, _), a in zip(held, arrays[n:-2]):
-                given[kind][name] = a if own or kind == "qs" else np.zeros_like(a)
-            errors, qs, step = reducer.reduce_with_state(
-                gs, names, given["errors"], given["qs"], arrays[-2], *reduction)
-            back = {"errors": errors, "qs": qs}
-            return gs + [back[k].get(name, given[k][name]) for k, name, _ in held] + [
-                np.asarray(step, np.int32), me]
-
+        n = len(present)
+        step = HeldStateStep(self.reducer, [self.names[i] for i in present],
+                             [(kind, name) for kind, name, _ in held], self.reduction,
+                             (_hvd.rank(), _hvd.size()))
         out = bridge().host_call(
-            host, [grads[i] for i in present] + [v.value for v in state],
+            step, [grads[i] for i in present] + [v.value for v in state],
             [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
             + [(tuple(v.shape), str(v.dtype)) for v in state], when)
         for i, r in zip(present, out[:n]):

@@ -19,12 +19,12 @@ def ranks(monkeypatch):
     """``ranks(n)``: a FakeCollectives of n thread-ranks patched in for hvdlite.ops (and the
     core's size) in the algorithms that communicate."""
     from hvdlite.algorithms import (clipping, error_feedback, local_sgd, metric_average,
-                                    powersgd, sharded_state)
+                                    powersgd, shard_exchange, sharded_state)
 
     def make(n):
         fake = FakeCollectives(n)
         for module in (clipping, error_feedback, local_sgd, metric_average, powersgd,
-                       sharded_state):
+                       shard_exchange, sharded_state):
             monkeypatch.setattr(module, "_ops", fake)
         monkeypatch.setattr(error_feedback, "_core", _FakeCore(fake))
         return fake

@@ -1,0 +1,36 @@
+"""One step of a stateful reducer (:mod:`.error_feedback`, :mod:`.powersgd`) whose state an
+adapter keeps in variables of its own (Keras' optimizer variables) and hands over, with the
+gradients, in one flat list of arrays (``bridge().host_call``), getting it back updated.
+
+Error buffers belong to the rank and size that made them (the ``owner`` array that travels
+with them): restored anywhere else they restart at zero, as ``load_state_dict`` does; the
+low-rank factors Q are the same on every rank and are kept.
+"""
+
+import numpy as np
+
+
+class HeldStateStep:
+    """``step(run, *arrays)`` for ``names`` (the gradients this step reduces, in order) and
+    ``held`` ((kind, gradient name) of each state array handed over: kind "errors" or "qs").
+    The arrays: the gradients, the held state in ``held``'s order, the step counter, the
+    owner (rank, size). Returns them updated, in the same order."""
+
+    def __init__(self, reducer, names, held, reduction, me):
+        self.reducer, self.names, self.held = reducer, list(names), list(held)
+        self.reduction, self.me = reduction, np.array(me, np.int32)
+
+    def __call__(self, run, *arrays):
+        if not run:
+            return list(arrays)
+        n = len(self.names)
+        grads = [np.array(g, order="C") for g in arrays[:n]]
+        own = np.array_equal(arrays[-1], self.me)     # else restored from another rank or size
+        given = {"errors": {}, "qs": {}}
+        for (kind, name), a in zip(self.held, arrays[n:-2]):
+            given[kind][name] = a if own or kind == "qs" else np.zeros_like(a)
+        errors, qs, step = self.reducer.reduce_with_state(
+            grads, self.names, given["errors"], given["qs"], arrays[-2], *self.reduction)
+        back = {"errors": errors, "qs": qs}
+        return grads + [back[k].get(name, given[k][name]) for k, name in self.held] + [
+            np.asarray(step, np.int32), self.me]

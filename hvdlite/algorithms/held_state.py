@@ -10,14 +10,27 @@ low-rank factors Q are the same on every rank and are kept.
 import numpy as np
 
 
-class HeldStateStep:
-    """``step(run, *arrays)`` for ``names`` (the gradients this step reduces, in order) and
-    ``held`` ((kind, gradient name) of each state array handed over: kind "errors" or "qs").
-    The arrays: the gradients, the held state in ``held``'s order, the step counter, the
-    owner (rank, size). Returns them updated, in the same order."""
+def state_plan(reducer, names, shapes, dtypes, floats, size):
+    """The state each gradient (``names``, ``shapes``, ``dtypes``) keeps when reduced over
+    ``size`` ranks: (whether it keeps an error buffer, its initial Q or None). Dtypes that
+    are not in ``floats`` keep none (they are refused if they ever have a gradient)."""
+    return [(reducer.keeps_error(tuple(shape), size),
+             reducer.initial_q(name, tuple(shape), np.dtype(dtype))) if dtype in floats
+            else (False, None) for name, shape, dtype in zip(names, shapes, dtypes)]
 
-    def __init__(self, reducer, names, held, reduction, me):
-        self.reducer, self.names, self.held = reducer, list(names), list(held)
+
+class HeldStateStep:
+    """``step(run, *arrays)`` for the gradients ``present`` this step (indices into
+    ``names``), whose state is in ``state`` ({"errors" or "qs": {gradient index: holder}},
+    the holders being the adapter's variables): :attr:`holders` lists those this step
+    touches. The arrays: the gradients, the holders' values in that order, the step counter,
+    the owner (rank, size). Returns them updated, in the same order."""
+
+    def __init__(self, reducer, names, present, state, reduction, me):
+        held = [(kind, i) for kind in ("errors", "qs") for i in present if i in state[kind]]
+        self.reducer, self.names = reducer, [names[i] for i in present]
+        self.held = [(kind, names[i]) for kind, i in held]     # (kind, gradient name)
+        self.holders = [state[kind][i] for kind, i in held]
         self.reduction, self.me = reduction, np.array(me, np.int32)
 
     def __call__(self, run, *arrays):

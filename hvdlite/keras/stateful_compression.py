@@ -13,7 +13,7 @@ reducer in one host call (:mod:`hvdlite.algorithms.held_state`) and comes back u
 import numpy as np
 
 import hvdlite as _hvd
-from hvdlite.algorithms.held_state import HeldStateStep
+from hvdlite.algorithms.held_state import HeldStateStep, state_plan
 
 from . import labels
 from .backend import bridge
@@ -41,14 +41,12 @@ class CompressionState:
         size = self.reducer.set_size()
         self.names = [f"{self.name}.{i}" for i in range(len(variables))]
         self.errors, self.qs = {}, {}
-        for i, v in enumerate(variables):
-            if str(v.dtype) not in self.compression.FLOATS:
-                continue            # refused with a clear error if it ever has a gradient
-            shape = tuple(v.shape)
-            if self.reducer.keeps_error(shape, size):
+        plan = state_plan(self.reducer, self.names, [v.shape for v in variables],
+                          [str(v.dtype) for v in variables], self.compression.FLOATS, size)
+        for i, (v, (keeps_error, q0)) in enumerate(zip(variables, plan)):
+            if keeps_error:
                 self.errors[i] = optimizer.add_variable_from_reference(
                     v, name="hvdlite_error_feedback")
-            q0 = self.reducer.initial_q(self.names[i], shape, np.dtype(str(v.dtype)))
             if q0 is not None:
                 self.qs[i] = optimizer.add_variable(
                     q0.shape, initializer=lambda shape, dtype, q0=q0: q0, dtype=str(v.dtype),
@@ -70,14 +68,10 @@ class CompressionState:
             label = labels.variable_label(variables[i], i)
             grads[i] = bridge().dense_gradient(grads[i], label, True, self.what)
             self.compression.check_dtype(str(variables[i].dtype), label, self.what)
-        # The state this step touches: ("errors" or "qs", the gradient's name, its variable).
-        held = [(kind, self.names[i], getattr(self, kind)[i]) for kind in ("errors", "qs")
-                for i in present if i in getattr(self, kind)]
-        state = [v for _, _, v in held] + [self.step, self.owner]
-        n = len(present)
-        step = HeldStateStep(self.reducer, [self.names[i] for i in present],
-                             [(kind, name) for kind, name, _ in held], self.reduction,
+        step = HeldStateStep(self.reducer, self.names, present,
+                             {"errors": self.errors, "qs": self.qs}, self.reduction,
                              (_hvd.rank(), _hvd.size()))
+        state, n = step.holders + [self.step, self.owner], len(present)
         out = bridge().host_call(
             step, [grads[i] for i in present] + [v.value for v in state],
             [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]

@@ -6,7 +6,8 @@ another rank restart at zero; a branch that does not run sends nothing."""
 import numpy as np
 
 from hvdlite.algorithms.error_feedback import TopKReducer
-from hvdlite.algorithms.held_state import HeldStateStep
+from hvdlite.algorithms.held_state import HeldStateStep, state_plan
+from hvdlite.algorithms.powersgd import PowerSGDReducer
 from hvdlite.policy import Average
 
 
@@ -16,8 +17,9 @@ def gradient(rank, step):
 
 def _held_steps(rank, owner, steps=3):
     """``steps`` steps through HeldStateStep, the state carried as the adapter would."""
-    step = HeldStateStep(TopKReducer(0.1), ["w"], [("errors", "w")], (Average, 1.0, 1.0),
-                         (rank, 2))
+    step = HeldStateStep(TopKReducer(0.1), ["w"], [0], {"errors": {0: "E"}, "qs": {}},
+                         (Average, 1.0, 1.0), (rank, 2))
+    assert step.holders == ["E"]
     error, counter, out = np.zeros(40, np.float32), np.int32(0), []
     for t in range(steps):
         g, error, counter, owner = step(True, gradient(rank, t), error, counter, owner)
@@ -48,8 +50,8 @@ def test_error_buffers_of_another_rank_restart_at_zero(ranks):
     stale = np.full(40, 100.0, np.float32)
 
     def play(rank):
-        step = HeldStateStep(TopKReducer(0.1), ["w"], [("errors", "w")], (Average, 1.0, 1.0),
-                             (rank, 2))
+        step = HeldStateStep(TopKReducer(0.1), ["w"], [0], {"errors": {0: "E"}, "qs": {}},
+                             (Average, 1.0, 1.0), (rank, 2))
         elsewhere = step(True, gradient(rank, 0), stale, np.int32(0), np.array([1 - rank, 2]))
         fresh = step(True, gradient(rank, 0), np.zeros(40, np.float32), np.int32(0),
                      np.array([rank, 2]))
@@ -61,7 +63,29 @@ def test_error_buffers_of_another_rank_restart_at_zero(ranks):
 
 def test_a_branch_that_does_not_run_returns_its_inputs(ranks):
     fake = ranks(2)
-    step = HeldStateStep(TopKReducer(0.1), ["w"], [("errors", "w")], (Average, 1.0, 1.0), (0, 2))
+    step = HeldStateStep(TopKReducer(0.1), ["w"], [0], {"errors": {0: "E"}, "qs": {}},
+                         (Average, 1.0, 1.0), (0, 2))
     arrays = [gradient(0, 0), np.ones(40, np.float32), np.int32(4), np.array([0, 2])]
     assert all(a is b for a, b in zip(step(False, *arrays), arrays))
     assert fake.calls == []
+
+
+def test_the_holders_are_those_of_the_present_gradients_errors_first():
+    step = HeldStateStep(PowerSGDReducer(1), ["a", "b", "c"], [0, 2],
+                         {"errors": {0: "Ea", 1: "Eb", 2: "Ec"}, "qs": {2: "Qc"}},
+                         (Average, 1.0, 1.0), (0, 1))
+    assert step.holders == ["Ea", "Ec", "Qc"]
+    assert step.held == [("errors", "a"), ("errors", "c"), ("qs", "c")]
+    assert step.names == ["a", "c"]
+
+
+def test_the_state_plan_follows_the_reducer():
+    plan = state_plan(PowerSGDReducer(1), ["m", "v", "i"], [(8, 6), (3,), (8, 6)],
+                      ["float32", "float32", "int32"], ("float32", "float64"), 2)
+    (m_error, m_q), (v_error, v_q), (i_error, i_q) = plan
+    assert m_error and m_q.shape == (6, 1) and m_q.dtype == np.float32
+    assert (v_error, v_q) == (False, None)           # a vector goes whole
+    assert (i_error, i_q) == (False, None)           # not a float: no state
+    topk = state_plan(TopKReducer(0.1), ["w", "b"], [(40,), (2,)], ["float64"] * 2,
+                      ("float32", "float64"), 2)
+    assert topk == [(True, None), (False, None)]

@@ -7,6 +7,7 @@ import numpy as np
 
 from hvdlite import ops as _ops
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.numpy_api import broadcast_object
 
 
 def number_state(by_param, model_groups, group_options):
@@ -62,6 +63,16 @@ def gather_slots(plans, slots, name, process_set, to, rank, unwrap):
     if to is not None and rank != to:
         return None
     return {key: plans[key[0]].shaped(flat) for key, flat in zip(slots, flats)}
+
+
+def broadcast_state(rank, root_rank, keys_of, consolidate, load):
+    """``broadcast_optimizer_state`` of a sharded optimizer: root's whole state, resharded on
+    every rank. Root first says which state it holds (``keys_of()``), so that a rank with
+    none yet (fresh, or added by elastic training) takes part in gathering it
+    (``consolidate(root_rank, keys)``, a collective); every rank then ``load``s the result."""
+    keys = broadcast_object(keys_of() if rank == root_rank else None, root_rank,
+                            name="zero.broadcast_state.keys")
+    load(broadcast_object(consolidate(root_rank, keys), root_rank, name="zero.broadcast_state"))
 
 
 def per_element(key, shapes, states) -> bool:

@@ -24,7 +24,6 @@ from hvdlite.algorithms import clipping, shard_exchange, sharded_state, sharding
 from hvdlite.algorithms.accumulation import Countdown
 from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.numpy_api import broadcast_object
 
 from ._wrap import (SynchronizeProtocol, flat_view, refuse_extra_pass, remove_hooks,
                     require_contiguous, watch_gradient, wrap)
@@ -363,17 +362,11 @@ class ShardedOptimizer(SynchronizeProtocol):
                 for k, v in self.state.get(b.shard, {}).items()]
 
     def _broadcast_state(self, root_rank):
-        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded.
-
-        Root first says which state it holds, so that a rank with none yet (fresh, or added
-        by elastic training) takes part in gathering it."""
-        keys_of = None
-        if self._zero_rank == root_rank:
-            keys_of = [self._zero_keys(b) for b in self._zero_buckets]
-        keys_of = broadcast_object(keys_of, root_rank, name="zero.broadcast_state.keys")
-        full = broadcast_object(self._zero_consolidate(root_rank, keys_of), root_rank,
-                                name="zero.broadcast_state")
-        self.load_state_dict(full)
+        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded
+        (:func:`hvdlite.algorithms.sharded_state.broadcast_state`)."""
+        sharded_state.broadcast_state(
+            self._zero_rank, root_rank, lambda: [self._zero_keys(b) for b in self._zero_buckets],
+            self._zero_consolidate, self.load_state_dict)
 
 
 def _copy(value):

@@ -110,6 +110,11 @@ class FakeCollectives:
         tensor[...] = self._exchange(np.array(tensor))[root_rank]
         return FakeWork(tensor)
 
+    def broadcast_object(self, obj, root_rank=0, name=None, process_set=None):
+        """:func:`hvdlite.numpy_api.broadcast_object`: root's object, on every rank."""
+        self.calls.append((self.rank(), "broadcast_object", [name]))
+        return self._exchange(obj)[root_rank]
+
     @staticmethod
     def wait(work):
         return work.wait()

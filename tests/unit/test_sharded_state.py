@@ -4,7 +4,8 @@ to and from parameters."""
 import numpy as np
 import pytest
 
-from hvdlite.algorithms.sharded_state import (bucket_has_state, cut_consolidated,
+from hvdlite.algorithms.sharded_state import (broadcast_state, bucket_has_state,
+                                              cut_consolidated,
                                               gather_slots, number_state, per_element,
                                               shard_state, slot_key, state_by_param,
                                               unsharded_layout)
@@ -146,3 +147,23 @@ def test_consolidated_values_are_checked():
                        match=r"X: load: the m of dense/kernel has shape \(3, 2\); the "
                              r"variable has \(2, 3\)"):
         cut_consolidated(layout, [1, np.zeros((3, 2))], *args)
+
+
+def test_broadcast_state_gathers_with_roots_keys_and_loads_everywhere(ranks):
+    fake = ranks(3)
+
+    def rank(r):
+        loaded, asked = [], []
+
+        def consolidate(root, keys):
+            asked.append((root, keys))          # every rank gathers with root's keys
+            return {"from": r} if r == root else None
+
+        broadcast_state(r, 1, lambda: ["m", "v"] if r == 1 else 1 / 0, consolidate,
+                        loaded.append)
+        return asked, loaded
+
+    for asked, loaded in fake.run_ranks(rank):
+        assert asked == [(1, ["m", "v"])] and loaded == [{"from": 1}]
+    assert [names for r, _, names in fake.calls if r == 0] == [
+        ["zero.broadcast_state.keys"], ["zero.broadcast_state"]]

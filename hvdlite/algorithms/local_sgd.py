@@ -14,6 +14,8 @@ supplies the comparisons (``keras.ops`` there; Python's operators by default).
 
 import operator
 
+import numpy as np
+
 from hvdlite import ops as _ops
 from hvdlite.policy import Average
 
@@ -57,3 +59,12 @@ def average(arrays, names, process_set=None):
     """Average ``arrays`` (parameters, optimizer state) over the ranks, in place."""
     kw = {} if process_set is None else {"process_set": process_set}
     _ops.wait_all(_ops.grouped_allreduce_async(arrays, None, names, Average, **kw))
+
+
+def average_host(names, process_set, run, *arrays):
+    """:func:`average` as a host step (Keras' ``bridge().host_call``, with ``names`` and
+    ``process_set`` bound): contiguous copies of ``arrays``, averaged where ``run``."""
+    arrays = [np.array(a, order="C") for a in arrays]
+    if run:
+        average(arrays, names, process_set)
+    return arrays

@@ -52,6 +52,17 @@ class LRSchedule:
     def rate(self, epoch: float) -> float:
         return self.initial_lr * self.multiplier(epoch)
 
+    def steps_per_epoch(self, given: Optional[int], reported: Optional[int],
+                        who: str) -> Optional[int]:
+        """The steps per epoch a schedule that changes the rate batch by batch divides by:
+        ``given``, else what the training loop ``reported``; a staircase needs none."""
+        if self.staircase or given:
+            return given
+        if reported:
+            return reported
+        raise ValueError(f"Could not autodetect the number of steps per epoch. Please pass "
+                         f"steps_per_epoch to {who}().")
+
 
 def momentum_ratio(old_lr: float, new_lr: float, momentum, enabled: bool) -> Optional[float]:
     """The factor momentum correction scales the velocities by when the rate goes from

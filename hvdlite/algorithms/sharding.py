@@ -15,6 +15,7 @@ element alone are exact: :func:`check_shardable`. Here: that rule, how buckets a
 where each parameter's elements fall in a slice. The adapters move the tensors.
 """
 
+import itertools
 import math
 from typing import Iterator, List, NamedTuple, Sequence, Tuple
 
@@ -132,6 +133,19 @@ def place(process_set=None) -> Tuple[int, int]:
     if process_set is None:
         return basics.rank(), basics.size()
     return process_set.rank(), process_set.size()
+
+
+_instances = {}     # process set id -> count of sharded optimizers built over that set
+
+
+def instance_prefix(process_set=None) -> str:
+    """The prefix of the collectives' names of a new sharded optimizer over ``process_set``.
+
+    Optimizers over one process set are built in the same order on each of its ranks (not
+    across sets: a rank may be in several): their names carry the set and that number, so
+    two sharded optimizers never share a name."""
+    set_id = 0 if process_set is None else process_set.process_set_id
+    return f"zero{set_id}.{next(_instances.setdefault(set_id, itertools.count()))}"
 
 
 def check_reshardable(process_set, what: str) -> None:

@@ -138,13 +138,6 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
         self.current_epoch = None
         self._warned_momentum = False
 
-    def _autodetect_steps_per_epoch(self):
-        steps = (self.params or {}).get("steps")
-        if steps:
-            return steps
-        raise ValueError(f"Could not autodetect the number of steps per epoch. Please pass "
-                         f"steps_per_epoch to {type(self).__name__}().")
-
     def _adjust_learning_rate(self, epoch):
         opt = self.model.optimizer
         old_lr = _get_lr(opt)
@@ -167,8 +160,8 @@ class LearningRateScheduleCallback(keras.callbacks.Callback):
                               f"for {type(_inner(opt)).__name__}; skipped")
 
     def on_train_begin(self, logs=None):
-        if not self.staircase and not self.steps_per_epoch:
-            self.steps_per_epoch = self._autodetect_steps_per_epoch()
+        self.steps_per_epoch = self.schedule.steps_per_epoch(
+            self.steps_per_epoch, (self.params or {}).get("steps"), type(self).__name__)
 
     def on_epoch_begin(self, epoch, logs=None):
         self.current_epoch = epoch

@@ -4,7 +4,8 @@ The step count is an optimizer variable (``hvdlite_local_sgd_steps``): saved wit
 optimizer and, on JAX, part of the stateless train state.
 """
 
-import numpy as np
+from functools import partial
+
 from keras import ops
 
 from hvdlite.algorithms import local_sgd
@@ -44,14 +45,8 @@ class LocalSGDState:
             tensors += [v for v in optimizer.variables if id(v) not in own and
                         local_sgd.averages_state(v.dtype, len(v.shape)) and "hvdlite" not in v.name]
         names = [f"{self.name}.localsgd.{i}" for i in range(len(tensors))]
-
-        def average(run, *arrays):
-            arrays = [np.array(a, order="C") for a in arrays]
-            if run:
-                local_sgd.average(arrays, names, self.process_set)
-            return arrays
-
-        out = bridge().host_call(average, [t.value for t in tensors],
+        out = bridge().host_call(partial(local_sgd.average_host, names, self.process_set),
+                                 [t.value for t in tensors],
                                  [(tuple(t.shape), str(t.dtype)) for t in tensors], when)
         for t, o in zip(tensors, out):
             t.assign(o)

@@ -7,12 +7,13 @@ Their state lives in optimizer variables, so it is part of JAX's stateless train
 of every checkpoint that saves the optimizer: an error buffer per compressed gradient,
 PowerSGD's Q per compressed matrix, the step, and the (rank, size) that owns the error
 buffers (restored elsewhere, they restart at zero). Each step all of it crosses into the
-reducer in one host call (``bridge().host_call``) and comes back updated.
+reducer in one host call (:mod:`hvdlite.algorithms.held_state`) and comes back updated.
 """
 
 import numpy as np
 
 import hvdlite as _hvd
+from hvdlite.algorithms.held_state import HeldStateStep, state_plan
 
 from . import labels
 from .backend import bridge
@@ -40,14 +41,12 @@ class CompressionState:
         size = self.reducer.set_size()
         self.names = [f"{self.name}.{i}" for i in range(len(variables))]
         self.errors, self.qs = {}, {}
-        for i, v in enumerate(variables):
-            if str(v.dtype) not in self.compression.FLOATS:
-                continue            # refused with a clear error if it ever has a gradient
-            shape = tuple(v.shape)
-            if self.reducer.keeps_error(shape, size):
+        plan = state_plan(self.reducer, self.names, [v.shape for v in variables],
+                          [str(v.dtype) for v in variables], self.compression.FLOATS, size)
+        for i, (v, (keeps_error, q0)) in enumerate(zip(variables, plan)):
+            if keeps_error:
                 self.errors[i] = optimizer.add_variable_from_reference(
                     v, name="hvdlite_error_feedback")
-            q0 = self.reducer.initial_q(self.names[i], shape, np.dtype(str(v.dtype)))
             if q0 is not None:
                 self.qs[i] = optimizer.add_variable(
                     q0.shape, initializer=lambda shape, dtype, q0=q0: q0, dtype=str(v.dtype),
@@ -69,30 +68,12 @@ class CompressionState:
             label = labels.variable_label(variables[i], i)
             grads[i] = bridge().dense_gradient(grads[i], label, True, self.what)
             self.compression.check_dtype(str(variables[i].dtype), label, self.what)
-        # The state this step touches: ("errors" or "qs", the gradient's name, its variable).
-        held = [(kind, self.names[i], getattr(self, kind)[i]) for kind in ("errors", "qs")
-                for i in present if i in getattr(self, kind)]
-        state = [v for _, _, v in held] + [self.step, self.owner]
-        names, n = [self.names[i] for i in present], len(present)
-        reducer, reduction = self.reducer, self.reduction
-        me = np.array([_hvd.rank(), _hvd.size()], np.int32)
-
-        def host(run, *arrays):
-            if not run:
-                return list(arrays)
-            gs = [np.array(g, order="C") for g in arrays[:n]]
-            own = np.array_equal(arrays[-1], me)     # else restored from another rank or size
-            given = {"errors": {}, "qs": {}}
-            for (kind, name, _), a in zip(held, arrays[n:-2]):
-                given[kind][name] = a if own or kind == "qs" else np.zeros_like(a)
-            errors, qs, step = reducer.reduce_with_state(
-                gs, names, given["errors"], given["qs"], arrays[-2], *reduction)
-            back = {"errors": errors, "qs": qs}
-            return gs + [back[k].get(name, given[k][name]) for k, name, _ in held] + [
-                np.asarray(step, np.int32), me]
-
+        step = HeldStateStep(self.reducer, self.names, present,
+                             {"errors": self.errors, "qs": self.qs}, self.reduction,
+                             (_hvd.rank(), _hvd.size()))
+        state, n = step.holders + [self.step, self.owner], len(present)
         out = bridge().host_call(
-            host, [grads[i] for i in present] + [v.value for v in state],
+            step, [grads[i] for i in present] + [v.value for v in state],
             [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
             + [(tuple(v.shape), str(v.dtype)) for v in state], when)
         for i, r in zip(present, out[:n]):

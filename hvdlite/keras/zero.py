@@ -18,8 +18,8 @@ them into its shards at any size, as elastic training's ``reshard`` does after a
 import numpy as np
 from keras import ops
 
-from hvdlite import ops as _ops
 from hvdlite.algorithms import sharded_state, sharding
+from hvdlite.algorithms.shard_exchange import ShardExchange
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 from . import labels
@@ -56,9 +56,6 @@ class ShardedState:
         self.reduction = labels.reduction(op, predivide, process_set)
         self.built = False
 
-    def _set_kw(self):
-        return {} if self.process_set is None else {"process_set": self.process_set}
-
     def shard_variables(self, optimizer, variables):
         """Make this rank's shard variables (one per dtype) for ``variables``."""
         self.rank_size = rank, size = sharding.place(self.process_set)
@@ -88,17 +85,16 @@ class ShardedState:
         bucket and its suffix (Keras names a slot "<reference path>_<suffix>")."""
         self.model_variables = list(variables)
         self.slots = {}     # (bucket index, suffix) -> slot variable
-        prefixes = [(k, _reference_prefix(s)) for k, s in enumerate(self.shards)]
+        prefixes = [_reference_prefix(s) for s in self.shards]
         for v in optimizer.variables[self.first_slot:]:
-            found = [(k, v.name[len(p) + 1:]) for k, p in prefixes
-                     if v.name.startswith(p + "_")]
-            if len(found) != 1 or tuple(v.shape) != (self.buckets[found[0][0]].shard_numel,):
+            key = sharded_state.slot_key(v.name, prefixes)
+            if key is None or tuple(v.shape) != (self.buckets[key[0]].shard_numel,):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True: the wrapped "
                     f"{type(optimizer).__name__} made variable {v.name!r} of shape "
                     f"{tuple(v.shape)}, which is not a per-element slot of a shard; this "
                     f"optimizer cannot be sharded")
-            self.slots[found[0]] = v
+            self.slots[key] = v
         self.slot_end = len(optimizer.variables)
         self.layout = None
 
@@ -120,26 +116,12 @@ class ShardedState:
         plain = plain_class.from_config(optimizer.get_config())
         before = len(plain.variables)
         plain.build(self.model_variables)
-        slot_of = {f"{_reference_prefix(self.model_variables[i])}_{key[1]}": (key, pos)
-                   for key in self.slots for pos, i in enumerate(self.buckets[key[0]].indices)}
-        layout = []
-        for j, v in enumerate(plain.variables):
-            if j < before:
-                layout.append(("own", j))
-            elif v.name in slot_of:
-                layout.append(("slot",) + slot_of[v.name])
-            else:
-                raise HvdliteInvalidArgumentError(
-                    f"{self.what}: cannot consolidate the sharded state: the unsharded "
-                    f"{plain_class.__name__} has variable {v.name!r}, which matches no slot "
-                    f"of the shards")
-        if before != self.prebuilt:
-            raise HvdliteInvalidArgumentError(
-                f"{self.what}: cannot consolidate the sharded state: the unsharded "
-                f"{plain_class.__name__} has {before} variables before build, this one "
-                f"{self.prebuilt}")
-        self.layout = layout
-        return layout
+        self.layout = sharded_state.unsharded_layout(
+            [v.name for v in plain.variables], before, self.prebuilt, self.slots,
+            [[_reference_prefix(self.model_variables[i]) for i in b.indices]
+             for b in self.buckets], f"{self.what}: cannot consolidate the sharded state: "
+            f"the unsharded {plain_class.__name__}")
+        return self.layout
 
     def consolidate(self, optimizer, to=0):
         """The values the unsharded optimizer's ``variables`` would hold, in their order (a
@@ -163,31 +145,16 @@ class ShardedState:
             for slot in self.slots.values():
                 slot.assign(ops.zeros(slot.shape, slot.dtype))
             return
-        layout = self._unsharded_layout(optimizer)
-        values = list(values)
-        if len(values) != len(layout):
-            raise HvdliteInvalidArgumentError(
-                f"{self.what}: load_consolidated_variables: got {len(values)} values; the "
-                f"unsharded {_wrapped_class(optimizer).__name__} on these variables has "
-                f"{len(layout)}")
-        pieces = {key: [np.zeros(n) for n in self.buckets[key[0]].numels] for key in self.slots}
-        for entry, value in zip(layout, map(np.asarray, values)):
-            if entry[0] == "own":
-                optimizer.variables[entry[1]].assign(value)
-                continue
-            _, key, pos = entry
-            i = self.buckets[key[0]].indices[pos]
-            variable = self.model_variables[i]
-            if tuple(value.shape) != tuple(variable.shape):
-                raise HvdliteInvalidArgumentError(
-                    f"{self.what}: load_consolidated_variables: the {key[1]} of "
-                    f"{labels.variable_label(variable, i)} has shape {tuple(value.shape)}; "
-                    f"the variable has {tuple(variable.shape)}")
-            pieces[key][pos] = value
-        for (k, suffix), values_of in pieces.items():
-            b = self.buckets[k]
-            self.slots[k, suffix].assign(b.fill_shard(np.zeros(b.shard_numel, b.dtype),
-                                                      values_of))
+        own, shards = sharded_state.cut_consolidated(
+            self._unsharded_layout(optimizer), list(values), self.buckets,
+            [b.dtype for b in self.buckets], list(self.slots),
+            [[labels.variable_label(self.model_variables[i], i) for i in b.indices]
+             for b in self.buckets], f"{self.what}: load_consolidated_variables",
+            f"the unsharded {_wrapped_class(optimizer).__name__} on these variables")
+        for j, value in own.items():
+            optimizer.variables[j].assign(value)
+        for key, shard in shards.items():
+            self.slots[key].assign(shard)
 
     def check_owner(self, owner):
         sharding.check_owner(
@@ -210,41 +177,17 @@ class ShardedState:
                 grads[i] = bridge().dense_gradient(g, labels.variable_label(variables[i], i),
                                                    True, self.what)
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
-        op, pre, post = self.reduction
-        names = [f"{self.name}.zero.grad.{b.dtype}" for b in self.buckets]
-        kw, buckets, built_for, what = self._set_kw(), self.buckets, self.rank_size[1], self.what
-
-        def reduce_scatter(run, *arrays):
-            if not run:
-                return [np.zeros(b.shard_numel, b.dtype) for b in buckets]
-            size = labels.set_size(kw.get("process_set"))
-            if size != built_for:
-                raise HvdliteInvalidArgumentError(
-                    f"{what}: the shards were cut for {built_for} ranks but the job now has "
-                    f"{size} (elastic training resized it) and were not resharded: call "
-                    f"optimizer.reshard(values) with a consolidate_variables() result "
-                    f"(hvd.elastic.KerasState does) and trace the train function again")
-            works = [_ops.reducescatter_async(a, n, op, pre, post, **kw)
-                     for a, n in zip(arrays, names)]
-            return [_ops.wait(w).output for w in works]
-
-        shard_grads = bridge().host_call(reduce_scatter, flats,
-                                         [((b.shard_numel,), b.dtype) for b in buckets], when)
-        for b, shard in zip(buckets, self.shards):
+        exchange = ShardExchange(self.buckets, [b.dtype for b in self.buckets], self.name,
+                                 self.reduction, self.process_set, self.rank_size[1], self.what)
+        shard_grads = bridge().host_call(exchange.reduce_scatter, flats,
+                                         exchange.shard_specs(), when)
+        for b, shard in zip(self.buckets, self.shards):
             flat = self._flat(b, [variables[i].value for i in b.indices])
             shard.assign(flat[b.begin:b.end])
         base_apply(shard_grads, self.shards)
-        gather_names = [f"{self.name}.zero.param.{b.dtype}" for b in buckets]
-
-        def all_gather(run, *arrays):
-            if not run:
-                return [np.zeros(b.padded, b.dtype) for b in buckets]
-            works = [_ops.allgather_async(a, n, **kw) for a, n in zip(arrays, gather_names)]
-            return [_ops.wait(w).output for w in works]
-
-        gathered = bridge().host_call(all_gather, [s.value for s in self.shards],
-                                      [((b.padded,), b.dtype) for b in buckets], when)
-        for b, flat in zip(buckets, gathered):
+        gathered = bridge().host_call(exchange.all_gather, [s.value for s in self.shards],
+                                      exchange.bucket_specs(), when)
+        for b, flat in zip(self.buckets, gathered):
             for i, shape, piece in zip(b.indices, b.shapes, b.split(flat)):
                 v = variables[i]
                 v.assign(ops.reshape(piece, shape))

@@ -6,14 +6,15 @@
 import torch
 
 from hvdlite.algorithms import local_sgd
+from hvdlite.algorithms.extra_state import ExtraState
 
 from ._wrap import SynchronizeProtocol, require_contiguous, wrap
 
-_STATE_KEY = "hvdlite_local_sgd"
 
-
-class LocalSGDOptimizer(SynchronizeProtocol):
+class LocalSGDOptimizer(ExtraState, SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
+
+    EXTRA_KEY, SET_UP = "hvdlite_local_sgd", "_params"
 
     def _local_setup(self, names, schedule, average_state, process_set):
         self._process_set = process_set
@@ -57,17 +58,11 @@ class LocalSGDOptimizer(SynchronizeProtocol):
         with torch.no_grad():
             local_sgd.average(tensors, names, self._process_set)
 
-    def state_dict(self):
-        sd = super().state_dict()
-        sd[_STATE_KEY] = {"steps_taken": self.steps_taken}
-        return sd
+    def _extra_state(self):
+        return {"steps_taken": self.steps_taken}
 
-    def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        saved = state_dict.pop(_STATE_KEY, None)
-        super().load_state_dict(state_dict)
-        if saved is not None and "_params" in self.__dict__:
-            self.steps_taken = int(saved["steps_taken"])
+    def _load_extra_state(self, saved):
+        self.steps_taken = int(saved["steps_taken"])
 
 
 def make_local_sgd(optimizer, names, local_steps, warmup_steps, average_state,

@@ -12,15 +12,16 @@ import numpy as np
 import torch
 
 import hvdlite as _hvd
+from hvdlite.algorithms.extra_state import ExtraState
 from hvdlite.convert.torch_tensors import dtype_name
 
 from ._wrap import SynchronizeProtocol, require_contiguous, wrap
 
-_STATE_KEY = "hvdlite_compression"
 
-
-class CompressedOptimizer(SynchronizeProtocol):
+class CompressedOptimizer(ExtraState, SynchronizeProtocol):
     """Methods placed in front of the wrapped optimizer's class."""
+
+    EXTRA_KEY, SET_UP = "hvdlite_compression", "_reducer"
 
     def _compressed_setup(self, names, compression, op, prescale, postscale, process_set):
         self._compression = compression
@@ -48,20 +49,14 @@ class CompressedOptimizer(SynchronizeProtocol):
             grads.append(p.grad.detach().numpy())
         self._reducer.reduce(grads, self._names, *self._reduction)
 
-    def state_dict(self):
-        sd = super().state_dict()
-        sd[_STATE_KEY] = {k: (torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v)
-                          for k, v in self._reducer.state_dict(_hvd.rank(), _hvd.size()).items()}
-        return sd
+    def _extra_state(self):
+        return {k: (torch.from_numpy(np.array(v)) if isinstance(v, np.ndarray) else v)
+                for k, v in self._reducer.state_dict(_hvd.rank(), _hvd.size()).items()}
 
-    def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        saved = state_dict.pop(_STATE_KEY, None)
-        super().load_state_dict(state_dict)
-        if "_reducer" in self.__dict__ and saved is not None:
-            self._reducer.load_state_dict(
-                {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in saved.items()},
-                _hvd.rank(), _hvd.size())
+    def _load_extra_state(self, saved):
+        self._reducer.load_state_dict(
+            {k: (v.numpy() if torch.is_tensor(v) else v) for k, v in saved.items()},
+            _hvd.rank(), _hvd.size())
 
 
 def make_compressed(optimizer, names, compression, op, prescale, postscale, process_set=None):

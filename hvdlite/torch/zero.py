@@ -14,24 +14,21 @@ would have (parameter-shaped tensors, the original parameter indices), which a p
 optimizer loads as is and ``load_state_dict`` of a sharded optimizer reshards at any size.
 """
 
-import itertools
 from collections import defaultdict
 import weakref
 
 import torch
 
 from hvdlite import ops as _ops
-from hvdlite.algorithms import clipping, sharded_state, sharding
+from hvdlite.algorithms import clipping, shard_exchange, sharded_state, sharding
 from hvdlite.algorithms.accumulation import Countdown
 from hvdlite.convert.torch_tensors import from_core
 from hvdlite.exceptions import HvdliteInvalidArgumentError
-from hvdlite.numpy_api import broadcast_object
 
 from ._wrap import (SynchronizeProtocol, flat_view, refuse_extra_pass, remove_hooks,
                     require_contiguous, watch_gradient, wrap)
 
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
-_instances = {}     # process set id -> count of sharded optimizers built over that set
 _STATE_KEY = "hvdlite_zero"
 
 
@@ -83,11 +80,7 @@ class ShardedOptimizer(SynchronizeProtocol):
                     bucket_bytes, process_set=None):
         # Shards are cut over the ranks of process_set (None: all ranks).
         self._zero_set_kw = {} if process_set is None else {"process_set": process_set}
-        # Optimizers over one process set are built in the same order on each of its ranks
-        # (not across sets: a rank may be in several): their collectives' names carry the
-        # set and that number, so two sharded optimizers never share a name.
-        set_id = 0 if process_set is None else process_set.process_set_id
-        self._zero_prefix = f"zero{set_id}.{next(_instances.setdefault(set_id, itertools.count()))}"
+        self._zero_prefix = sharding.instance_prefix(process_set)
 
         self.backward_passes_per_step = int(backward_passes_per_step)
         self._zero_op, self._zero_prescale, self._zero_postscale = op, prescale, postscale
@@ -198,18 +191,14 @@ class ShardedOptimizer(SynchronizeProtocol):
         for b in self._zero_buckets:
             if b.handle is None:
                 self._zero_start(b)
-        handles, i = [b.handle for b in self._zero_buckets], -1
+        def take(i, r):
+            # This rank's reduced slice goes where its local gradient was (no longer
+            # needed): the shard's gradient costs no memory of its own.
+            b = self._zero_buckets[i]
+            b.shard.grad = b.flat_grad[b.begin:b.end].copy_(from_core(r, torch.device("cpu")))
         try:
-            for i, b in enumerate(self._zero_buckets):
-                r = _ops.wait(handles[i])
-                # This rank's reduced slice goes where its local gradient was (no longer
-                # needed): the shard's gradient costs no memory of its own.
-                own = b.flat_grad[b.begin:b.end]
-                own.copy_(from_core(r, torch.device("cpu")))
-                b.shard.grad = own
-                del r
+            shard_exchange.wait_each([b.handle for b in self._zero_buckets], take)
         finally:
-            _ops.wait_all(handles[i + 1:])   # after an error: leave nothing in flight
             self._zero_reset()
 
     def clip_grad_norm_(self, max_norm, norm_type=2.0, error_if_nonfinite=False):
@@ -252,25 +241,18 @@ class ShardedOptimizer(SynchronizeProtocol):
     def _zero_gather_params(self):
         """All-gather the updated shards into the parameters, two buckets in flight: one
         transfers while the other is copied out, and only two full buckets exist at once."""
-        buckets, handles = self._zero_buckets, {}
+        buckets = self._zero_buckets
 
         def start(i):
-            if i < len(buckets):
-                handles[i] = _ops.allgather_async(buckets[i].shard.detach(),
-                                                  f"{self._zero_prefix}.param.{i}",
-                                                  **self._zero_set_kw)
-        start(0)
-        try:
-            for i, b in enumerate(buckets):
-                start(i + 1)
-                r = _ops.wait(handles.pop(i))
-                flat = from_core(r, torch.device("cpu"))
-                with torch.no_grad():
-                    for pc, part in zip(b.pieces, b.split(flat)):
-                        flat_view(pc.param).copy_(part)
-                del flat, r
-        finally:
-            _ops.wait_all(list(handles.values()))   # after an error: leave nothing in flight
+            return _ops.allgather_async(buckets[i].shard.detach(),
+                                        f"{self._zero_prefix}.param.{i}", **self._zero_set_kw)
+
+        def write(i, r):
+            with torch.no_grad():
+                for pc, part in zip(buckets[i].pieces,
+                                    buckets[i].split(from_core(r, torch.device("cpu")))):
+                    flat_view(pc.param).copy_(part)
+        shard_exchange.pipelined(len(buckets), start, write)
 
     def zero_grad(self, set_to_none=True):
         """Zero the gradients. They stay views of their buckets whatever ``set_to_none``
@@ -362,16 +344,11 @@ class ShardedOptimizer(SynchronizeProtocol):
         """The consolidated (unsharded) state dict ``full`` cut to this rank's shards."""
         param_state = sharded_state.state_by_param(full, self._zero_model_groups,
                                                    "load_state_dict")
-        state = {}
-        for b in self._zero_buckets:
-            if sharded_state.bucket_has_state([pc.name for pc in b.pieces],
-                                              [id(pc.param) in param_state for pc in b.pieces],
-                                              "load_state_dict"):
-                states = [param_state[id(pc.param)] for pc in b.pieces]
-                state[b.index] = {k: b.fill_shard(torch.zeros(b.shard_numel, dtype=v.dtype),
-                                                  [st[k] for st in states])
-                                  if _per_element(k, b, states) else _copy(v)
-                                  for k, v in states[0].items()}
+        cut = {b.index: sharded_state.shard_state(
+                   b, [pc.name for pc in b.pieces],
+                   [param_state.get(id(pc.param)) for pc in b.pieces], _zeros, _copy,
+                   "load_state_dict") for b in self._zero_buckets}
+        state = {i: st for i, st in cut.items() if st is not None}
         # torch numbers the shards by their position in param_groups: bucket order.
         index_of = {id(b.shard): b.index for b in self._zero_buckets}
         shard_groups = [dict(_group_options(g), params=[index_of[id(s)] for s in mine["params"]])
@@ -385,31 +362,19 @@ class ShardedOptimizer(SynchronizeProtocol):
                 for k, v in self.state.get(b.shard, {}).items()]
 
     def _broadcast_state(self, root_rank):
-        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded.
-
-        Root first says which state it holds, so that a rank with none yet (fresh, or added
-        by elastic training) takes part in gathering it."""
-        keys_of = None
-        if self._zero_rank == root_rank:
-            keys_of = [self._zero_keys(b) for b in self._zero_buckets]
-        keys_of = broadcast_object(keys_of, root_rank, name="zero.broadcast_state.keys")
-        full = broadcast_object(self._zero_consolidate(root_rank, keys_of), root_rank,
-                                name="zero.broadcast_state")
-        self.load_state_dict(full)
+        """``broadcast_optimizer_state`` for a sharded optimizer: root's whole state, resharded
+        (:func:`hvdlite.algorithms.sharded_state.broadcast_state`)."""
+        sharded_state.broadcast_state(
+            self._zero_rank, root_rank, lambda: [self._zero_keys(b) for b in self._zero_buckets],
+            self._zero_consolidate, self.load_state_dict)
 
 
 def _copy(value):
     return value.clone() if torch.is_tensor(value) else value
 
 
-def _per_element(key, bucket, states):
-    """Whether state ``key`` holds one value per element (else one per parameter): decided
-    from a parameter with a dimension (per-parameter values such as ``step`` are 0-d); a
-    bucket of 0-d parameters only has ``step`` per parameter in every supported optimizer."""
-    for pc, st in zip(bucket.pieces, states):
-        if pc.param.dim() > 0:
-            return torch.is_tensor(st[key]) and st[key].shape == pc.param.shape
-    return key != "step"
+def _zeros(numel, like):
+    return torch.zeros(numel, dtype=like.dtype)
 
 
 def make_sharded(optimizer, names, backward_passes_per_step, op, prescale, postscale,

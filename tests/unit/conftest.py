@@ -17,16 +17,17 @@ from fake_collectives import FakeCollectives  # noqa: E402
 @pytest.fixture
 def ranks(monkeypatch):
     """``ranks(n)``: a FakeCollectives of n thread-ranks patched in for hvdlite.ops (and the
-    core's size) in the algorithms that communicate."""
+    core's size, and broadcast_object) in the algorithms that communicate."""
     from hvdlite.algorithms import (clipping, error_feedback, local_sgd, metric_average,
-                                    powersgd, sharded_state)
+                                    powersgd, shard_exchange, sharded_state)
 
     def make(n):
         fake = FakeCollectives(n)
         for module in (clipping, error_feedback, local_sgd, metric_average, powersgd,
-                       sharded_state):
+                       shard_exchange, sharded_state):
             monkeypatch.setattr(module, "_ops", fake)
         monkeypatch.setattr(error_feedback, "_core", _FakeCore(fake))
+        monkeypatch.setattr(sharded_state, "broadcast_object", fake.broadcast_object)
         return fake
     return make
 

@@ -86,6 +86,20 @@ class FakeCollectives:
             out[...] = (total * postscale_factor).astype(out.dtype)
         return FakeWork(outputs)
 
+    def reducescatter_async(self, tensor, name=None, op=Average, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=None, finish=None):
+        """Rank r gets its share of dimension 0 of the reduction, split as Horovod does (the
+        first ``n % size`` ranks one row more)."""
+        self.calls.append((self.rank(), "reducescatter", [name]))
+        everyone = self._exchange(np.array(tensor, dtype=np.float64) * prescale_factor)
+        if op not in (Average, Sum):
+            raise NotImplementedError(f"fake reduce-scatter of op {op}")
+        total = sum(everyone) / (self._size if op == Average else 1)
+        n, size, rank = len(total), self._size, self.rank()
+        begin = rank * (n // size) + min(rank, n % size)
+        mine = total[begin:begin + n // size + (rank < n % size)]
+        return FakeWork(FakeResult((mine * postscale_factor).astype(np.asarray(tensor).dtype)))
+
     def allgather_async(self, tensor, name=None, process_set=None, finish=None):
         self.calls.append((self.rank(), "allgather", [name]))
         everyone = self._exchange(np.array(tensor))
@@ -95,6 +109,11 @@ class FakeCollectives:
         self.calls.append((self.rank(), "broadcast", [name]))
         tensor[...] = self._exchange(np.array(tensor))[root_rank]
         return FakeWork(tensor)
+
+    def broadcast_object(self, obj, root_rank=0, name=None, process_set=None):
+        """:func:`hvdlite.numpy_api.broadcast_object`: root's object, on every rank."""
+        self.calls.append((self.rank(), "broadcast_object", [name]))
+        return self._exchange(obj)[root_rank]
 
     @staticmethod
     def wait(work):

@@ -4,7 +4,8 @@ Python ints and (as Keras uses it) through array operations."""
 import numpy as np
 import pytest
 
-from hvdlite.algorithms.local_sgd import LocalSGDSchedule, average, averages_state
+from hvdlite.algorithms.local_sgd import (LocalSGDSchedule, average, average_host,
+                                          averages_state)
 
 
 class NumpyMath:
@@ -50,3 +51,19 @@ def test_average_is_the_mean_over_ranks(ranks):
         assert np.array_equal(params, np.full(4, 1.0))
         assert np.array_equal(moment, np.full((2, 2), 3.0))
     assert {tuple(names) for _, _, names in fake.calls} == {("p", "m")}
+
+
+def test_the_host_average_copies_and_averages_only_where_it_runs(ranks):
+    fake = ranks(2)
+
+    def rank(r):
+        given = [np.full((2, 3), float(r)).T]           # not contiguous: copied
+        averaged = average_host(["p"], None, True, *given)
+        skipped = average_host(["p"], None, False, *given)
+        return given, averaged, skipped
+
+    for r, (given, averaged, skipped) in enumerate(fake.run_ranks(rank)):
+        assert averaged[0].flags.c_contiguous and np.array_equal(averaged[0], np.full((3, 2), 0.5))
+        assert np.array_equal(skipped[0], given[0]) and skipped[0] is not given[0]
+        assert np.array_equal(given[0], np.full((3, 2), float(r)))     # the inputs untouched
+    assert [kind for _, kind, _ in fake.calls] == ["allreduce", "allreduce"]

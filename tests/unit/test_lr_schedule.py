@@ -47,3 +47,12 @@ def test_momentum_ratio_only_for_a_positive_numeric_momentum_and_a_change():
 def test_initial_lr_is_required():
     with pytest.raises(ValueError, match="initial_lr"):
         LRSchedule(None, 0.5)
+
+
+def test_steps_per_epoch_given_reported_or_refused():
+    smooth, stairs = LRSchedule(1.0, 0.5, staircase=False), LRSchedule(1.0, 0.5)
+    assert smooth.steps_per_epoch(10, 20, "Cb") == 10
+    assert smooth.steps_per_epoch(None, 20, "Cb") == 20
+    assert stairs.steps_per_epoch(None, None, "Cb") is None       # a staircase needs none
+    with pytest.raises(ValueError, match=r"Please pass steps_per_epoch to Cb\(\)"):
+        smooth.steps_per_epoch(None, None, "Cb")

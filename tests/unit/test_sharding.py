@@ -6,7 +6,8 @@ import pytest
 
 from hvdlite.algorithms.sharding import (ELEMENTWISE, BucketPlan, buckets_by_bytes,
                                          check_owner, check_reshardable, check_shardable, cut,
-                                         offsets, overlaps, place, plan_buckets)
+                                         instance_prefix, offsets, overlaps, place,
+                                         plan_buckets)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
 
@@ -127,3 +128,12 @@ def test_options_over_whole_variables_are_refused():
     opt = sgd()
     opt.clipnorm, opt.use_ema = None, False        # Keras' defaults pass
     check_shardable(opt, "opt")
+
+
+def test_sharded_optimizers_are_numbered_per_process_set():
+    class Set:
+        process_set_id = 7123
+
+    first, second = instance_prefix(Set()), instance_prefix(Set())
+    assert (first, second) == ("zero7123.0", "zero7123.1")
+    assert instance_prefix(None).startswith("zero0.")

@@ -16,7 +16,7 @@
 // Only the calling thread talks to the transport. Another lane's wait spins and yields, and
 // gives up when told to; the calling thread, its own lane done, waits for the others with the
 // transport's wait policy (which notices a lost peer). On any error it tells the other lanes
-// to give up and joins them before it throws: a lost peer means a new transport and new
+// to give up and waits until they have before it throws: a lost peer means a new transport and new
 // areas anyway (Note [a lost peer] in shm_allreduce.cc).
 #pragma once
 

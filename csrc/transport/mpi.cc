@@ -444,7 +444,9 @@ class MpiTransport : public Transport {
     check(MPI_Comm_split(control_, c, key, &control), "MPI_Comm_split");
     check(MPI_Comm_split(data_, c, key, &data), "MPI_Comm_split");
     if (control == MPI_COMM_NULL) return nullptr;
-    auto child = std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_, use == SplitFor::ProcessSet);
+    // A hierarchical stage runs only the halves of an all-reduce, never in lanes: one area.
+    const bool process_set = use == SplitFor::ProcessSet;
+    auto child = std::make_unique<MpiTransport>(control, data, limit_, process_set ? lanes_wanted_ : 1, process_set);
     child->count_into(*this);
     return child;
   }

@@ -131,7 +131,8 @@ class Transport {
   // by rank), with its own data and control channels. Collective over every rank of this
   // transport; a rank passing a negative color joins none and gets null. Process sets and the
   // stages of hierarchical all-reduce are built this way; only a process set's transport gets
-  // a user point-to-point channel (an MPI communicator each, which a stage would never use).
+  // a user point-to-point channel (an MPI communicator each) and more than one lane (each an
+  // area of shared memory), which a stage would never use.
   enum class SplitFor { ProcessSet, Stage };
   virtual std::unique_ptr<Transport> split(int color, int key, SplitFor use) = 0;
   // Side channel (the stall inspector): small messages any rank may send at any time, never

@@ -33,4 +33,5 @@ set(HVDLITE_CORE_SOURCES
   observability/timeline.cc
   transport/peer_channel.cc
   transport/shm_board.cc
+  transport/shm_doorbell.cc
   transport/shm_swap.cc)

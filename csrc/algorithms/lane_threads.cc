@@ -16,7 +16,7 @@ void LaneThreads::stop() {
   stopping_ = false;
 }
 
-void LaneThreads::start(int count, std::function<void(int)> task) {
+void LaneThreads::start(int count, std::function<void(int)> task, std::function<void()> all_done) {
   if (static_cast<int>(threads_.size()) != count) {
     stop();
     uint64_t now;
@@ -29,15 +29,20 @@ void LaneThreads::start(int count, std::function<void(int)> task) {
         uint64_t seen = now;
         for (;;) {
           std::function<void(int)> work;
+          std::function<void()> all_done;
           {
             std::unique_lock<std::mutex> lk(mu_);
             wake_.wait(lk, [&] { return stopping_ || generation_ != seen; });
             if (stopping_) return;
             seen = generation_;
             work = task_;
+            all_done = all_done_;
           }
           work(k);
-          running_.fetch_sub(1, std::memory_order_acq_rel);
+          if (running_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+            if (all_done) all_done();
+            settled_.store(true, std::memory_order_release);
+          }
         }
       });
     }
@@ -45,6 +50,8 @@ void LaneThreads::start(int count, std::function<void(int)> task) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     task_ = std::move(task);
+    all_done_ = std::move(all_done);
+    settled_.store(count == 0, std::memory_order_relaxed);
     running_.store(count, std::memory_order_release);
     ++generation_;
   }
@@ -52,7 +59,7 @@ void LaneThreads::start(int count, std::function<void(int)> task) {
 }
 
 void LaneThreads::finish() const {
-  while (!done()) std::this_thread::yield();
+  while (!settled_.load(std::memory_order_acquire)) std::this_thread::yield();
 }
 
 }  // namespace hvdlite

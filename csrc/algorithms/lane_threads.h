@@ -25,10 +25,12 @@ class LaneThreads {
 
   // Runs task(k) for k = 1..count, each on a thread of its own, and returns at once; the
   // threads are (re)made when count changes. The previous call's tasks must have returned.
-  void start(int count, std::function<void(int)> task);
+  // `all_done` (if any) runs on the last task's thread once done() is true, to wake a waiter.
+  void start(int count, std::function<void(int)> task, std::function<void()> all_done = nullptr);
   // True once every task of the last start() has returned.
   bool done() const { return running_.load(std::memory_order_acquire) == 0; }
-  // Waits (yielding) until done().
+  // Waits (yielding) until done() and the last task's `all_done` has returned: after it,
+  // nothing of the call runs any more.
   void finish() const;
 
  private:
@@ -38,9 +40,11 @@ class LaneThreads {
   std::mutex mu_;
   std::condition_variable wake_;
   std::function<void(int)> task_;  // guarded by mu_
+  std::function<void()> all_done_;  // guarded by mu_
   uint64_t generation_ = 0;        // guarded by mu_: start() calls so far
   bool stopping_ = false;          // guarded by mu_
   std::atomic<int> running_{0};
+  std::atomic<bool> settled_{true};  // done(), and all_done (if any) has returned
 };
 
 }  // namespace hvdlite

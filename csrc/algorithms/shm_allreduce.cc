@@ -184,6 +184,7 @@ void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs
     }
     if (progressed) {
       idle_polls = 0;
+      t.ring_peers();
     } else {
       t.waiting_for_peer(++idle_polls);
     }

@@ -214,6 +214,7 @@ void run_rounds(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, D
     }
     if (progressed) {
       idle_polls = 0;
+      t.ring_peers();
     } else {
       t.waiting_for_peer(++idle_polls);
     }

@@ -77,6 +77,7 @@ void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype,
       if (polls > kSpinsBeforeYield) std::this_thread::yield();
     };
     port.peer_waited = [] {};
+    port.ring_peers = [&t] { t.ring_peers(); };
     port.stats = stats.back().get();
   }
   threads.start(lanes - 1, [&](int k) {
@@ -85,12 +86,13 @@ void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype,
     } catch (...) {
       errors[k] = std::current_exception();
     }
-  });
+  }, [&t] { t.ring_peers(); });  // this thread may be asleep in the wait below
   try {
     run_lane(ShmPort::of(t), lane_of(buf, segs, 0, lanes), dtype, op, postscale);
     uint64_t polls = 0;
     while (!threads.done()) t.waiting_for_peer(++polls);
     t.peer_waited();
+    threads.finish();  // the last lane's ring is over
   } catch (...) {
     give_up = true;
     threads.finish();

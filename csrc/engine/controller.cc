@@ -460,6 +460,7 @@ bool Controller::wait_for_round(const EntryList& pending, bool patient,
     }
     stall_.check(pending);
     if (clock::now() >= leave_at) return false;
+    if (transport_.control_waits_sleep()) continue;  // it sleeps until the peers ring
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;
   }

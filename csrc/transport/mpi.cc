@@ -20,6 +20,7 @@
 #include "transport/fault_tolerance.h"
 #include "transport/mpi_peer_channel.h"
 #include "transport/shm_board.h"
+#include "transport/shm_doorbell.h"
 #include "transport/shm_swap.h"
 #include "transport/transport.h"
 
@@ -324,6 +325,7 @@ class MpiTransport : public Transport {
     // Every rank passes the same count, so every rank takes the same path.
     if (shm_board_ && count <= shm_board_->capacity_words()) {
       shm_board_->start_and(words, count);
+      ring_peers();
       stats().shared_memory_swaps += 1;
       shm_swapping_ = true;
       shm_polls_ = 0;
@@ -339,6 +341,7 @@ class MpiTransport : public Transport {
     if (!shm_board_ || count > shm_board_->capacity_words()) return false;
     stats().control_bytes_sent += count * sizeof(uint64_t);
     shm_board_->start_gather(send, count);
+    ring_peers();
     stats().shared_memory_swaps += 1;
     shm_swapping_ = true;
     shm_polls_ = 0;
@@ -353,6 +356,7 @@ class MpiTransport : public Transport {
     // Both ranks pass the same count, so both take the same path.
     if (shm_swap_ && count <= shm_swap_->capacity_words()) {
       shm_swap_->start(send, recv, count);
+      ring_peers();
       stats().shared_memory_swaps += 1;
       shm_swapping_ = true;
       shm_polls_ = 0;
@@ -489,18 +493,39 @@ class MpiTransport : public Transport {
   SharedArea lane_area(int lane) override {
     if (!segment_ || lane < 0 || lane >= lanes_) return {};
     const size_t area = shared_area_bytes(topo_.size);
-    return {static_cast<char*>(segment_->data()) + swap_part_bytes() + static_cast<size_t>(lane) * area, area};
+    return {static_cast<char*>(segment_->data()) + kDoorbellPartBytes + swap_part_bytes() +
+                static_cast<size_t>(lane) * area,
+            area};
   }
 
   void waiting_for_peer(uint64_t polls) override {
-    // Yield the core while waiting, as MPI's own polling does (mpi_yield_when_idle):
+    // Spin briefly (a peer microseconds away), then yield the core, as MPI's own polling does
+    // (mpi_yield_when_idle); a wait that lasts sleeps until a peer rings (Note [doorbell]):
     // on a busy machine the peer may be waiting for this very core.
-    if (polls <= kPollsBeforeYield) return;
-    sched_yield();
-    check_peer_alive(polls);
+    if (polls <= kPollsBeforeYield) {
+      if (doorbell_) doorbell_->leave();  // progress since the last wait
+      return;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
+    if (doorbell_ && now - shm_waiting_since_ >= kYieldBeforeSleep) {
+      doorbell_->sleep(kLongestSleep);
+    } else {
+      sched_yield();
+    }
+    check_peer_alive(now);
   }
 
-  void peer_waited() override { stop_liveness_check(); }
+  void peer_waited() override {
+    if (doorbell_) doorbell_->leave();
+    stop_liveness_check();
+  }
+
+  void ring_peers() override {
+    if (doorbell_) doorbell_->ring();
+  }
+
+  bool control_waits_sleep() const override { return shm_swapping_ && doorbell_; }
 
  private:
   // A failed call: when it failed because a rank died (ULFM), both channels are revoked first,
@@ -516,23 +541,25 @@ class MpiTransport : public Transport {
     hvdlite::check(rc, what);
   }
 
-  // The segment's first part, for negotiation, rounded to a page: the swap's mailboxes at 2
-  // ranks, the board's at more.
+  // The segment's part for negotiation, after the doorbell's, rounded to a page: the swap's
+  // mailboxes at 2 ranks, the board's at more.
+  void* negotiation_part() const { return static_cast<char*>(segment_->data()) + kDoorbellPartBytes; }
   size_t swap_part_bytes() const {
     const size_t bytes = topo_.size == 2 ? ShmSwap::segment_bytes(kShmSwapWords)
                                          : ShmBoard::segment_bytes(topo_.size, kShmBoardWords);
     return (bytes + 4095) / 4096 * 4096;
   }
 
-  // All ranks on one host: a segment all of them map carries negotiation (the swap at 2 ranks,
-  // shm_swap.h; the board's AND at more, shm_board.h) and, after that, the data path's area
-  // (shared_area()). Collective; where a rank cannot map it, negotiation stays MPI messages
+  // All ranks on one host: a segment all of them map carries the doorbell (shm_doorbell.h),
+  // negotiation (the swap at 2 ranks, shm_swap.h; the board's AND at more, shm_board.h) and,
+  // after that, the data path's areas (lane_area()). Collective; where a rank cannot map it, negotiation stays MPI messages
   // and all-reduces take the other algorithms.
   void share_memory() {
     static std::atomic<int> segments{0};
     lanes_ = lanes_for(lanes_wanted_, topo_.local_size, shared_area_bytes(topo_.size));
     check(MPI_Allreduce(MPI_IN_PLACE, &lanes_, 1, MPI_INT, MPI_MIN, data_), "MPI_Allreduce");
-    const size_t bytes = swap_part_bytes() + static_cast<size_t>(lanes_) * shared_area_bytes(topo_.size);
+    const size_t bytes =
+        kDoorbellPartBytes + swap_part_bytes() + static_cast<size_t>(lanes_) * shared_area_bytes(topo_.size);
     char name[64] = {0};
     std::unique_ptr<SharedSegment> segment;
     if (topo_.rank == 0) {
@@ -550,19 +577,18 @@ class MpiTransport : public Transport {
     check(rc, "MPI_Allreduce");
     if (!mapped) return;
     segment_ = std::move(segment);
+    doorbell_ = std::make_unique<ShmDoorbell>(segment_->data());
     if (topo_.size == 2) {
-      shm_swap_ = std::make_unique<ShmSwap>(segment_->data(), kShmSwapWords, topo_.rank);
+      shm_swap_ = std::make_unique<ShmSwap>(negotiation_part(), kShmSwapWords, topo_.rank);
     } else {
-      shm_board_ = std::make_unique<ShmBoard>(segment_->data(), topo_.size, kShmBoardWords, topo_.rank);
+      shm_board_ = std::make_unique<ShmBoard>(negotiation_part(), topo_.size, kShmBoardWords, topo_.rank);
     }
   }
 
   // A wait through shared memory never hears of a lost peer by itself: while it lasts long,
   // a receive from each peer (on a tag nobody sends on) stands in, which MPI fails when that
   // peer is lost (with ULFM; without it, MPI ends the job). The error names the peer.
-  void check_peer_alive(uint64_t polls) {
-    const auto now = std::chrono::steady_clock::now();
-    if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
+  void check_peer_alive(std::chrono::steady_clock::time_point now) {
     if (now - shm_waiting_since_ < kLivenessCheckAfter) return;
     if (liveness_.empty()) {
       liveness_.assign(static_cast<size_t>(topo_.size), MPI_REQUEST_NULL);
@@ -680,8 +706,16 @@ class MpiTransport : public Transport {
   static constexpr size_t kShmSwapWords = 4096;
   static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
+  // A wait through shared memory yields this long before it sleeps on the doorbell, and sleeps
+  // at most kLongestSleep at a time (the liveness check runs between sleeps).
+  static constexpr std::chrono::microseconds kYieldBeforeSleep{50};
+  static constexpr std::chrono::microseconds kLongestSleep{1000};
+  // The segment begins with the doorbell (Note [doorbell]), alone on its page.
+  static constexpr size_t kDoorbellPartBytes = 4096;
+  static_assert(ShmDoorbell::kBytes <= kDoorbellPartBytes, "the doorbell fits its part");
   static constexpr int kLivenessTag = 19;
   std::unique_ptr<SharedSegment> segment_;  // the swap's mailboxes (2 ranks), then shared_area()
+  std::unique_ptr<ShmDoorbell> doorbell_;  // at the segment's start, where there is one
   std::unique_ptr<ShmSwap> shm_swap_;
   // More ranks on one host: the negotiation's AND (bit vectors of a few hundred words).
   // Room for the negotiation's words and up to HVDLITE_BOARD_ALLREDUCE_MAX_BYTES of data.

@@ -117,11 +117,18 @@ class Transport {
   virtual SharedArea lane_area(int lane) { return lane == 0 ? shared_area() : SharedArea{}; }
   // The wait policy of a rank waiting on its peer through shared memory, written once for
   // the negotiation's swap and the data path: called for each poll that found nothing new
-  // (`polls`: such polls so far in this wait, from 1). Spins a little, then yields the core;
-  // while a wait lasts long, makes sure the peer is alive (throws Error(RanksLost) when it is
-  // lost, as a message from it would fail). peer_waited() ends the wait.
+  // (`polls`: such polls so far in this wait, from 1). Spins a little, yields the core, then
+  // sleeps until a peer rings (Note [doorbell] in shm_doorbell.h); while a wait lasts long,
+  // makes sure the peer is alive (throws Error(RanksLost) when it is lost, as a message from it
+  // would fail). peer_waited() ends the wait.
   virtual void waiting_for_peer(uint64_t polls) { (void)polls; }
   virtual void peer_waited() {}
+  // After a store to the shared area that a peer may be waiting for: wakes the peers asleep
+  // in waiting_for_peer(). Unlike the rest of a transport, safe from any thread (lanes ring).
+  virtual void ring_peers() {}
+  // Whether test_control() itself sleeps while the round in flight waits (a round through
+  // shared memory, Note [doorbell]): its caller then needs no sleep of its own between polls.
+  virtual bool control_waits_sleep() const { return false; }
   // Rank 0 receives every rank's bytes (others get an empty vector).
   virtual std::vector<std::vector<uint8_t>> gather_control(const std::vector<uint8_t>& mine) = 0;
   // Rank 0's bytes reach every rank.

@@ -898,7 +898,7 @@ NB_MODULE(_core, m) {
     std::shared_ptr<Engine> ctx;
     {
       nb::gil_scoped_release release;
-      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes, config.shm_lanes), config);
+      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes, SharedMemoryOptions{config.shm_lanes, config.shm_sleep_after_us}), config);
     }
     g_owner_pid = getpid();
     if (!config.timeline.empty()) {
@@ -1029,6 +1029,7 @@ NB_MODULE(_core, m) {
     d["shared_memory_copied_bytes"] = read(s.shared_memory_copied_bytes);
     d["shared_memory_rounds"] = read(s.shared_memory_rounds);
     d["shared_memory_extra_lanes"] = read(s.shared_memory_extra_lanes);
+    d["shared_memory_sleeps"] = read(s.shared_memory_sleeps);
     d["board_allreduces"] = read(s.board_allreduces);
     d["shared_memory_collectives"] = read(s.shared_memory_collectives);
     return d;

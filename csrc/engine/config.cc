@@ -113,6 +113,11 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) {
          c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
        }},
+      {{"HVDLITE_SHM_SLEEP_AFTER_US", "", "50",
+        "when ranks wait on each other through shared memory, microseconds a wait spins and "
+        "yields the core before it sleeps until a peer wakes it (so that a waiting rank leaves "
+        "its core to the framework's threads); 0 never sleeps"},
+       [](Config& c, const std::string& t, const std::string& v) { c.shm_sleep_after_us = parse_count(v, t); }},
       {{"HVDLITE_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", "60",
         "warn about a tensor some ranks submitted and others have not, naming both (and ranks "
         "that do not answer, such as a stopped one), after this many seconds; the lowest rank "

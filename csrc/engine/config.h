@@ -36,6 +36,9 @@ struct Config {
   // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
   // host's cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
+  // A wait on peers through shared memory spins and yields this long, then sleeps until a peer
+  // rings (Note [doorbell] in transport/shm_doorbell.h). 0: never sleeps.
+  uint64_t shm_sleep_after_us = 50;
   double stall_check_s = 60.0;                  // warn about stalled tensors after this (0: off)
   double stall_shutdown_s = 0.0;                // end the job after a stall this long (0: never)
   double deadlock_s = 30.0;                     // fail a deadlock after this long (0: never)

@@ -109,10 +109,10 @@ class MpiTransport : public Transport {
   // Takes ownership of two communicators over the same ranks. max_transfer_bytes: the largest
   // byte count one MPI collective call is given. with_peer_channel: make the user
   // point-to-point channel (every transport but a hierarchical stage's).
-  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes, int shm_lanes,
-               bool with_peer_channel = true)
+  MpiTransport(MPI_Comm control, MPI_Comm data, size_t max_transfer_bytes,
+               const SharedMemoryOptions& shm, bool with_peer_channel = true)
       : limit_(std::min(max_transfer_bytes, static_cast<size_t>(INT_MAX))),
-        lanes_wanted_(shm_lanes), control_(control), data_(data) {
+        shm_options_(shm), control_(control), data_(data) {
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(data_, &topo_.rank);
@@ -137,7 +137,7 @@ class MpiTransport : public Transport {
   }
 
   // Two private duplicates of MPI_COMM_WORLD (initialising MPI first if nobody has).
-  static std::unique_ptr<Transport> world(size_t max_transfer_bytes, int shm_lanes) {
+  static std::unique_ptr<Transport> world(size_t max_transfer_bytes, const SharedMemoryOptions& shm) {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized) {
@@ -166,7 +166,7 @@ class MpiTransport : public Transport {
     hvdlite::check(MPI_Comm_dup(base, &control), "MPI_Comm_dup");
     hvdlite::check(MPI_Comm_dup(base, &data), "MPI_Comm_dup");
     if (base != MPI_COMM_WORLD) MPI_Comm_free(&base);
-    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes, shm_lanes);
+    return std::make_unique<MpiTransport>(control, data, max_transfer_bytes, shm);
   }
 
   ~MpiTransport() override {
@@ -186,7 +186,7 @@ class MpiTransport : public Transport {
     MPI_Comm control;
     check(MPI_Comm_dup(data, &control), "MPI_Comm_dup");
     if (lost) *lost = missing_from(data);
-    return std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_);
+    return std::make_unique<MpiTransport>(control, data, limit_, shm_options_);
   }
 
   std::unique_ptr<Transport> regroup(const std::vector<int>& leaving,
@@ -230,7 +230,7 @@ class MpiTransport : public Transport {
     check(MPI_Comm_dup(world, &control), "MPI_Comm_dup");
     check(MPI_Comm_dup(world, &data), "MPI_Comm_dup");
     MPI_Comm_free(&world);
-    return std::make_unique<MpiTransport>(control, data, limit_, lanes_wanted_);
+    return std::make_unique<MpiTransport>(control, data, limit_, shm_options_);
   }
 
   int post_send(const void* buf, size_t bytes, int peer) override {
@@ -450,7 +450,9 @@ class MpiTransport : public Transport {
     if (control == MPI_COMM_NULL) return nullptr;
     // A hierarchical stage runs only the halves of an all-reduce, never in lanes: one area.
     const bool process_set = use == SplitFor::ProcessSet;
-    auto child = std::make_unique<MpiTransport>(control, data, limit_, process_set ? lanes_wanted_ : 1, process_set);
+    SharedMemoryOptions shm = shm_options_;
+    if (!process_set) shm.lanes = 1;
+    auto child = std::make_unique<MpiTransport>(control, data, limit_, shm, process_set);
     child->count_into(*this);
     return child;
   }
@@ -508,7 +510,8 @@ class MpiTransport : public Transport {
     }
     const auto now = std::chrono::steady_clock::now();
     if (polls == kPollsBeforeYield + 1) shm_waiting_since_ = now;
-    if (doorbell_ && now - shm_waiting_since_ >= kYieldBeforeSleep) {
+    if (doorbell_ && now - shm_waiting_since_ >= std::chrono::microseconds(shm_options_.sleep_after_us)) {
+      if (!doorbell_->enlisted()) stats().shared_memory_sleeps += 1;  // a wait's first sleep
       doorbell_->sleep(kLongestSleep);
     } else {
       sched_yield();
@@ -556,7 +559,7 @@ class MpiTransport : public Transport {
   // and all-reduces take the other algorithms.
   void share_memory() {
     static std::atomic<int> segments{0};
-    lanes_ = lanes_for(lanes_wanted_, topo_.local_size, shared_area_bytes(topo_.size));
+    lanes_ = lanes_for(shm_options_.lanes, topo_.local_size, shared_area_bytes(topo_.size));
     check(MPI_Allreduce(MPI_IN_PLACE, &lanes_, 1, MPI_INT, MPI_MIN, data_), "MPI_Allreduce");
     const size_t bytes =
         kDoorbellPartBytes + swap_part_bytes() + static_cast<size_t>(lanes_) * shared_area_bytes(topo_.size);
@@ -577,7 +580,7 @@ class MpiTransport : public Transport {
     check(rc, "MPI_Allreduce");
     if (!mapped) return;
     segment_ = std::move(segment);
-    doorbell_ = std::make_unique<ShmDoorbell>(segment_->data());
+    if (shm_options_.sleep_after_us > 0) doorbell_ = std::make_unique<ShmDoorbell>(segment_->data());
     if (topo_.size == 2) {
       shm_swap_ = std::make_unique<ShmSwap>(negotiation_part(), kShmSwapWords, topo_.rank);
     } else {
@@ -688,7 +691,7 @@ class MpiTransport : public Transport {
   }
 
   size_t limit_;  // largest count given to one MPI collective call
-  int lanes_wanted_;  // Config::shm_lanes (0: auto)
+  SharedMemoryOptions shm_options_;
   int lanes_ = 1;     // of the shared area, agreed by every rank (share_memory)
   Topology topo_;
   MPI_Comm control_ = MPI_COMM_NULL;
@@ -706,9 +709,8 @@ class MpiTransport : public Transport {
   static constexpr size_t kShmSwapWords = 4096;
   static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
-  // A wait through shared memory yields this long before it sleeps on the doorbell, and sleeps
-  // at most kLongestSleep at a time (the liveness check runs between sleeps).
-  static constexpr std::chrono::microseconds kYieldBeforeSleep{50};
+  // A wait through shared memory that sleeps on the doorbell sleeps at most this long at a
+  // time (the liveness check runs between sleeps).
   static constexpr std::chrono::microseconds kLongestSleep{1000};
   // The segment begins with the doorbell (Note [doorbell]), alone on its page.
   static constexpr size_t kDoorbellPartBytes = 4096;
@@ -736,8 +738,8 @@ class MpiTransport : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, int shm_lanes) {
-  return MpiTransport::world(max_transfer_bytes, shm_lanes);
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, const SharedMemoryOptions& shm) {
+  return MpiTransport::world(max_transfer_bytes, shm);
 }
 
 const char* mpi_library_version() {

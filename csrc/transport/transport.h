@@ -45,6 +45,8 @@ struct TransportStats {
   // All-gathers, broadcasts and reduce-scatters through the shared area
   // (shm_collectives_nranks.h); their copies and rounds count as the all-reduces' do.
   std::atomic<uint64_t> shared_memory_collectives{0};
+  // Waits through shared memory that went to sleep until a peer rang (Note [doorbell]).
+  std::atomic<uint64_t> shared_memory_sleeps{0};
 };
 
 class Transport {
@@ -203,8 +205,12 @@ inline std::unique_ptr<Transport> Transport::regroup(const std::vector<int>&,
 // Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
 // byte count one MPI collective call is given (Config::max_transfer_bytes). A process that an
 // elastic job started (MPI_Comm_spawn, see Transport::regroup) joins its job's world here.
-// `shm_lanes`: Config::shm_lanes (0: auto), for every transport made from this one.
-std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, int shm_lanes);
+// `shm`: how every transport made from this one uses a host's shared memory.
+struct SharedMemoryOptions {
+  int lanes = 0;                // Config::shm_lanes (0: auto)
+  uint64_t sleep_after_us = 50;  // Config::shm_sleep_after_us (0: never sleep), Note [doorbell]
+};
+std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, const SharedMemoryOptions& shm);
 const char* mpi_library_version();
 // True when the MPI backend can survive a lost rank (built against an MPI with ULFM).
 bool mpi_fault_tolerant();

@@ -32,8 +32,8 @@ from hvdlite.ops import Average
 from hvdlite import policy
 from hvdlite.policy import local_gradients
 from hvdlite.policy.options import check_combination
+from hvdlite.process_sets import set_size
 
-from . import labels
 from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
@@ -91,7 +91,7 @@ class _HvdSettings:
             lambda shared: self.reduce_all([grads[i] for i in shared],
                                            [variables[i] for i in shared], when=when),
             grads, [id(v) in self.local_variables for v in variables],
-            self.scale_local_gradients, labels.set_size(self.process_set), operator.truediv)
+            self.scale_local_gradients, set_size(self.process_set), operator.truediv)
 
 
 class _DistributedOptimizer:
@@ -242,7 +242,7 @@ class _DistributedOptimizer:
             if g is None:
                 accs.append(None)
                 continue
-            g = bridge().dense_gradient(g, labels.variable_label(v, i),
+            g = bridge().dense_gradient(g, policy.variable_label(v, i),
                                         settings.sparse_as_dense, settings.what)
             acc = self._hvd_accumulators[self._hvd_index[self._var_key(v)]]
             acc.assign(acc + ops.cast(g, acc.dtype))

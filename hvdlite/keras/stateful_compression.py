@@ -14,8 +14,8 @@ import numpy as np
 
 import hvdlite as _hvd
 from hvdlite.algorithms.held_state import HeldStateStep, state_plan
+from hvdlite.policy import reduction, variable_label
 
-from . import labels
 from .backend import bridge
 
 
@@ -31,7 +31,7 @@ class CompressionState:
                 f"{what}: compression={compression!r}: top-k's momentum correction is not "
                 f"in hvdlite.keras yet; use momentum=0 (torch: hvdlite.torch has it)")
         self.reducer.process_set = process_set
-        self.reduction = labels.reduction(op, predivide, process_set)
+        self.reduction = reduction(op, predivide, process_set)
         self.built = False
 
     def build(self, optimizer, variables):
@@ -65,7 +65,7 @@ class CompressionState:
         if not present:
             return grads
         for i in present:
-            label = labels.variable_label(variables[i], i)
+            label = variable_label(variables[i], i)
             grads[i] = bridge().dense_gradient(grads[i], label, True, self.what)
             self.compression.check_dtype(str(variables[i].dtype), label, self.what)
         step = HeldStateStep(self.reducer, self.names, present,

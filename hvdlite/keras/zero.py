@@ -19,10 +19,10 @@ import numpy as np
 from keras import ops
 
 from hvdlite.algorithms import sharded_state, sharding
+from hvdlite.policy import reduction, variable_label
 from hvdlite.algorithms.shard_exchange import ShardExchange
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from . import labels
 from .backend import bridge
 
 
@@ -53,7 +53,7 @@ class ShardedState:
 
     def __init__(self, name, op, predivide, process_set, what):
         self.name, self.what, self.process_set = name, what, process_set
-        self.reduction = labels.reduction(op, predivide, process_set)
+        self.reduction = reduction(op, predivide, process_set)
         self.built = False
 
     def shard_variables(self, optimizer, variables):
@@ -64,7 +64,7 @@ class ShardedState:
             if dtype not in ("float32", "float64"):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
-                    f"variables; {labels.variable_label(v, i)} is {dtype}")
+                    f"variables; {variable_label(v, i)} is {dtype}")
         self.buckets = [_Bucket(dtypes[idx[0]], idx, variables, size, rank)
                         for idx in sharding.plan_buckets(dtypes, None)]
         # The wrapped optimizer's own variables made before build (iterations, learning
@@ -148,7 +148,7 @@ class ShardedState:
         own, shards = sharded_state.cut_consolidated(
             self._unsharded_layout(optimizer), list(values), self.buckets,
             [b.dtype for b in self.buckets], list(self.slots),
-            [[labels.variable_label(self.model_variables[i], i) for i in b.indices]
+            [[variable_label(self.model_variables[i], i) for i in b.indices]
              for b in self.buckets], f"{self.what}: load_consolidated_variables",
             f"the unsharded {_wrapped_class(optimizer).__name__} on these variables")
         for j, value in own.items():
@@ -174,7 +174,7 @@ class ShardedState:
             if g is None:
                 grads[i] = ops.zeros_like(variables[i])
             else:
-                grads[i] = bridge().dense_gradient(g, labels.variable_label(variables[i], i),
+                grads[i] = bridge().dense_gradient(g, variable_label(variables[i], i),
                                                    True, self.what)
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
         exchange = ShardExchange(self.buckets, [b.dtype for b in self.buckets], self.name,

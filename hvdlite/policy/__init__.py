@@ -20,8 +20,9 @@ from .groups import (apart_and_together, check_groups, groups_arg, plan_groups, 
 from .gradients import (GRADIENTS, GradRule, gradient_scale, own_rows,  # noqa: F401
                         reducescatter_rows)
 from .names import (auto_name, group_names, member_names, named_entries,  # noqa: F401
-                    parameter_names, reset_name_counters, valid_name, with_labels)
+                    parameter_names, reset_name_counters, valid_name, variable_label,
+                    with_labels)
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
                          check_predivide, gathered_rows_divisor, integer_arg, predivide,
-                         require_average_or_sum, resolve_op)
+                         reduction, require_average_or_sum, resolve_op)
 from .wire import compressed, decompressed, wire_code, wire_format  # noqa: F401

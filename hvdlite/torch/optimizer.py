@@ -16,6 +16,7 @@ from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationErro
 from hvdlite.convert.torch_requests import submit_allreduce
 from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
+from hvdlite.process_sets import none_if_global
 from hvdlite.work import wait_all
 
 from . import extended as _extended
@@ -219,12 +220,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
                 self._hvd_reset()
 
 
-def _world_as_none(process_set):
-    """None for the global set (the options beyond Horovod then name no set at all)."""
-    return None if process_set is None or process_set is global_process_set or \
-        process_set.process_set_id == 0 else process_set
-
-
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False,
@@ -274,7 +269,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         return _extended.make(optimizer, named_parameters, compression,
                               backward_passes_per_step, op, gradient_predivide_factor, groups,
                               sparse_as_dense, shard_optimizer_state, local_steps,
-                              _world_as_none(process_set), **extended_options)
+                              none_if_global(process_set), **extended_options)
     if extended_options:
         raise TypeError(f"DistributedOptimizer() got unexpected keyword arguments "
                         f"{sorted(extended_options)} (bucket_bytes goes with "

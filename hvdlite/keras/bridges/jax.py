@@ -25,7 +25,8 @@ from hvdlite.convert.jax_arrays import (Compression, call_host,  # noqa: F401 - 
                                         check_dtype, grouped_allreduce, traced)
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ..labels import process_set_kwargs, reduction, set_size, variable_label
+from hvdlite.policy import reduction, variable_label
+from hvdlite.process_sets import process_set_kwargs, set_size
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     def reduce(grads, variables, when=None):

@@ -12,7 +12,6 @@ from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.work import wait_all
 from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
 
-from ..labels import reduction, variable_label
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
@@ -23,9 +22,9 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
         present = [i for i, g in enumerate(grads) if g is not None]
         if not present:
             return grads
-        true_op, prescale, postscale = reduction(op, predivide, process_set)
+        true_op, prescale, postscale = policy.reduction(op, predivide, process_set)
         names = policy.group_names(name, len(present))
-        labels = {n: f"gradient of {variable_label(variables[i], i)}"
+        labels = {n: f"gradient of {policy.variable_label(variables[i], i)}"
                   for n, i in zip(names, present)}
         try:
             reduced = requests.allreduce_group([grads[i] for i in present], names, true_op,

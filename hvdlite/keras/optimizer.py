@@ -200,6 +200,20 @@ class _DistributedOptimizer:
             a.assign(value)
         sharded.load_consolidated(self, values)
 
+    # The protocol of elastic training (hvdlite.elastic.optimizer_state), with reshard above:
+    # the whole state is consolidate_variables' list of values.
+    def holds_shards(self):
+        sharded = getattr(self._hvd, "sharded", None)
+        return sharded is not None and sharded.built
+
+    def needs_reshard(self):
+        return self._hvd.sharded.needs_reshard()
+
+    def consolidated(self):
+        return self.consolidate_variables(to=None)
+
+    load_consolidated = load_consolidated_variables
+
     def _hvd_accumulated(self):
         return list(self._hvd_accumulators or []) + (
             [self._hvd_passes] if self._hvd_passes is not None else [])

@@ -14,6 +14,7 @@ import tensorflow as tf
 from hvdlite import _core
 from hvdlite.exceptions import raise_replaced
 from hvdlite import elastic as _elastic
+from hvdlite.elastic.optimizer_state import OptimizerState
 from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noqa: F401
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                              HvdliteRanksLostError, ObjectState, State)
@@ -108,34 +109,26 @@ class TensorFlowState(_VariablesState):
 class TensorFlowKerasState(_VariablesState):
     """Elastic state of a Keras model, its optimizer and picklable attributes.
 
-    A sharded optimizer (``shard_optimizer_state=True``) holds only this rank's shard, and a
-    lost rank takes its shard with it: a commit keeps the whole state on every rank
-    (``consolidate_variables(to=None)``: one all-gather of the optimizer state per commit,
-    and the unsharded state in host memory, as the saved copy of an unsharded optimizer).
-    When the job's size changed, ``reset`` re-cuts the shards for the new size from that
-    copy; ``sync`` broadcasts root's copy, which every rank (one the job added too) cuts for
-    itself: it sends the last committed optimizer state.
+    A sharded optimizer (``shard_optimizer_state=True``) is committed whole on every rank
+    (``consolidate_variables(to=None)``) and re-cut when the job's size changed
+    (:mod:`hvdlite.elastic.optimizer_state`); ``sync`` sends the last committed optimizer
+    state.
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
+        self._optimizer_state = OptimizerState(self.optimizer, broadcast_object)
         super().__init__(**kwargs)
-
-    def _sharded(self):
-        """The optimizer's sharded state once it is built, else None."""
-        settings = getattr(self.optimizer, "_hvd", None)
-        sharded = getattr(settings, "sharded", None)
-        return sharded if sharded is not None and sharded.built else None
 
     def _optimizer_variables(self):
         if self.optimizer is None:
             return []
         variables = list(self.optimizer.variables)
-        sharded = self._sharded()
-        if sharded is None:
+        if not self._optimizer_state.holds_shards():
             return variables
         # The shards and their slots are cut for the size: the consolidated copy keeps them.
+        sharded = self.optimizer._hvd.sharded
         return variables[:sharded.prebuilt] + variables[sharded.slot_end:]
 
     def _variables(self):
@@ -145,8 +138,7 @@ class TensorFlowKerasState(_VariablesState):
         super()._save_variables()
         # Collective for a sharded optimizer (a fresh one, as on a rank the job added, is not
         # built yet and has nothing to gather).
-        self._saved_consolidated = (self.optimizer.consolidate_variables(to=None)
-                                    if self._sharded() is not None else None)
+        self._optimizer_state.save()
 
     def _load_variables(self):
         variables = self._variables()
@@ -156,8 +148,7 @@ class TensorFlowKerasState(_VariablesState):
         # initial value then: zero (slots, accumulators; not the learning rate, made before).
         for v in variables[len(self._saved):]:
             v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
-        if self._sharded() is not None:
-            self.optimizer.load_consolidated_variables(self._saved_consolidated)
+        self._optimizer_state.restore()
 
     def sync(self):
         if (self.optimizer is not None and not getattr(self.optimizer, "built", True)
@@ -165,21 +156,11 @@ class TensorFlowKerasState(_VariablesState):
             # A rank the job added has not stepped yet: its optimizer needs the others'
             # variables (momentum...) to receive them.
             self.optimizer.build(self.model.trainable_variables)
-        if self._sharded() is not None:
-            # Root's live shard is only its slice, and a rank the job added holds none: root's
-            # whole copy of the last commit (what every rank restored or just saved; None:
-            # the optimizer was built since, its slots were zero), cut here for each rank.
-            whole = broadcast_object(self._saved_consolidated, root_rank=0,
-                                     name="hvdlite.elastic.sharded_state")
-            self.optimizer.load_consolidated_variables(whole)
+        self._optimizer_state.sync()
         super().sync()
 
     def reset(self):
-        sharded = self._sharded()
-        if sharded is not None and sharded.needs_reshard():
-            # The shards were cut for the old size, and a lost rank's shard is gone: every
-            # rank re-cuts them from the last commit's whole state.
-            self.optimizer.reshard(self._saved_consolidated)
+        if self._optimizer_state.reset():
             # The train function was traced with the old shards' variables.
             self.model.train_function = None
         super().reset()

@@ -10,7 +10,7 @@ import weakref
 
 import torch
 
-from hvdlite import policy
+from hvdlite import basics, policy
 from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationError,  # noqa: F401
                                               check_passes)
 from hvdlite.convert.torch_requests import submit_allreduce
@@ -200,6 +200,10 @@ class _DistributedOptimizer(SynchronizeProtocol):
     def set_backward_passes_per_step(self, passes):
         self._hvd_countdown.reset(passes)
         self.backward_passes_per_step = self._hvd_countdown.passes
+
+    def job_resized(self):
+        """Elastic training rebuilt the job: average over its new size."""
+        self._hvd_size = basics.size()
 
     def load_state_dict(self, *args, **kwargs):
         self._hvd_reset()

@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.keras_archive import compiled_optimizer_class_name
 
 from hvdlite.algorithms import sharding
 from hvdlite.algorithms.accumulation import check_passes
@@ -31,7 +32,7 @@ from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
 from hvdlite.policy import local_gradients
-from hvdlite.policy.options import check_combination
+from hvdlite.policy.options import check_combination, check_local_variables
 from hvdlite.process_sets import set_size
 
 from .backend import bridge
@@ -115,11 +116,9 @@ class _DistributedOptimizer:
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
         settings = self._hvd_settings()
-        if settings.sharded is not None or settings.local_sgd is not None or \
-                settings.compression_state is not None:
-            raise HvdliteInvalidArgumentError(
-                f"{settings.what}: local variables (PartialDistributedOptimizer) do not "
-                f"combine with shard_optimizer_state, local_steps or stateful compression")
+        check_local_variables(settings.what, settings.sharded is not None,
+                              settings.local_sgd is not None,
+                              settings.compression_state is not None)
         settings.local_variables[id(var)] = var
 
     def build(self, variables):
@@ -442,16 +441,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
 def _saved_optimizer_class(filepath, objects):
     """The optimizer class a ``.keras`` file was compiled with (None if unknown)."""
-    import json
-    import zipfile
-    try:
-        with zipfile.ZipFile(filepath) as z:
-            config = json.loads(z.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    opt = ((config.get("compile_config") or {}).get("optimizer") or {})
-    cls_name = opt.get("class_name") if isinstance(opt, dict) else None
-    if not cls_name:
+    cls_name = compiled_optimizer_class_name(filepath)
+    if cls_name is None:
         return None
     cls = objects.get(cls_name) or getattr(keras.optimizers, cls_name, None)
     return cls if isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer) \

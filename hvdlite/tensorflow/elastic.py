@@ -23,25 +23,13 @@ from . import errors as _errors
 from .functions import broadcast_object, broadcast_variables
 
 
-def _as_hvdlite_error(error):
-    """The hvdlite error a graph op reported, or None when it was something else."""
-    if isinstance(error, HvdliteInternalError):   # raised eagerly: already the right class
-        return error
-    text = str(getattr(error, "message", error))
-    if "HvdliteRanksLostError" in text:
-        return _errors.HvdliteRanksLostError(text)
-    if "HvdliteInternalError" in text:
-        return _errors.HvdliteInternalError(text)
-    return None
-
-
 def _translating(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except tf.errors.OpError as e:
-            raise_replaced(e, _as_hvdlite_error(e) or e)
+            raise_replaced(e, _errors.recoverable(e) or e)
     return wrapper
 
 

@@ -8,13 +8,13 @@ recovered from the same way as eagerly (see :mod:`hvdlite.elastic`).
 
 import functools
 
-import numpy as np
 import tensorflow as tf
 
 from hvdlite import _core
 from hvdlite.exceptions import raise_replaced
 from hvdlite import elastic as _elastic
 from hvdlite.elastic.optimizer_state import OptimizerState
+from hvdlite.elastic.variables_state import VariablesState
 from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noqa: F401
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                              HvdliteRanksLostError, ObjectState, State)
@@ -38,48 +38,7 @@ def run(func):
     return _elastic.run(_translating(func))
 
 
-def _values(variables):
-    return [np.array(v) for v in variables]
-
-
-class _VariablesState(ObjectState):
-    """Elastic state of some TensorFlow variables and picklable attributes (epoch, batch...).
-
-    ``commit`` keeps copies of the variables' values, ``restore`` assigns them back, ``sync``
-    broadcasts them from rank 0 and keeps the result as the committed state (as Horovod).
-    """
-
-    def __init__(self, **kwargs):
-        self._save_variables()
-        super().__init__(bcast_object=broadcast_object, get_rank=_core.rank, **kwargs)
-
-    def _variables(self):
-        raise NotImplementedError
-
-    def _save_variables(self):
-        self._saved = _values(self._variables())
-
-    def _load_variables(self):
-        for v, value in zip(self._variables(), self._saved):
-            v.assign(value)
-
-    def save(self):
-        self._save_variables()
-        super().save()
-
-    def restore(self):
-        self._load_variables()
-        super().restore()
-
-    def sync(self):
-        variables = self._variables()
-        if variables:
-            broadcast_variables(variables, root_rank=0)
-        self._save_variables()
-        super().sync()
-
-
-class TensorFlowState(_VariablesState):
+class TensorFlowState(VariablesState):
     """Elastic state of a list of ``tf.Variable`` (eagerly), as Horovod's."""
 
     def __init__(self, variables=None, session=None, **kwargs):
@@ -88,13 +47,13 @@ class TensorFlowState(_VariablesState):
                 "hvdlite.tensorflow.elastic.TensorFlowState: pass the variables and run "
                 "eagerly (TF1 sessions and global variables are not supported)")
         self.variables = list(variables)
-        super().__init__(**kwargs)
+        super().__init__(broadcast_variables, broadcast_object, _core.rank, **kwargs)
 
     def _variables(self):
         return self.variables
 
 
-class TensorFlowKerasState(_VariablesState):
+class TensorFlowKerasState(VariablesState):
     """Elastic state of a Keras model, its optimizer and picklable attributes.
 
     A sharded optimizer (``shard_optimizer_state=True``) is committed whole on every rank
@@ -107,7 +66,7 @@ class TensorFlowKerasState(_VariablesState):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self._optimizer_state = OptimizerState(self.optimizer, broadcast_object)
-        super().__init__(**kwargs)
+        super().__init__(broadcast_variables, broadcast_object, _core.rank, **kwargs)
 
     def _optimizer_variables(self):
         if self.optimizer is None:
@@ -129,13 +88,7 @@ class TensorFlowKerasState(_VariablesState):
         self._optimizer_state.save()
 
     def _load_variables(self):
-        variables = self._variables()
-        for v, value in zip(variables, self._saved):
-            v.assign(value)
-        # Variables the optimizer made after the last commit (it was built since) had their
-        # initial value then: zero (slots, accumulators; not the learning rate, made before).
-        for v in variables[len(self._saved):]:
-            v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
+        super()._load_variables()
         self._optimizer_state.restore()
 
     def sync(self):

@@ -87,11 +87,9 @@ class _HvdSettings:
         by the number of ranks with ``scale_local_gradients``, as Horovod)."""
         if not self.local_variables:
             return self.reduce_all(grads, variables, when=when)
-        grads = list(grads)
         return local_gradients.reduce_except_local(
-            lambda shared: self.reduce_all([grads[i] for i in shared],
-                                           [variables[i] for i in shared], when=when),
-            grads, [id(v) in self.local_variables for v in variables],
+            lambda shared, their_variables: self.reduce_all(shared, their_variables, when=when),
+            grads, variables, [id(v) in self.local_variables for v in variables],
             self.scale_local_gradients, set_size(self.process_set), operator.truediv)
 
 

@@ -22,6 +22,7 @@ from hvdlite.algorithms import sharded_state, sharding
 from hvdlite.policy import reduction, variable_label
 from hvdlite.algorithms.shard_exchange import ShardExchange
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.optimizer_protocol import wrapped_class
 
 from .backend import bridge
 
@@ -32,20 +33,6 @@ class _Bucket(sharding.BucketPlan):
     def __init__(self, dtype, indices, variables, size, rank):
         self.dtype, self.indices = dtype, indices
         super().__init__([variables[i].shape for i in indices], size, rank)
-
-
-def _wrapped_class(optimizer):
-    """The Keras optimizer class a DistributedOptimizer wraps (after the mixin in its MRO)."""
-    mro = type(optimizer).__mro__
-    return mro[next(i for i, c in enumerate(mro) if "_hvd_settings" in vars(c)) + 1]
-
-
-def _reference_prefix(variable):
-    """The start of the names Keras gives the slots it makes for ``variable``
-    (``add_variable_from_reference``)."""
-    if hasattr(variable, "path"):
-        return variable.path.replace("/", "_")
-    return str(variable.name).replace("/", "_").replace(":", "_")
 
 
 class ShardedState:
@@ -85,7 +72,7 @@ class ShardedState:
         bucket and its suffix (Keras names a slot "<reference path>_<suffix>")."""
         self.model_variables = list(variables)
         self.slots = {}     # (bucket index, suffix) -> slot variable
-        prefixes = [_reference_prefix(s) for s in self.shards]
+        prefixes = [sharded_state.reference_prefix(s) for s in self.shards]
         for v in optimizer.variables[self.first_slot:]:
             key = sharded_state.slot_key(v.name, prefixes)
             if key is None or tuple(v.shape) != (self.buckets[key[0]].shard_numel,):
@@ -112,13 +99,13 @@ class ShardedState:
         optimizer built on the model's variables (then dropped)."""
         if self.layout is not None:
             return self.layout
-        plain_class = _wrapped_class(optimizer)
+        plain_class = wrapped_class(type(optimizer), "_hvd_settings")
         plain = plain_class.from_config(optimizer.get_config())
         before = len(plain.variables)
         plain.build(self.model_variables)
         self.layout = sharded_state.unsharded_layout(
             [v.name for v in plain.variables], before, self.prebuilt, self.slots,
-            [[_reference_prefix(self.model_variables[i]) for i in b.indices]
+            [[sharded_state.reference_prefix(self.model_variables[i]) for i in b.indices]
              for b in self.buckets], f"{self.what}: cannot consolidate the sharded state: "
             f"the unsharded {plain_class.__name__}")
         return self.layout
@@ -150,7 +137,8 @@ class ShardedState:
             [b.dtype for b in self.buckets], list(self.slots),
             [[variable_label(self.model_variables[i], i) for i in b.indices]
              for b in self.buckets], f"{self.what}: load_consolidated_variables",
-            f"the unsharded {_wrapped_class(optimizer).__name__} on these variables")
+            f"the unsharded {wrapped_class(type(optimizer), '_hvd_settings').__name__} on "
+            f"these variables")
         for j, value in own.items():
             optimizer.variables[j].assign(value)
         for key, shard in shards.items():

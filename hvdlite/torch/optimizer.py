@@ -165,9 +165,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         parameters that got no gradient on this rank contribute zeros."""
         try:
             if self._hvd_reduces:
-                grouped = self._hvd_countdown.group_of
-                for done in [(i,) for i in range(len(self._hvd_params)) if i not in grouped] + \
-                        list(self._hvd_countdown.waiting):
+                for done in self._hvd_countdown.units():
                     if done not in self._hvd_pending:
                         self._hvd_pending[done] = self._hvd_start(done)
             error = None

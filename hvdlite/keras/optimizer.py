@@ -25,6 +25,7 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.keras_archive import compiled_optimizer_class_name
+from hvdlite.optimizer_protocol import check_unwrapped
 
 from hvdlite.algorithms import sharding
 from hvdlite.algorithms.accumulation import check_passes
@@ -292,9 +293,7 @@ def _check_keras_optimizer(optimizer):
             f"Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
             f"hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients for "
             f"other optimizers.")
-    if isinstance(optimizer, _DistributedOptimizer):
-        raise ValueError("this optimizer is already an hvdlite DistributedOptimizer; wrapping "
-                         "it again would all-reduce every gradient twice")
+    check_unwrapped(optimizer, _DistributedOptimizer)
 
 
 def _distributed_class(base):

@@ -16,6 +16,7 @@ from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationErro
 from hvdlite.convert.torch_requests import submit_allreduce
 from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
+from hvdlite.optimizer_protocol import check_unwrapped
 from hvdlite.process_sets import none_if_global
 from hvdlite.work import wait_all
 
@@ -256,8 +257,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
     ``fp16(error_feedback=True)``.
     """
-    if isinstance(optimizer, SynchronizeProtocol):   # any DistributedOptimizer
-        raise ValueError("optimizer is already a DistributedOptimizer")
+    check_unwrapped(optimizer, SynchronizeProtocol)     # any DistributedOptimizer
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")

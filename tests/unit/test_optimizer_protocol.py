@@ -128,3 +128,17 @@ def test_the_wrapped_class_follows_the_mixin_that_defines_the_marker():
         pass
     assert wrapped_class(type("Adam", (Mixin, Adam), {}), "_hvd_settings") is Adam
     assert wrapped_class(Loading, "_hvd_settings") is Adam
+
+
+def test_an_optimizer_is_wrapped_once():
+    from hvdlite.optimizer_protocol import check_unwrapped
+
+    class Mixin:
+        pass
+
+    class SGD:
+        pass
+    check_unwrapped(SGD(), Mixin)
+    with pytest.raises(ValueError, match="optimizer is already a DistributedOptimizer; "
+                                         "wrapping it again would reduce every gradient twice"):
+        check_unwrapped(wrap(Mixin, SGD()), Mixin)

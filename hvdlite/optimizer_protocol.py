@@ -1,7 +1,8 @@
 """What every ``DistributedOptimizer`` wrapper shares, free of any framework: the wrapped
 instance (a subclass of ``(mixin, type(optimizer))`` sharing the optimizer's state), the
-class it wraps and the refusal to wrap one twice, Horovod's ``synchronize()`` / ``skip_synchronize()`` / ``step()`` protocol,
-and the hooks that hold the optimizer weakly (they sit on parameters, which may outlive it).
+class it wraps and the refusal to wrap one twice, Horovod's ``synchronize()`` /
+``skip_synchronize()`` / ``step()`` protocol, and the hooks that hold the optimizer weakly
+(they sit on parameters, which may outlive it).
 
 The torch adapter (:mod:`hvdlite.torch._wrap`) adds what is torch's: autograd hooks and
 contiguity checks.

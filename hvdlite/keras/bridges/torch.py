@@ -14,7 +14,6 @@ from hvdlite.convert.host_call import on_host
 from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
 
 
-
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     def reduce(grads, variables, when=None):
         if when is not None and not bool(when):

@@ -1,7 +1,8 @@
 """What every ``DistributedOptimizer`` wrapper shares, free of any framework: the wrapped
-instance (a subclass of ``(mixin, type(optimizer))`` sharing the optimizer's state),
-Horovod's ``synchronize()`` / ``skip_synchronize()`` / ``step()`` protocol, and the hooks
-that hold the optimizer weakly (they sit on parameters, which may outlive it).
+instance (a subclass of ``(mixin, type(optimizer))`` sharing the optimizer's state), the
+class it wraps and the refusal to wrap one twice, Horovod's ``synchronize()`` /
+``skip_synchronize()`` / ``step()`` protocol, and the hooks that hold the optimizer weakly
+(they sit on parameters, which may outlive it).
 
 The torch adapter (:mod:`hvdlite.torch._wrap`) adds what is torch's: autograd hooks and
 contiguity checks.
@@ -28,6 +29,21 @@ def wrap(mixin, optimizer):
     obj.__dict__.update({k: v for k, v in optimizer.__dict__.items()
                          if k not in ("step", "zero_grad")})
     return obj
+
+
+def check_unwrapped(optimizer, wrapper):
+    """Refuse to wrap an optimizer that already is a ``DistributedOptimizer`` (an instance of
+    ``wrapper``, the adapter's mixin): every gradient would be reduced twice."""
+    if isinstance(optimizer, wrapper):
+        raise ValueError("optimizer is already a DistributedOptimizer; wrapping it again would "
+                         "reduce every gradient twice")
+
+
+def wrapped_class(cls, marker):
+    """The optimizer class a wrapper class ``cls`` wraps: the one after the mixin that
+    defines ``marker`` in ``cls``'s MRO (the mixin goes first, as :func:`wrap` puts it)."""
+    mro = cls.__mro__
+    return mro[next(i for i, c in enumerate(mro) if marker in vars(c)) + 1]
 
 
 class SynchronizeProtocol:

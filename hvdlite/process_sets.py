@@ -9,6 +9,7 @@ run independently; names need only be unique within a set. Roots of broadcasts s
 ranks. ``global_process_set`` (id 0) holds every rank.
 """
 
+import inspect
 import os
 from typing import List, Optional, Sequence, Union
 
@@ -176,3 +177,25 @@ def process_set_id(process_set) -> int:
         return process_set
     raise ValueError(f"process_set must be a hvdlite.ProcessSet (or None for all ranks), "
                      f"not {process_set!r}")
+
+
+def set_size(process_set=None) -> int:
+    """The number of ranks in ``process_set`` (None: all ranks)."""
+    return _core.size() if process_set is None else process_set.size()
+
+
+def none_if_global(process_set):
+    """None for the global set (the options beyond Horovod then name no set at all)."""
+    return None if process_set is None or process_set is global_process_set or \
+        process_set.process_set_id == 0 else process_set
+
+
+def process_set_kwargs(fn, process_set):
+    """``{"process_set": process_set}`` for ``fn`` (nothing for the default set); a clear
+    error where ``fn`` cannot take one."""
+    if process_set is None:
+        return {}
+    if "process_set" not in inspect.signature(fn).parameters:
+        raise NotImplementedError(f"{fn.__module__}.{fn.__qualname__} does not take "
+                                  f"process_set in this build of hvdlite")
+    return {"process_set": process_set}

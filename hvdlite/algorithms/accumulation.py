@@ -43,6 +43,11 @@ class Countdown:
         self.left = dict.fromkeys(self.left, self.passes)
         self.waiting = {g: len(g) for g in self.waiting}
 
+    def units(self):
+        """What completes together, in order: each key not in a group alone (as a 1-tuple),
+        then each group."""
+        return [(k,) for k in self.left if k not in self.group_of] + list(self.waiting)
+
     def exhausted(self, key) -> bool:
         """Whether ``key`` has had every pass of this step (one more would be too many)."""
         return self.left[key] <= 0

@@ -1,7 +1,9 @@
-"""Synchronous batch normalization's statistics over every rank's batch: each rank's
-per-channel (count, mean, centred sum of squares) pooled with the parallel-variance formula
-(Chan, Golub and LeVeque), exact for unequal batch sizes. Written on array arithmetic alone,
-so numpy arrays and torch tensors both go through it."""
+"""Synchronous batch normalization's statistics over every rank's batch, exact for unequal
+batch sizes: torch's ``SyncBatchNorm`` pools each rank's per-channel (count, mean, centred sum
+of squares) with the parallel-variance formula (Chan, Golub and LeVeque); TensorFlow's
+``SyncBatchNormalization`` sums each rank's (count * mean, count * mean of squares, count).
+Written on array arithmetic alone, so numpy arrays and torch and TensorFlow tensors all go
+through it."""
 
 
 def pooled_moments(counts, means, m2s, input_shape):
@@ -21,3 +23,12 @@ def pooled_moments(counts, means, m2s, input_shape):
     mean = (counts[:, None] * means).sum(0) / n_total
     m2 = (m2s + counts[:, None] * (means - mean) ** 2).sum(0)
     return n_total, mean, m2
+
+
+def moments_of_sums(sums, channels):
+    """(mean, variance) per channel from ``sums``, the sum over ranks of each rank's
+    ``[count * mean (channels values), count * (variance + mean ** 2) (channels values),
+    count]``: the biased variance of the union of the batches, ``E[x²] - E[x]²``."""
+    count = sums[-1]
+    mean = sums[:channels] / count
+    return mean, sums[channels:2 * channels] / count - mean * mean

@@ -97,6 +97,14 @@ def shard_state(plan, names, states, zeros, copy, what):
             if per_element(k, plan.shapes, states) else copy(v) for k, v in states[0].items()}
 
 
+def reference_prefix(variable):
+    """The start of the names Keras gives the slots it makes for ``variable``
+    (``add_variable_from_reference``): its path (else its name) with "/" (and ":") as "_"."""
+    if hasattr(variable, "path"):
+        return variable.path.replace("/", "_")
+    return str(variable.name).replace("/", "_").replace(":", "_")
+
+
 def slot_key(name, prefixes):
     """(shard index, suffix) of the slot named ``name`` that an optimizer made for one of the
     shards, whose names start with ``prefixes`` (Keras names a slot "<reference>_<suffix>");

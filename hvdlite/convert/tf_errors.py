@@ -83,3 +83,17 @@ def native(error):
     exceptions (and subclasses with their own meaning, e.g. NotImplementedError) unchanged."""
     cls = _NATIVE.get(type(error))
     return error if cls is None else cls(str(error))
+
+
+def recoverable(error):
+    """The error elastic training recovers from (:class:`HvdliteRanksLostError` or
+    :class:`HvdliteInternalError`) that ``error`` is or, raised by a graph op as a
+    ``tf.errors.OpError``, names in its message; None when it is something else."""
+    if isinstance(error, _exc.HvdliteInternalError):   # raised eagerly: already the right class
+        return error
+    text = str(getattr(error, "message", error))
+    if "HvdliteRanksLostError" in text:
+        return HvdliteRanksLostError(text)
+    if "HvdliteInternalError" in text:
+        return HvdliteInternalError(text)
+    return None

@@ -24,6 +24,8 @@ import keras
 from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.keras_archive import compiled_optimizer_class_name
+from hvdlite.optimizer_protocol import check_unwrapped
 
 from hvdlite.algorithms import sharding
 from hvdlite.algorithms.accumulation import check_passes
@@ -31,9 +33,9 @@ from hvdlite.algorithms.compression import is_stateful
 from hvdlite.ops import Average
 from hvdlite import policy
 from hvdlite.policy import local_gradients
-from hvdlite.policy.options import check_combination
+from hvdlite.policy.options import check_combination, check_local_variables
+from hvdlite.process_sets import set_size
 
-from . import labels
 from .backend import bridge
 from .local_sgd import LocalSGDState
 from .stateful_compression import CompressionState
@@ -86,12 +88,10 @@ class _HvdSettings:
         by the number of ranks with ``scale_local_gradients``, as Horovod)."""
         if not self.local_variables:
             return self.reduce_all(grads, variables, when=when)
-        grads = list(grads)
         return local_gradients.reduce_except_local(
-            lambda shared: self.reduce_all([grads[i] for i in shared],
-                                           [variables[i] for i in shared], when=when),
-            grads, [id(v) in self.local_variables for v in variables],
-            self.scale_local_gradients, labels.set_size(self.process_set), operator.truediv)
+            lambda shared, their_variables: self.reduce_all(shared, their_variables, when=when),
+            grads, variables, [id(v) in self.local_variables for v in variables],
+            self.scale_local_gradients, set_size(self.process_set), operator.truediv)
 
 
 class _DistributedOptimizer:
@@ -115,11 +115,9 @@ class _DistributedOptimizer:
     def register_local_var(self, var):
         """Keep ``var``'s gradient local: it is not all-reduced (Horovod's API)."""
         settings = self._hvd_settings()
-        if settings.sharded is not None or settings.local_sgd is not None or \
-                settings.compression_state is not None:
-            raise HvdliteInvalidArgumentError(
-                f"{settings.what}: local variables (PartialDistributedOptimizer) do not "
-                f"combine with shard_optimizer_state, local_steps or stateful compression")
+        check_local_variables(settings.what, settings.sharded is not None,
+                              settings.local_sgd is not None,
+                              settings.compression_state is not None)
         settings.local_variables[id(var)] = var
 
     def build(self, variables):
@@ -200,6 +198,20 @@ class _DistributedOptimizer:
             a.assign(value)
         sharded.load_consolidated(self, values)
 
+    # The protocol of elastic training (hvdlite.elastic.optimizer_state), with reshard above:
+    # the whole state is consolidate_variables' list of values.
+    def holds_shards(self):
+        sharded = getattr(self._hvd, "sharded", None)
+        return sharded is not None and sharded.built
+
+    def needs_reshard(self):
+        return self._hvd.sharded.needs_reshard()
+
+    def consolidated(self):
+        return self.consolidate_variables(to=None)
+
+    load_consolidated = load_consolidated_variables
+
     def _hvd_accumulated(self):
         return list(self._hvd_accumulators or []) + (
             [self._hvd_passes] if self._hvd_passes is not None else [])
@@ -242,7 +254,7 @@ class _DistributedOptimizer:
             if g is None:
                 accs.append(None)
                 continue
-            g = bridge().dense_gradient(g, labels.variable_label(v, i),
+            g = bridge().dense_gradient(g, policy.variable_label(v, i),
                                         settings.sparse_as_dense, settings.what)
             acc = self._hvd_accumulators[self._hvd_index[self._var_key(v)]]
             acc.assign(acc + ops.cast(g, acc.dtype))
@@ -281,9 +293,7 @@ def _check_keras_optimizer(optimizer):
             f"Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
             f"hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients for "
             f"other optimizers.")
-    if isinstance(optimizer, _DistributedOptimizer):
-        raise ValueError("this optimizer is already an hvdlite DistributedOptimizer; wrapping "
-                         "it again would all-reduce every gradient twice")
+    check_unwrapped(optimizer, _DistributedOptimizer)
 
 
 def _distributed_class(base):
@@ -428,16 +438,8 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
 
 def _saved_optimizer_class(filepath, objects):
     """The optimizer class a ``.keras`` file was compiled with (None if unknown)."""
-    import json
-    import zipfile
-    try:
-        with zipfile.ZipFile(filepath) as z:
-            config = json.loads(z.read("config.json"))
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
-        return None
-    opt = ((config.get("compile_config") or {}).get("optimizer") or {})
-    cls_name = opt.get("class_name") if isinstance(opt, dict) else None
-    if not cls_name:
+    cls_name = compiled_optimizer_class_name(filepath)
+    if cls_name is None:
         return None
     cls = objects.get(cls_name) or getattr(keras.optimizers, cls_name, None)
     return cls if isinstance(cls, type) and issubclass(cls, keras.optimizers.Optimizer) \

@@ -14,8 +14,8 @@ import numpy as np
 
 import hvdlite as _hvd
 from hvdlite.algorithms.held_state import HeldStateStep, state_plan
+from hvdlite.policy import reduce_present, reduction, variable_label
 
-from . import labels
 from .backend import bridge
 
 
@@ -31,7 +31,7 @@ class CompressionState:
                 f"{what}: compression={compression!r}: top-k's momentum correction is not "
                 f"in hvdlite.keras yet; use momentum=0 (torch: hvdlite.torch has it)")
         self.reducer.process_set = process_set
-        self.reduction = labels.reduction(op, predivide, process_set)
+        self.reduction = reduction(op, predivide, process_set)
         self.built = False
 
     def build(self, optimizer, variables):
@@ -60,24 +60,21 @@ class CompressionState:
 
     def reduce(self, grads, variables, when=None):
         """Reduce a step's gradients through the reducer, updating its state variables."""
-        grads = list(grads)
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if not present:
-            return grads
-        for i in present:
-            label = labels.variable_label(variables[i], i)
-            grads[i] = bridge().dense_gradient(grads[i], label, True, self.what)
-            self.compression.check_dtype(str(variables[i].dtype), label, self.what)
-        step = HeldStateStep(self.reducer, self.names, present,
-                             {"errors": self.errors, "qs": self.qs}, self.reduction,
-                             (_hvd.rank(), _hvd.size()))
-        state, n = step.holders + [self.step, self.owner], len(present)
-        out = bridge().host_call(
-            step, [grads[i] for i in present] + [v.value for v in state],
-            [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
-            + [(tuple(v.shape), str(v.dtype)) for v in state], when)
-        for i, r in zip(present, out[:n]):
-            grads[i] = r
-        for v, a in zip(state, out[n:]):
-            v.assign(a)
-        return grads
+        def reduced(present):
+            dense = []
+            for i in present:
+                label = variable_label(variables[i], i)
+                dense.append(bridge().dense_gradient(grads[i], label, True, self.what))
+                self.compression.check_dtype(str(variables[i].dtype), label, self.what)
+            step = HeldStateStep(self.reducer, self.names, present,
+                                 {"errors": self.errors, "qs": self.qs}, self.reduction,
+                                 (_hvd.rank(), _hvd.size()))
+            state, n = step.holders + [self.step, self.owner], len(present)
+            out = bridge().host_call(
+                step, dense + [v.value for v in state],
+                [(tuple(variables[i].shape), str(variables[i].dtype)) for i in present]
+                + [(tuple(v.shape), str(v.dtype)) for v in state], when)
+            for v, a in zip(state, out[n:]):
+                v.assign(a)
+            return out[:n]
+        return reduce_present(grads, reduced)

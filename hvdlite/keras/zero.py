@@ -19,10 +19,11 @@ import numpy as np
 from keras import ops
 
 from hvdlite.algorithms import sharded_state, sharding
+from hvdlite.policy import reduction, variable_label
 from hvdlite.algorithms.shard_exchange import ShardExchange
 from hvdlite.exceptions import HvdliteInvalidArgumentError
+from hvdlite.optimizer_protocol import wrapped_class
 
-from . import labels
 from .backend import bridge
 
 
@@ -34,26 +35,12 @@ class _Bucket(sharding.BucketPlan):
         super().__init__([variables[i].shape for i in indices], size, rank)
 
 
-def _wrapped_class(optimizer):
-    """The Keras optimizer class a DistributedOptimizer wraps (after the mixin in its MRO)."""
-    mro = type(optimizer).__mro__
-    return mro[next(i for i, c in enumerate(mro) if "_hvd_settings" in vars(c)) + 1]
-
-
-def _reference_prefix(variable):
-    """The start of the names Keras gives the slots it makes for ``variable``
-    (``add_variable_from_reference``)."""
-    if hasattr(variable, "path"):
-        return variable.path.replace("/", "_")
-    return str(variable.name).replace("/", "_").replace(":", "_")
-
-
 class ShardedState:
     """The layout and collectives of one sharded optimizer."""
 
     def __init__(self, name, op, predivide, process_set, what):
         self.name, self.what, self.process_set = name, what, process_set
-        self.reduction = labels.reduction(op, predivide, process_set)
+        self.reduction = reduction(op, predivide, process_set)
         self.built = False
 
     def shard_variables(self, optimizer, variables):
@@ -64,7 +51,7 @@ class ShardedState:
             if dtype not in ("float32", "float64"):
                 raise HvdliteInvalidArgumentError(
                     f"{self.what}: shard_optimizer_state=True handles float32 and float64 "
-                    f"variables; {labels.variable_label(v, i)} is {dtype}")
+                    f"variables; {variable_label(v, i)} is {dtype}")
         self.buckets = [_Bucket(dtypes[idx[0]], idx, variables, size, rank)
                         for idx in sharding.plan_buckets(dtypes, None)]
         # The wrapped optimizer's own variables made before build (iterations, learning
@@ -85,7 +72,7 @@ class ShardedState:
         bucket and its suffix (Keras names a slot "<reference path>_<suffix>")."""
         self.model_variables = list(variables)
         self.slots = {}     # (bucket index, suffix) -> slot variable
-        prefixes = [_reference_prefix(s) for s in self.shards]
+        prefixes = [sharded_state.reference_prefix(s) for s in self.shards]
         for v in optimizer.variables[self.first_slot:]:
             key = sharded_state.slot_key(v.name, prefixes)
             if key is None or tuple(v.shape) != (self.buckets[key[0]].shard_numel,):
@@ -112,13 +99,13 @@ class ShardedState:
         optimizer built on the model's variables (then dropped)."""
         if self.layout is not None:
             return self.layout
-        plain_class = _wrapped_class(optimizer)
+        plain_class = wrapped_class(type(optimizer), "_hvd_settings")
         plain = plain_class.from_config(optimizer.get_config())
         before = len(plain.variables)
         plain.build(self.model_variables)
         self.layout = sharded_state.unsharded_layout(
             [v.name for v in plain.variables], before, self.prebuilt, self.slots,
-            [[_reference_prefix(self.model_variables[i]) for i in b.indices]
+            [[sharded_state.reference_prefix(self.model_variables[i]) for i in b.indices]
              for b in self.buckets], f"{self.what}: cannot consolidate the sharded state: "
             f"the unsharded {plain_class.__name__}")
         return self.layout
@@ -148,9 +135,10 @@ class ShardedState:
         own, shards = sharded_state.cut_consolidated(
             self._unsharded_layout(optimizer), list(values), self.buckets,
             [b.dtype for b in self.buckets], list(self.slots),
-            [[labels.variable_label(self.model_variables[i], i) for i in b.indices]
+            [[variable_label(self.model_variables[i], i) for i in b.indices]
              for b in self.buckets], f"{self.what}: load_consolidated_variables",
-            f"the unsharded {_wrapped_class(optimizer).__name__} on these variables")
+            f"the unsharded {wrapped_class(type(optimizer), '_hvd_settings').__name__} on "
+            f"these variables")
         for j, value in own.items():
             optimizer.variables[j].assign(value)
         for key, shard in shards.items():
@@ -174,7 +162,7 @@ class ShardedState:
             if g is None:
                 grads[i] = ops.zeros_like(variables[i])
             else:
-                grads[i] = bridge().dense_gradient(g, labels.variable_label(variables[i], i),
+                grads[i] = bridge().dense_gradient(g, variable_label(variables[i], i),
                                                    True, self.what)
         flats = [self._flat(b, [grads[i] for i in b.indices]) for b in self.buckets]
         exchange = ShardExchange(self.buckets, [b.dtype for b in self.buckets], self.name,

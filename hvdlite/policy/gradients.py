@@ -1,5 +1,6 @@
 """The gradient of every collective (``GRADIENTS``), as Horovod defines it; read by both
-autograd glues (torch's autograd Functions, TensorFlow's custom gradients)."""
+autograd glues (torch's autograd Functions, TensorFlow's custom gradients). And which of a
+step's gradients are reduced (:func:`reduce_present`), for every Keras bridge."""
 
 from typing import Callable, List, NamedTuple, Tuple
 
@@ -59,3 +60,15 @@ def own_rows(first_dims: List[int], rank: int) -> Tuple[int, int]:
 def reducescatter_rows(rows: int, size: int, rank: int) -> int:
     """Rows rank ``rank`` receives from a reduce-scatter of ``rows`` rows (as the core)."""
     return rows // size + (1 if rank < rows % size else 0)
+
+
+def reduce_present(grads, reduce):
+    """``grads`` (a list) with those that are not None replaced by ``reduce(indices)``, their
+    reduced values in order. None (a variable without a gradient this step) stays None, and
+    without any gradient ``reduce`` is not called."""
+    grads = list(grads)
+    present = [i for i, g in enumerate(grads) if g is not None]
+    if present:
+        for i, r in zip(present, reduce(present)):
+            grads[i] = r
+    return grads

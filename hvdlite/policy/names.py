@@ -1,6 +1,6 @@
 """Request names: generated names in call order (equal on ranks that call ops in the same
-order), the members of a grouped call, errors that say what a name stands for, and the
-names of an optimizer's parameters (``named_parameters``)."""
+order), the members of a grouped call, errors that say what a name stands for, how they name a
+variable, and the names of an optimizer's parameters (``named_parameters``)."""
 
 import itertools
 import threading
@@ -72,6 +72,11 @@ def with_labels(error, labels):
         return type(error)(f"{text} ({'; '.join(hits)})")
     except Exception:  # noqa: BLE001 - an error type with another constructor
         return error
+
+
+def variable_label(variable, i):
+    """How an error names the ``i``-th variable (a Keras or TensorFlow variable)."""
+    return getattr(variable, "path", None) or getattr(variable, "name", None) or f"variable {i}"
 
 
 def parameter_names(param_groups, named_parameters, what):

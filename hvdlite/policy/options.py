@@ -7,6 +7,8 @@ words in both frameworks.
 - ``local_steps=H`` averages parameters, uncompressed: op Average, no predivide, no groups.
 - stateful compression (PowerSGD, top-k, error-feedback casts) reduces all gradients in one
   reducer: no groups; op Average or Sum.
+- local variables (``register_local_var``, ``PartialDistributedOptimizer``) leave gradients
+  out of the reduction: none of the three above.
 """
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
@@ -56,3 +58,13 @@ def check_combination(what, op, compression=None, shard_optimizer_state=False,
     if getattr(compression, "keeps_state", False):   # hvdlite.algorithms.compression
         _reject(what, f"compression={compression!r}", groups=groups)
         require_average_or_sum(op, f"{what}: compression={compression!r}")
+
+
+def check_local_variables(what, shard_optimizer_state=False, local_sgd=False,
+                          stateful_compression=False):
+    """Raise HvdliteInvalidArgumentError unless an optimizer with these options (each a bool)
+    may keep some variables' gradients local."""
+    if shard_optimizer_state or local_sgd or stateful_compression:
+        raise HvdliteInvalidArgumentError(
+            f"{what}: local variables (PartialDistributedOptimizer) do not combine with "
+            f"shard_optimizer_state, local_steps or stateful compression")

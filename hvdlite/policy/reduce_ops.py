@@ -7,6 +7,7 @@ import warnings
 from typing import Tuple
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
+from hvdlite.process_sets import set_size
 
 # Reduce ops, numbered as in Horovod so scripts that compare them keep working.
 Average = 0
@@ -96,3 +97,8 @@ def predivide(op: int, factor: float, size: int) -> Tuple[int, float, float]:
     if op == Average and factor != 1.0:
         return Sum, 1.0 / factor, factor / size
     return op, 1.0, 1.0
+
+
+def reduction(op: int, factor: float, process_set=None) -> Tuple[int, float, float]:
+    """:func:`predivide` over the ranks of ``process_set`` (None: all ranks)."""
+    return predivide(op, factor, set_size(process_set))

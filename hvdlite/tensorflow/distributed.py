@@ -18,14 +18,6 @@ def _var_key(v):
     return v.ref() if hasattr(v, "ref") else id(v)
 
 
-def reduce_except_local(allreduce_grads, grads, sources, local_keys, scale_local, set_size):
-    """All-reduce ``grads`` except those of sources whose key is in ``local_keys``; those
-    stay local, divided by ``set_size`` when ``scale_local`` (as Horovod)."""
-    return local_gradients.reduce_except_local(
-        lambda shared: allreduce_grads([grads[i] for i in shared], [sources[i] for i in shared]),
-        grads, [_var_key(s) in local_keys for s in sources], scale_local, set_size, _divide)
-
-
 def _divide(g, n):
     if isinstance(g, tf.IndexedSlices):
         return tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
@@ -57,10 +49,11 @@ class _DistributedGradientTape:
                  unconnected_gradients=tf.UnconnectedGradients.NONE):
         grads = super().gradient(target, sources, output_gradients=output_gradients,
                                  unconnected_gradients=unconnected_gradients)
-        out = reduce_except_local(self._hvd_allreduce_grads, tf.nest.flatten(grads),
-                                  tf.nest.flatten(sources), self._local_sources,
-                                  self._hvd_scale_local,
-                                  process_set_or_global(self._hvd_process_set).size())
+        flat_sources = tf.nest.flatten(sources)
+        out = local_gradients.reduce_except_local(
+            self._hvd_allreduce_grads, tf.nest.flatten(grads), flat_sources,
+            [_var_key(s) in self._local_sources for s in flat_sources], self._hvd_scale_local,
+            process_set_or_global(self._hvd_process_set).size(), _divide)
         return tf.nest.pack_sequence_as(grads, out)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None):

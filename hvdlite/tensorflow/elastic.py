@@ -8,12 +8,13 @@ recovered from the same way as eagerly (see :mod:`hvdlite.elastic`).
 
 import functools
 
-import numpy as np
 import tensorflow as tf
 
 from hvdlite import _core
 from hvdlite.exceptions import raise_replaced
 from hvdlite import elastic as _elastic
+from hvdlite.elastic.optimizer_state import OptimizerState
+from hvdlite.elastic.variables_state import VariablesState
 from hvdlite.elastic import (HorovodInternalError, HostsUpdatedInterrupt,  # noqa: F401
                              HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                              HvdliteRanksLostError, ObjectState, State)
@@ -22,25 +23,13 @@ from . import errors as _errors
 from .functions import broadcast_object, broadcast_variables
 
 
-def _as_hvdlite_error(error):
-    """The hvdlite error a graph op reported, or None when it was something else."""
-    if isinstance(error, HvdliteInternalError):   # raised eagerly: already the right class
-        return error
-    text = str(getattr(error, "message", error))
-    if "HvdliteRanksLostError" in text:
-        return _errors.HvdliteRanksLostError(text)
-    if "HvdliteInternalError" in text:
-        return _errors.HvdliteInternalError(text)
-    return None
-
-
 def _translating(func):
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
         try:
             return func(*args, **kwargs)
         except tf.errors.OpError as e:
-            raise_replaced(e, _as_hvdlite_error(e) or e)
+            raise_replaced(e, _errors.recoverable(e) or e)
     return wrapper
 
 
@@ -49,48 +38,7 @@ def run(func):
     return _elastic.run(_translating(func))
 
 
-def _values(variables):
-    return [np.array(v) for v in variables]
-
-
-class _VariablesState(ObjectState):
-    """Elastic state of some TensorFlow variables and picklable attributes (epoch, batch...).
-
-    ``commit`` keeps copies of the variables' values, ``restore`` assigns them back, ``sync``
-    broadcasts them from rank 0 and keeps the result as the committed state (as Horovod).
-    """
-
-    def __init__(self, **kwargs):
-        self._save_variables()
-        super().__init__(bcast_object=broadcast_object, get_rank=_core.rank, **kwargs)
-
-    def _variables(self):
-        raise NotImplementedError
-
-    def _save_variables(self):
-        self._saved = _values(self._variables())
-
-    def _load_variables(self):
-        for v, value in zip(self._variables(), self._saved):
-            v.assign(value)
-
-    def save(self):
-        self._save_variables()
-        super().save()
-
-    def restore(self):
-        self._load_variables()
-        super().restore()
-
-    def sync(self):
-        variables = self._variables()
-        if variables:
-            broadcast_variables(variables, root_rank=0)
-        self._save_variables()
-        super().sync()
-
-
-class TensorFlowState(_VariablesState):
+class TensorFlowState(VariablesState):
     """Elastic state of a list of ``tf.Variable`` (eagerly), as Horovod's."""
 
     def __init__(self, variables=None, session=None, **kwargs):
@@ -99,43 +47,35 @@ class TensorFlowState(_VariablesState):
                 "hvdlite.tensorflow.elastic.TensorFlowState: pass the variables and run "
                 "eagerly (TF1 sessions and global variables are not supported)")
         self.variables = list(variables)
-        super().__init__(**kwargs)
+        super().__init__(broadcast_variables, broadcast_object, _core.rank, **kwargs)
 
     def _variables(self):
         return self.variables
 
 
-class TensorFlowKerasState(_VariablesState):
+class TensorFlowKerasState(VariablesState):
     """Elastic state of a Keras model, its optimizer and picklable attributes.
 
-    A sharded optimizer (``shard_optimizer_state=True``) holds only this rank's shard, and a
-    lost rank takes its shard with it: a commit keeps the whole state on every rank
-    (``consolidate_variables(to=None)``: one all-gather of the optimizer state per commit,
-    and the unsharded state in host memory, as the saved copy of an unsharded optimizer).
-    When the job's size changed, ``reset`` re-cuts the shards for the new size from that
-    copy; ``sync`` broadcasts root's copy, which every rank (one the job added too) cuts for
-    itself: it sends the last committed optimizer state.
+    A sharded optimizer (``shard_optimizer_state=True``) is committed whole on every rank
+    (``consolidate_variables(to=None)``) and re-cut when the job's size changed
+    (:mod:`hvdlite.elastic.optimizer_state`); ``sync`` sends the last committed optimizer
+    state.
     """
 
     def __init__(self, model, optimizer=None, backend=None, **kwargs):
         self.model = model
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
-        super().__init__(**kwargs)
-
-    def _sharded(self):
-        """The optimizer's sharded state once it is built, else None."""
-        settings = getattr(self.optimizer, "_hvd", None)
-        sharded = getattr(settings, "sharded", None)
-        return sharded if sharded is not None and sharded.built else None
+        self._optimizer_state = OptimizerState(self.optimizer, broadcast_object)
+        super().__init__(broadcast_variables, broadcast_object, _core.rank, **kwargs)
 
     def _optimizer_variables(self):
         if self.optimizer is None:
             return []
         variables = list(self.optimizer.variables)
-        sharded = self._sharded()
-        if sharded is None:
+        if not self._optimizer_state.holds_shards():
             return variables
         # The shards and their slots are cut for the size: the consolidated copy keeps them.
+        sharded = self.optimizer._hvd.sharded
         return variables[:sharded.prebuilt] + variables[sharded.slot_end:]
 
     def _variables(self):
@@ -145,19 +85,11 @@ class TensorFlowKerasState(_VariablesState):
         super()._save_variables()
         # Collective for a sharded optimizer (a fresh one, as on a rank the job added, is not
         # built yet and has nothing to gather).
-        self._saved_consolidated = (self.optimizer.consolidate_variables(to=None)
-                                    if self._sharded() is not None else None)
+        self._optimizer_state.save()
 
     def _load_variables(self):
-        variables = self._variables()
-        for v, value in zip(variables, self._saved):
-            v.assign(value)
-        # Variables the optimizer made after the last commit (it was built since) had their
-        # initial value then: zero (slots, accumulators; not the learning rate, made before).
-        for v in variables[len(self._saved):]:
-            v.assign(np.zeros(v.shape, dtype=np.array(v).dtype))
-        if self._sharded() is not None:
-            self.optimizer.load_consolidated_variables(self._saved_consolidated)
+        super()._load_variables()
+        self._optimizer_state.restore()
 
     def sync(self):
         if (self.optimizer is not None and not getattr(self.optimizer, "built", True)
@@ -165,21 +97,11 @@ class TensorFlowKerasState(_VariablesState):
             # A rank the job added has not stepped yet: its optimizer needs the others'
             # variables (momentum...) to receive them.
             self.optimizer.build(self.model.trainable_variables)
-        if self._sharded() is not None:
-            # Root's live shard is only its slice, and a rank the job added holds none: root's
-            # whole copy of the last commit (what every rank restored or just saved; None:
-            # the optimizer was built since, its slots were zero), cut here for each rank.
-            whole = broadcast_object(self._saved_consolidated, root_rank=0,
-                                     name="hvdlite.elastic.sharded_state")
-            self.optimizer.load_consolidated_variables(whole)
+        self._optimizer_state.sync()
         super().sync()
 
     def reset(self):
-        sharded = self._sharded()
-        if sharded is not None and sharded.needs_reshard():
-            # The shards were cut for the old size, and a lost rank's shard is gone: every
-            # rank re-cuts them from the last commit's whole state.
-            self.optimizer.reshard(self._saved_consolidated)
+        if self._optimizer_state.reset():
             # The train function was traced with the old shards' variables.
             self.model.train_function = None
         super().reset()

@@ -6,4 +6,5 @@ from hvdlite.convert.tf_errors import (HvdliteDeadlockError, HvdliteInternalErro
                                        HvdliteInvalidArgumentError, HvdliteMismatchError,
                                        HvdliteNotInitializedError, HvdliteOutOfMemoryError,
                                        HvdliteRanksLostError, HvdliteShutdownError,
-                                       HvdliteTimeoutError, HvdliteUnsupportedError, native)
+                                       HvdliteTimeoutError, HvdliteUnsupportedError, native,
+                                       recoverable)

@@ -4,6 +4,7 @@ the batch of every rank (of a process set), as Horovod's ``hvd.SyncBatchNormaliz
 import keras
 import tensorflow as tf
 
+from hvdlite.algorithms.batch_norm import moments_of_sums
 from hvdlite.policy import Sum
 
 from .mpi_ops import allreduce, global_process_set
@@ -33,10 +34,7 @@ class SyncBatchNormalization(keras.layers.BatchNormalization):
         mean64, var64 = tf.cast(mean, tf.float64), tf.cast(variance, tf.float64)
         local = tf.concat([mean64 * n, (var64 + tf.square(mean64)) * n, tf.reshape(n, [1])], 0)
         total = allreduce(local, op=Sum, process_set=self._hvd_process_set)
-        channels = tf.size(mean)
-        n_total = total[-1]
-        global_mean = total[:channels] / n_total
-        global_var = total[channels:2 * channels] / n_total - tf.square(global_mean)
+        global_mean, global_var = moments_of_sums(total, tf.size(mean))
         return (tf.reshape(tf.cast(global_mean, mean.dtype), tf.shape(mean)),
                 tf.reshape(tf.cast(global_var, variance.dtype), tf.shape(variance)))
 

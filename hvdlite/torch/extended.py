@@ -38,8 +38,7 @@ def make(optimizer, named_parameters, compression, backward_passes_per_step, op,
                       local_steps, local_sgd_warmup_steps, average_optimizer_state,
                       float(gradient_predivide_factor), groups, bucket_bytes)
     names = parameter_names(optimizer, named_parameters, "allreduce")
-    size = basics.size() if process_set is None else process_set.size()
-    op, pre, post = policy.predivide(op, float(gradient_predivide_factor), size)
+    op, pre, post = policy.reduction(op, float(gradient_predivide_factor), process_set)
     if shard_optimizer_state:
         return make_sharded(optimizer, names, backward_passes_per_step, op, pre, post,
                             DEFAULT_BUCKET_BYTES if bucket_bytes is None else bucket_bytes,

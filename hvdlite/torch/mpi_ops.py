@@ -37,7 +37,7 @@ from hvdlite.policy.options import is_compressed
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.ops import poll, synchronize  # noqa: F401
 from hvdlite.process_sets import (ProcessSet, add_process_set,  # noqa: F401
-                                  global_process_set, remove_process_set)
+                                  global_process_set, remove_process_set, set_size)
 
 from .compression import Compression
 
@@ -48,10 +48,6 @@ def _needs_grad(*tensors):
 
 def _first(values):
     return values[0]
-
-
-def _set_size(process_set):
-    return (process_set or global_process_set).size()
 
 
 # ---------------------------------------------------------------------------------------
@@ -344,7 +340,7 @@ class _GroupedReducescatterFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads):
         scale = policy.gradient_scale("reducescatter", ctx.op, ctx.pre, ctx.post,
-                                       _set_size(ctx.process_set))
+                                       set_size(ctx.process_set))
         grads = [(g * scale if scale != 1.0 else g).contiguous() for g in grads]
         return (None,) * 5 + tuple(allgather(g, process_set=ctx.process_set) for g in grads)
 

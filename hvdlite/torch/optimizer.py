@@ -10,12 +10,14 @@ import weakref
 
 import torch
 
-from hvdlite import policy
+from hvdlite import basics, policy
 from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationError,  # noqa: F401
                                               check_passes)
 from hvdlite.convert.torch_requests import submit_allreduce
 from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
+from hvdlite.optimizer_protocol import check_unwrapped
+from hvdlite.process_sets import none_if_global
 from hvdlite.work import wait_all
 
 from . import extended as _extended
@@ -164,9 +166,7 @@ class _DistributedOptimizer(SynchronizeProtocol):
         parameters that got no gradient on this rank contribute zeros."""
         try:
             if self._hvd_reduces:
-                grouped = self._hvd_countdown.group_of
-                for done in [(i,) for i in range(len(self._hvd_params)) if i not in grouped] + \
-                        list(self._hvd_countdown.waiting):
+                for done in self._hvd_countdown.units():
                     if done not in self._hvd_pending:
                         self._hvd_pending[done] = self._hvd_start(done)
             error = None
@@ -200,6 +200,10 @@ class _DistributedOptimizer(SynchronizeProtocol):
         self._hvd_countdown.reset(passes)
         self.backward_passes_per_step = self._hvd_countdown.passes
 
+    def job_resized(self):
+        """Elastic training rebuilt the job: average over its new size."""
+        self._hvd_size = basics.size()
+
     def load_state_dict(self, *args, **kwargs):
         self._hvd_reset()
         self._synchronized = False
@@ -217,12 +221,6 @@ class _DistributedOptimizer(SynchronizeProtocol):
             if p.requires_grad and p not in self._hvd_index:
                 self._hvd_add_param(p, name)
                 self._hvd_reset()
-
-
-def _world_as_none(process_set):
-    """None for the global set (the options beyond Horovod then name no set at all)."""
-    return None if process_set is None or process_set is global_process_set or \
-        process_set.process_set_id == 0 else process_set
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
@@ -259,8 +257,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
     ``fp16(error_feedback=True)``.
     """
-    if isinstance(optimizer, SynchronizeProtocol):   # any DistributedOptimizer
-        raise ValueError("optimizer is already a DistributedOptimizer")
+    check_unwrapped(optimizer, SynchronizeProtocol)     # any DistributedOptimizer
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
                          f"{type(optimizer).__name__}")
@@ -274,7 +271,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         return _extended.make(optimizer, named_parameters, compression,
                               backward_passes_per_step, op, gradient_predivide_factor, groups,
                               sparse_as_dense, shard_optimizer_state, local_steps,
-                              _world_as_none(process_set), **extended_options)
+                              none_if_global(process_set), **extended_options)
     if extended_options:
         raise TypeError(f"DistributedOptimizer() got unexpected keyword arguments "
                         f"{sorted(extended_options)} (bucket_bytes goes with "

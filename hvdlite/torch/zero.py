@@ -340,6 +340,16 @@ class ShardedOptimizer(SynchronizeProtocol):
         self._zero_reset()
         self._synchronized = False
 
+    # The protocol of elastic training (hvdlite.elastic.optimizer_state), with reshard and
+    # needs_reshard above: the whole state is the consolidated state dict.
+    def holds_shards(self):
+        return True
+
+    def consolidated(self):
+        return self.consolidate_state_dict(to=None)
+
+    load_consolidated = load_state_dict
+
     def _zero_reshard(self, full):
         """The consolidated (unsharded) state dict ``full`` cut to this rank's shards."""
         param_state = sharded_state.state_by_param(full, self._zero_model_groups,

@@ -27,3 +27,15 @@ def test_a_lost_rank_is_an_internal_error_that_elastic_recovers_from():
     assert isinstance(error, hvd.HvdliteRanksLostError)
     assert isinstance(error, tf.errors.InternalError)
     assert isinstance(error, exceptions.HvdliteInternalError)   # what elastic.run catches
+
+
+def test_graph_errors_naming_a_lost_rank_are_recovered_from():
+    from hvdlite.convert.tf_errors import recoverable
+    lost = tf.errors.InternalError(None, None, "HvdliteRanksLostError: rank 2 was lost")
+    error = recoverable(lost)
+    assert isinstance(error, exceptions.HvdliteRanksLostError) and str(error) == str(lost.message)
+    internal = recoverable(tf.errors.UnknownError(None, None, "HvdliteInternalError: boom"))
+    assert type(internal) is hvd.HvdliteInternalError
+    eager = exceptions.HvdliteInternalError("raised eagerly")
+    assert recoverable(eager) is eager
+    assert recoverable(tf.errors.InvalidArgumentError(None, None, "bad shape")) is None

@@ -56,3 +56,11 @@ def test_zero_grad_mid_step_is_refused():
     c.reset()
     with pytest.raises(AssertionError, match="zero_grad\\(\\) was called after"):
         c.refuse_zero_grad(reducing=True)   # a reduction still in flight
+
+
+def test_units_are_the_keys_alone_then_the_groups():
+    c = Countdown(1)
+    for key in range(5):
+        c.add(key)
+    c.group([3, 1])
+    assert c.units() == [(0,), (2,), (4,), (3, 1)]

@@ -44,3 +44,15 @@ def test_a_rank_with_an_empty_batch_adds_nothing():
 def test_one_value_per_channel_in_all_is_refused():
     with pytest.raises(ValueError, match=r"input size \[1, 2\] on this rank and 1 values"):
         pool([np.ones((1, 2)), np.zeros((0, 2))])
+
+
+def test_moments_of_summed_moments_are_the_global_batchs():
+    from hvdlite.algorithms.batch_norm import moments_of_sums
+    rng = np.random.default_rng(1)
+    batches = [rng.normal(size=(n, 3)) for n in (2, 5, 1)]    # unequal batch sizes
+    sums = sum(np.concatenate([len(b) * b.mean(0), len(b) * (b.var(0) + b.mean(0) ** 2),
+                               [len(b)]]) for b in batches)
+    mean, var = moments_of_sums(sums, 3)
+    everything = np.concatenate(batches)
+    np.testing.assert_allclose(mean, everything.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(var, everything.var(0), rtol=1e-12)

@@ -21,3 +21,17 @@ def test_rows():
     assert own_rows([2, 3, 1], 1) == (2, 3)
     rows = [reducescatter_rows(10, 4, r) for r in range(4)]
     assert rows == [3, 3, 2, 2] and sum(rows) == 10
+
+
+def test_only_present_gradients_are_reduced_in_one_call():
+    from hvdlite.policy.gradients import reduce_present
+    calls = []
+
+    def reduce(indices):
+        calls.append(list(indices))
+        return [f"reduced {i}" for i in indices]
+    assert reduce_present((None, "g1", None, "g3"), reduce) == [None, "reduced 1", None,
+                                                                  "reduced 3"]
+    assert calls == [[1, 3]]
+    assert reduce_present([None, None], reduce) == [None, None]
+    assert calls == [[1, 3]]            # nothing to reduce: no call (no empty request)

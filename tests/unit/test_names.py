@@ -72,3 +72,11 @@ def test_member_names_name_each_member_or_none():
     assert member_names("g", 2) == ["g.0", "g.1"]
     assert member_names(None, 3) == [None, None, None]
     assert member_names(None, 0) == []
+
+
+def test_variables_are_named_by_path_then_name_then_position():
+    from types import SimpleNamespace
+    from hvdlite.policy.names import variable_label
+    assert variable_label(SimpleNamespace(path="dense/kernel", name="kernel"), 0) == "dense/kernel"
+    assert variable_label(SimpleNamespace(name="kernel:0"), 1) == "kernel:0"
+    assert variable_label(object(), 2) == "variable 2"

@@ -109,3 +109,36 @@ def test_remove_hooks_removes_every_handle():
             removed.append(self.i)
     remove_hooks([Handle(0), Handle(1)])
     assert removed == [0, 1]
+
+
+def test_the_wrapped_class_follows_the_mixin_that_defines_the_marker():
+    from hvdlite.optimizer_protocol import wrapped_class
+
+    class Base:
+        pass
+
+    class Adam(Base):
+        pass
+
+    class Mixin:
+        def _hvd_settings(self):
+            return None
+
+    class Loading(type("Adam", (Mixin, Adam), {})):     # e.g. load_model's subclass
+        pass
+    assert wrapped_class(type("Adam", (Mixin, Adam), {}), "_hvd_settings") is Adam
+    assert wrapped_class(Loading, "_hvd_settings") is Adam
+
+
+def test_an_optimizer_is_wrapped_once():
+    from hvdlite.optimizer_protocol import check_unwrapped
+
+    class Mixin:
+        pass
+
+    class SGD:
+        pass
+    check_unwrapped(SGD(), Mixin)
+    with pytest.raises(ValueError, match="optimizer is already a DistributedOptimizer; "
+                                         "wrapping it again would reduce every gradient twice"):
+        check_unwrapped(wrap(Mixin, SGD()), Mixin)

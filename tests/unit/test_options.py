@@ -62,3 +62,14 @@ def test_local_sgd_rules():
 def test_stateful_compression_rules():
     refused(["cannot be combined with groups"], compression=PowerSGD(rank=1), groups=[[1]])
     refused(["op must be Average or Sum"], op=Max, compression=TopK(0.5))
+
+
+def test_local_variables_combine_with_plain_options_only():
+    from hvdlite.policy.options import check_local_variables
+    check_local_variables("DistributedOptimizer(DistributedSGD)")
+    for option in ("shard_optimizer_state", "local_sgd", "stateful_compression"):
+        with pytest.raises(HvdliteInvalidArgumentError,
+                           match=r"DistributedOptimizer\(DistributedSGD\): local variables "
+                                 r"\(PartialDistributedOptimizer\) do not combine with "
+                                 r"shard_optimizer_state, local_steps or stateful compression"):
+            check_local_variables("DistributedOptimizer(DistributedSGD)", **{option: True})

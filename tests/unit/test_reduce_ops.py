@@ -80,3 +80,19 @@ def test_gathered_rows_divide_by_the_set_size_for_average_only():
     with pytest.raises(HvdliteUnsupportedError, match=r"sparse: op must be Average or Sum, "
                                                       r"not Max \(rows gathered\)"):
         gathered_rows_divisor(Max, 4, "sparse", "rows gathered", HvdliteUnsupportedError)
+
+
+class _Set:
+    """A process set of ``n`` ranks, as far as the rules read one."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def size(self):
+        return self.n
+
+
+def test_reduction_predivides_over_the_set_size():
+    from hvdlite.policy.reduce_ops import reduction
+    assert reduction(Average, 4.0, _Set(8)) == (Sum, 0.25, 0.5)
+    assert reduction(Sum, 1.0, _Set(8)) == (Sum, 1.0, 1.0)

@@ -167,3 +167,13 @@ def test_broadcast_state_gathers_with_roots_keys_and_loads_everywhere(ranks):
         assert asked == [(1, ["m", "v"])] and loaded == [{"from": 1}]
     assert [names for r, _, names in fake.calls if r == 0] == [
         ["zero.broadcast_state.keys"], ["zero.broadcast_state"]]
+
+
+def test_slots_are_named_after_their_reference_path_or_name():
+    from types import SimpleNamespace
+    from hvdlite.algorithms.sharded_state import reference_prefix
+    assert reference_prefix(SimpleNamespace(path="sgd/hvdlite_shard_float32")) == \
+        "sgd_hvdlite_shard_float32"
+    assert reference_prefix(SimpleNamespace(name="dense/kernel:0")) == "dense_kernel_0"
+    assert slot_key(reference_prefix(SimpleNamespace(path="a/b")) + "_momentum",
+                    ["a_b", "a_c"]) == (0, "momentum")

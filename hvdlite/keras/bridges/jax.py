@@ -20,31 +20,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hvdlite import ops as _ops
+from hvdlite import ops as _ops, policy
 from hvdlite.convert.jax_arrays import (Compression, call_host,  # noqa: F401 - the interface
                                         check_dtype, grouped_allreduce, traced)
+from hvdlite.convert.host_call import on_host
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-from ..labels import process_set_kwargs, reduction, set_size, variable_label
+from hvdlite.policy import reduction, variable_label
+from hvdlite.process_sets import process_set_kwargs, set_size
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     def reduce(grads, variables, when=None):
-        grads = list(grads)
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if not present:
-            return grads
-        true_op, prescale, postscale = reduction(op, predivide, process_set)
-        names = [f"{name}.{i}" for i in present]
-        labels = {n: f"gradient of {variable_label(variables[i], i)}"
-                  for n, i in zip(names, present)}
-        xs = [jnp.asarray(grads[i]) for i in present]
-        for n, x in zip(names, xs):
-            check_dtype(x, what, f"the {labels[n]} ('{n}')")
-        reduced = grouped_allreduce(xs, names, true_op, prescale, postscale, compression,
+        def reduced(present):
+            true_op, prescale, postscale = reduction(op, predivide, process_set)
+            names = [f"{name}.{i}" for i in present]
+            labels = {n: f"gradient of {variable_label(variables[i], i)}"
+                      for n, i in zip(names, present)}
+            xs = [jnp.asarray(grads[i]) for i in present]
+            for n, x in zip(names, xs):
+                check_dtype(x, what, f"the {labels[n]} ('{n}')")
+            return grouped_allreduce(xs, names, true_op, prescale, postscale, compression,
                                      process_set, labels, when, ordered=False)
-        for i, r in zip(present, reduced):
-            grads[i] = r
-        return grads
+        return policy.reduce_present(grads, reduced)
 
     return reduce
 
@@ -52,13 +49,10 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
 def host_call(fn, args, out_specs, when=None):
     """See hvdlite.keras.bridges: one host callback (the result feeds the update, so there
     is no order to keep, as for the gradients)."""
-    def host(run, *arrays):
-        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
-        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
-
     shapes = [jax.ShapeDtypeStruct(tuple(s), d) for s, d in out_specs]
     run = np.bool_(True) if when is None else when
-    return list(call_host(host, shapes, run, *[jnp.asarray(a) for a in args], ordered=False))
+    return list(call_host(on_host(fn, out_specs), shapes, run, *[jnp.asarray(a) for a in args],
+                          ordered=False))
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

@@ -2,10 +2,11 @@
 hvdlite.tensorflow), which cross into the core eagerly and from ``tf.function`` graphs (one
 ``tf.numpy_function`` per grouped request)."""
 
-import numpy as np
 import tensorflow as tf
 
+from hvdlite import policy
 from hvdlite.convert import tf_requests as requests
+from hvdlite.convert.host_call import on_host
 from hvdlite.convert.tf_compression import Compression  # noqa: F401 - bridge interface
 from hvdlite.convert.tf_requests import make_allreduce_grads_fn, process_set_or_global
 
@@ -18,14 +19,12 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
     def reduce(grads, variables, when=None):
         if when is None:
             return reduce_all(grads, variables)
-        present = [i for i, g in enumerate(grads) if g is not None]
-        dense = [tf.convert_to_tensor(grads[i]) for i in present]
-        reduced = tf.cond(when, lambda: reduce_all(dense, [variables[i] for i in present]),
-                          lambda: dense)
-        out = list(grads)
-        for i, r in zip(present, reduced):
-            out[i] = r
-        return out
+
+        def reduced(present):
+            dense = [tf.convert_to_tensor(grads[i]) for i in present]
+            return tf.cond(when, lambda: reduce_all(dense, [variables[i] for i in present]),
+                           lambda: dense)
+        return policy.reduce_present(grads, reduced)
 
     return reduce
 
@@ -33,10 +32,7 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
 def host_call(fn, args, out_specs, when=None):
     """See hvdlite.keras.bridges: one stateful ``tf.numpy_function`` (graphs keep it in
     program order), or a direct call eagerly."""
-    def host(run, *arrays):
-        out = fn(bool(run), *[np.array(a, copy=True) for a in arrays])
-        return [np.asarray(o, dtype=d).reshape(s) for o, (s, d) in zip(out, out_specs)]
-
+    host = on_host(fn, out_specs)
     run = tf.constant(True) if when is None else tf.convert_to_tensor(when)
     args = [tf.convert_to_tensor(a) for a in args]
     if tf.executing_eagerly():

@@ -10,32 +10,27 @@ from hvdlite import ops as _ops, policy
 from hvdlite.convert import torch_requests as requests
 from hvdlite.exceptions import HvdliteError, raise_replaced
 from hvdlite.work import wait_all
+from hvdlite.convert.host_call import on_host
 from hvdlite.convert.torch_compression import Compression  # noqa: F401 - bridge interface
-
-from ..labels import reduction, variable_label
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
     def reduce(grads, variables, when=None):
-        grads = list(grads)
         if when is not None and not bool(when):
-            return grads
-        present = [i for i, g in enumerate(grads) if g is not None]
-        if not present:
-            return grads
-        true_op, prescale, postscale = reduction(op, predivide, process_set)
-        names = policy.group_names(name, len(present))
-        labels = {n: f"gradient of {variable_label(variables[i], i)}"
-                  for n, i in zip(names, present)}
-        try:
-            reduced = requests.allreduce_group([grads[i] for i in present], names, true_op,
-                                               prescale, postscale, compression, process_set,
-                                               "grouped_allreduce")
-        except HvdliteError as e:
-            raise_replaced(e, policy.with_labels(e, labels))
-        for i, r in zip(present, reduced):
-            grads[i] = r
-        return grads
+            return list(grads)
+
+        def reduced(present):
+            true_op, prescale, postscale = policy.reduction(op, predivide, process_set)
+            names = policy.group_names(name, len(present))
+            labels = {n: f"gradient of {policy.variable_label(variables[i], i)}"
+                      for n, i in zip(names, present)}
+            try:
+                return requests.allreduce_group([grads[i] for i in present], names, true_op,
+                                                prescale, postscale, compression, process_set,
+                                                "grouped_allreduce")
+            except HvdliteError as e:
+                raise_replaced(e, policy.with_labels(e, labels))
+        return policy.reduce_present(grads, reduced)
 
     return reduce
 
@@ -43,10 +38,8 @@ def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_
 def host_call(fn, args, out_specs, when=None):
     """See hvdlite.keras.bridges (Keras' torch trainer is eager: a direct call)."""
     run = True if when is None else bool(when)
-    arrays = [np.array(_tensor(a).detach().cpu().numpy(), copy=True) for a in args]
-    out = fn(run, *arrays)
-    return [torch.from_numpy(np.array(o, dtype=d, order="C").reshape(s))
-            for o, (s, d) in zip(out, out_specs)]
+    out = on_host(fn, out_specs)(run, *[_tensor(a).detach().cpu().numpy() for a in args])
+    return [torch.from_numpy(np.array(o, order="C")) for o in out]
 
 
 def dense_gradient(g, label, sparse_as_dense, what):

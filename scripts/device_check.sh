@@ -4,7 +4,7 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; also "lanes" and "frameworks"; nranks
+# picks sections (default: "gpu static nranks c10d"; also "lanes", "doorbell" and "frameworks"; nranks
 # and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
 # $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
@@ -160,6 +160,24 @@ lanes_section() {
   HVDLITE_SHM_LANES=1 gpu_run 8 120 examples/allreduce_bench.py --sizes 4M 64M --parts sweep \
     --target-time 0.2 --rounds 2 --no-gloo ${OUT:+--json "$OUT/allreduce_bench_8_lanes1.json"}
   say "lanes section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
+# Waits that sleep on the doorbell (Note [doorbell] in csrc/transport/shm_doorbell.h) against
+# waits that never sleep (HVDLITE_SHM_SLEEP_AFTER_US=0), in one run: the sweep and the
+# 1-float latency at 2, 8 and 16 ranks, and the torch MLP step at 8. About 3 minutes.
+doorbell_section() {
+  local t0=$SECONDS np after
+  gpu_setup || { failed=1; return; }
+  for after in 50 0; do
+    for np in 2 8 16; do
+      HVDLITE_SHM_SLEEP_AFTER_US=$after gpu_run "$np" 120 examples/allreduce_bench.py \
+        --sizes 4K 4M 64M --parts sweep,latency --target-time 0.2 --rounds 2 --no-gloo \
+        ${OUT:+--json "$OUT/allreduce_bench_${np}_sleep_after$after.json"}
+    done
+    HVDLITE_SHM_SLEEP_AFTER_US=$after OMP_NUM_THREADS=1 gpu_run 8 240 examples/torch_bench.py --models mlp
+  done
+  say "doorbell section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
 

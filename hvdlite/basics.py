@@ -10,6 +10,7 @@ import threading
 
 from . import _core, _device, policy, config, work, process_sets as _process_sets
 from .contract import elastic_env as _elastic_settings
+from .contract.markers import ABORT_MARKER, GUARDED_ENV
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
@@ -115,6 +116,9 @@ def _install_excepthook(abort_on_error):
             # MPICH's Hydra proxy drops output still in flight when the abort kills the job
             # (a traceback was cut before its last line): give it a moment to forward it.
             time.sleep(0.25)
+            if os.environ.get(GUARDED_ENV) == "1":   # tell hvdlite-run the job is ending
+                sys.stderr.write(f"{ABORT_MARKER} rank={_core.rank()}\n")
+                sys.stderr.flush()
             _core.abort(1)
 
     sys.excepthook = hook
@@ -134,7 +138,7 @@ def _leave_elastic_job_hook(previous):
             print(f"hvdlite: rank {_core.rank()} leaves the elastic job after an unhandled "
                   f"{exc_type.__name__}", file=sys.stderr, flush=True)
             sys.stdout.flush()
-            if os.environ.get("HVDLITE_RANK_GUARD") == "1":
+            if os.environ.get(GUARDED_ENV) == "1":
                 os._exit(1)
             os.kill(os.getpid(), signal.SIGKILL)
 

@@ -340,21 +340,23 @@ def test_host_watcher_rewrites_the_hosts_file(tmp_path):
     assert membership.read_hosts(path).version == 1
 
 
-def test_router_reads_the_elastic_markers():
+def test_router_reads_the_markers():
     from hvdlite.runner.output import OutputRouter
     router = OutputRouter(size=3)
     seen = []
     router.on_start = lambda r: seen.append(("start", r))
     router.on_leave = lambda r: seen.append(("leave", r))
     router.on_lost_report = lambda rs: seen.append(("lost", rs))
+    router.on_abort = lambda r: seen.append(("abort", r))
     out = []
     for line in (b"[1,0]<stderr>: hvdlite-run-ranks-lost: ranks=1,4",
+                 b"[1,1]<stderr>: hvdlite-run-rank-abort: rank=1",
                  b"[2,3]<stderr>: hvdlite-run-rank-start: rank=3",
                  b"[1,2]<stderr>: hvdlite-run-rank-leave: rank=2",
                  b"[2,3]<stdout>: hello"):
         for rank, text in router.split_line(line):
             out += router._route(rank, "stdout" if b"stdout" in line else "stderr", text)
-    assert seen == [("lost", [1, 4]), ("start", 3), ("leave", 2)]
+    assert seen == [("lost", [1, 4]), ("abort", 1), ("start", 3), ("leave", 2)]
     assert out == [b"[3]: hello\n"]   # markers are never shown
 
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from hvdlite.contract import markers
 from hvdlite.runner import dialect, launch
 from hvdlite.runner.output import OutputRouter
 from mpi_launch import mpirun_path, run_once_more_if_mpi_never_started
@@ -838,6 +839,30 @@ def test_elastic_job_under_mpich_is_refused_before_launch(tmp_path):
     assert "MPICH (Hydra) 5.0.2 has none (MPICH declares ULFM's" in proc.stderr, show(proc)
     assert "ch4 device aborts in them" in proc.stderr, show(proc)
     assert not launched.exists(), show(proc)
+
+
+@needs_core
+def test_an_mpirun_that_hangs_after_a_rank_aborted_is_ended(tmp_path):
+    """The runtime's teardown after MPI_Abort can deadlock before any rank guard reports an end
+    (a CI run of test_rank_that_left_cleanly_is_blamed hung so, 2026-11-26): hvdlite's error
+    hook first writes the abort marker, and hvdlite-run ends the job itself. Stood in for by
+    ranks that write the marker and hang, under an mpirun that ignores SIGTERM and lingers."""
+    real = mpirun_path()
+    fake = tmp_path / "mpirun"
+    fake.write_text("#!/bin/sh\n"
+                    f"if [ \"$1\" = --version ]; then exec {real} --version; fi\n"
+                    f"trap '' TERM\n{real} \"$@\"\nsleep 600\n")
+    fake.chmod(0o755)
+    code = ("import os, sys, time; rank = os.environ.get('OMPI_COMM_WORLD_RANK', "
+            "os.environ.get('PMI_RANK'));"
+            "rank == '1' and (sys.stderr.write('" + markers.ABORT_MARKER + " rank=1\\n'), "
+            "sys.stderr.flush()); time.sleep(600)")
+    proc, elapsed = run_launcher("-np", 2, "--mpirun", fake, sys.executable, "-c", code)
+    assert proc.returncode != 0, show(proc)
+    assert (f"was still running {launch.EXIT_GRACE_SECONDS:.0f} s after it was asked to end the "
+            f"job after a rank failed") in proc.stderr, show(proc)
+    assert markers.ABORT_MARKER not in proc.stderr + proc.stdout, show(proc)   # consumed
+    assert elapsed < 2 * launch.EXIT_GRACE_SECONDS + 60, show(proc)
 
 
 @needs_core

@@ -550,6 +550,20 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
 
     router.on_exit = rank_ended
 
+    aborted = []
+
+    def rank_aborting(rank):
+        # hvdlite's error hook is aborting the job (MPI_Abort): it ends, but the runtime's
+        # teardown can deadlock before any guard reports an end (Open MPI 5's prterun, in
+        # PMIx). Then nothing else would start end_job.
+        aborted.append(rank)
+        timer = threading.Timer(EXIT_GRACE_SECONDS, end_job)
+        timer.daemon = True
+        timer.start()
+
+    if membership is None:
+        router.on_abort = rank_aborting
+
     def forward(signum, frame):
         received.append(signum)
         try:
@@ -607,7 +621,10 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
                  f"after {lingered[0]}, and was ended; the result is the ranks'")
         first_failed = min((x for x in ended.values() if x.code or x.signal),
                            key=lambda x: x.seq, default=None)
-        rc = 0 if first_failed is None else (first_failed.code or 128 + first_failed.signal)
+        if first_failed is not None:
+            rc = first_failed.code or 128 + first_failed.signal
+        else:
+            rc = 1 if aborted else 0   # a rank aborted the job: no end reached us after it
     elif membership is not None and (lingered or len(ended) == router.size) and not received:
         # Every rank had ended: the job's result is the survivors' (the lost were reported),
         # whether mpirun lingered or exited by itself with an error status for the lost

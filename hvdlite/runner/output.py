@@ -20,7 +20,8 @@ import re
 import threading
 from typing import Dict, List, Optional, Pattern, Tuple
 
-from hvdlite.contract.markers import EXIT_MARKER, LEAVE_MARKER, LOST_MARKER, START_MARKER
+from hvdlite.contract.markers import (ABORT_MARKER, EXIT_MARKER, LEAVE_MARKER, LOST_MARKER,
+                                      START_MARKER)
 
 from .dialect import OpenMPI
 
@@ -73,6 +74,7 @@ class OutputRouter:
         self.on_start = None
         self.on_leave = None
         self.on_lost_report = None   # called with the ranks the survivors found lost
+        self.on_abort = None   # called with the rank when hvdlite's error hook aborts the job
         # Hydra tags each chunk a rank writes, not each line: a line may arrive in pieces,
         # with other ranks' chunks between them.
         self.chunked_tags = chunked_tags
@@ -177,7 +179,8 @@ class OutputRouter:
     def _route(self, rank: Optional[int], stream: str, text: bytes) -> List[bytes]:
         """Record one piece; return what to print now (possibly nothing, or held lines)."""
         if rank is not None:
-            for marker, callback in ((START_MARKER, self.on_start), (LEAVE_MARKER, self.on_leave)):
+            for marker, callback in ((START_MARKER, self.on_start), (LEAVE_MARKER, self.on_leave),
+                                     (ABORT_MARKER, self.on_abort)):
                 if text.startswith(marker.encode()):
                     if callback is not None:
                         callback(rank)

@@ -10,3 +10,4 @@ def test_the_guard_speaks_the_contract():
     assert rank_guard.EXIT_MARKER == markers.EXIT_MARKER
     assert rank_guard.START_MARKER == markers.START_MARKER
     assert rank_guard.ADDED_ID_ENV == elastic_env.WORKER_ID_ENV
+    assert rank_guard.GUARDED_ENV == markers.GUARDED_ENV

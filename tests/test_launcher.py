@@ -841,18 +841,25 @@ def test_elastic_job_under_mpich_is_refused_before_launch(tmp_path):
     assert not launched.exists(), show(proc)
 
 
-@needs_core
-def test_an_mpirun_that_hangs_after_a_rank_aborted_is_ended(tmp_path):
-    """The runtime's teardown after MPI_Abort can deadlock before any rank guard reports an end
-    (a CI run of test_rank_that_left_cleanly_is_blamed hung so, 2026-11-26): hvdlite's error
-    hook first writes the abort marker, and hvdlite-run ends the job itself. Stood in for by
-    ranks that write the marker and hang, under an mpirun that ignores SIGTERM and lingers."""
+def lingering_mpirun(tmp_path):
+    """A stand-in for Open MPI 5's prterun deadlocked in PMIx: the real mpirun, then a wait of
+    600 s, deaf to SIGTERM."""
     real = mpirun_path()
     fake = tmp_path / "mpirun"
     fake.write_text("#!/bin/sh\n"
                     f"if [ \"$1\" = --version ]; then exec {real} --version; fi\n"
                     f"trap '' TERM\n{real} \"$@\"\nsleep 600\n")
     fake.chmod(0o755)
+    return fake
+
+
+@needs_core
+def test_an_mpirun_that_hangs_after_a_rank_aborted_is_ended(tmp_path):
+    """The runtime's teardown after MPI_Abort can deadlock before any rank guard reports an end
+    (a CI run of test_rank_that_left_cleanly_is_blamed hung so, 2026-11-26): hvdlite's error
+    hook first writes the abort marker, and hvdlite-run ends the job itself. Stood in for by
+    ranks that write the marker and hang, under an mpirun that ignores SIGTERM and lingers."""
+    fake = lingering_mpirun(tmp_path)
     code = ("import os, sys, time; rank = os.environ.get('OMPI_COMM_WORLD_RANK', "
             "os.environ.get('PMI_RANK'));"
             "rank == '1' and (sys.stderr.write('" + markers.ABORT_MARKER + " rank=1\\n'), "
@@ -875,12 +882,7 @@ def test_an_mpirun_that_outlives_every_rank_is_ended_and_the_ranks_decide(tmp_pa
     and lingers after the real one. When rank 1 fails, the runtime kills rank 0, which may
     never report its end (rank_0_waits makes sure it is killed): the grace counts from the
     failure then."""
-    real = mpirun_path()
-    fake = tmp_path / "mpirun"
-    fake.write_text("#!/bin/sh\n"
-                    f"if [ \"$1\" = --version ]; then exec {real} --version; fi\n"
-                    f"trap '' TERM\n{real} \"$@\"\nsleep 600\n")
-    fake.chmod(0o755)
+    fake = lingering_mpirun(tmp_path)
     code = ("import os, sys; print('ran'); rank = os.environ.get('OMPI_COMM_WORLD_RANK', "
             f"os.environ.get('PMI_RANK'));"
             f"{'import time; time.sleep(600) if rank == chr(48) else None;' if rank_0_waits else ''}"

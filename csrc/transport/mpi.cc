@@ -495,9 +495,7 @@ class MpiTransport : public Transport {
   SharedArea lane_area(int lane) override {
     if (!segment_ || lane < 0 || lane >= lanes_) return {};
     const size_t area = shared_area_bytes(topo_.size);
-    return {static_cast<char*>(segment_->data()) + kDoorbellPartBytes + swap_part_bytes() +
-                static_cast<size_t>(lane) * area,
-            area};
+    return {static_cast<char*>(negotiation_part()) + swap_part_bytes() + static_cast<size_t>(lane) * area, area};
   }
 
   void waiting_for_peer(uint64_t polls) override {

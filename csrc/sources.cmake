@@ -5,6 +5,7 @@
 set(HVDLITE_CORE_SOURCES
   engine/config.cc
   engine/controller.cc
+  engine/cross_set_deadlock.cc
   engine/deadlock.cc
   engine/device_collectives.cc
   engine/engine.cc

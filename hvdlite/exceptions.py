@@ -54,7 +54,11 @@ class HvdliteDeadlockError(HvdliteError):
     """Every member of a process set was blocked waiting, for longer than
     ``HVDLITE_DEADLOCK_TIME_SECONDS``, on requests no other member had submitted: nothing could
     ever complete. Raised on every rank for every request a thread was waiting on; the message
-    says per rank what it waited for and who had submitted it. Later collectives work."""
+    says per rank what it waited for and who had submitted it. Later collectives work.
+
+    Ranks waiting in different process sets on each other (every rank stuck for twice that
+    time) get it too, with a message that starts "deadlock across process sets"; hvdlite has
+    then stopped, and later collectives raise the same error."""
 
 
 class HvdliteTimeoutError(HvdliteError, TimeoutError):

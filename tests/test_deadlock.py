@@ -4,6 +4,8 @@
 - Ranks that wait on collectives no other rank submitted get HvdliteDeadlockError on every
   rank within HVDLITE_DEADLOCK_TIME_SECONDS (+5 s), naming what each waits for and who
   submitted it, at 2 and 3 ranks and inside a process set; the next collective works.
+- Ranks waiting on each other across process sets get it on every rank after twice that
+  time, and hvdlite stops; not while one rank computes.
 - A rank that computes for longer than that before submitting trips nothing.
 - signal.alarm's handler raises out of a wait that cannot finish yet, within 3 s; the Work can
   be waited on again; wait(timeout=) raises HvdliteTimeoutError; shutdown is then clean.
@@ -64,6 +66,31 @@ def test_a_process_set_change_against_a_collective_is_a_deadlock_too():
         assert re.search(r"rank 0 waits for 'hvdlite\.add_process_set\.\d+' \(submitted by rank 0\), "
                          r"rank 1 waits for 'y' \(submitted by rank 1\)", message), message
     assert proc.stdout.count("done") == 2, proc.stdout
+
+
+def test_ranks_waiting_on_each_other_across_process_sets_get_a_deadlock_error_and_stop():
+    proc = run_mpi(3, "workers/core_deadlock.py", "cross-set",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1, 2], proc.stdout
+    for seconds, message in got.values():
+        assert 2 * GRACE - 0.5 <= seconds <= 2 * GRACE + 5, seconds
+        assert message.startswith("deadlock across process sets: every rank has been blocked "
+                                  f"waiting for {2 * GRACE} s"), message
+        assert ("rank 0 waits for 'x' in process set 1 (ranks 0, 1), not submitted by rank 1; "
+                "ranks 1 and 2 wait for 'y' in the global process set, not submitted by rank 0"
+                ) in message, message
+    later = _lines(proc, "later-refused")
+    assert sorted(later) == [0, 1, 2], proc.stdout
+    assert all("deadlock across process sets" in m for _, m in later.values()), later
+    assert proc.stdout.count("done") == 3, proc.stdout
+
+
+def test_a_rank_computing_while_others_wait_across_process_sets_trips_nothing():
+    proc = run_mpi(3, "workers/core_deadlock.py", "cross-set-slow", 3 * GRACE,
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    assert sorted(_lines(proc, "slow-ok")) == [0, 1, 2], proc.stdout
+    assert "Deadlock" not in proc.stdout, proc.stdout
 
 
 def test_a_rank_computing_longer_than_the_grace_period_trips_nothing():

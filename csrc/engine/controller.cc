@@ -139,6 +139,31 @@ Controller::Controller(Transport& transport, Config& config, const Membership& m
       stall_(transport, config, members), autotune_(config, transport.rank()),
       deadlock_(config.deadlock_s) {}
 
+void Controller::watch_cross_set_deadlocks(RankActivity& activity, CrossSetDeadlock::Describe describe,
+                                           CrossSetDeadlock::Stop stop) {
+  cross_set_ = std::make_unique<CrossSetDeadlock>(transport_, config_.deadlock_s, activity,
+                                                  std::move(describe), std::move(stop));
+}
+
+std::chrono::milliseconds Controller::stall_poll_interval() const {
+  return cross_set_ ? std::min(stall_.poll_interval(), cross_set_->poll_interval()) : stall_.poll_interval();
+}
+
+void Controller::check_stalls(const EntryList& pending) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_side_poll_ >= stall_poll_interval()) {
+    last_side_poll_ = now;
+    std::vector<uint8_t> bytes;
+    int from = 0;
+    while (transport_.poll_side(bytes, from)) {
+      if (cross_set_ && CrossSetDeadlock::owns(bytes)) cross_set_->on_message(bytes, from);
+      else stall_.on_message(bytes, from, pending);
+    }
+    if (cross_set_) cross_set_->poll();
+  }
+  stall_.check(pending);
+}
+
 void Controller::check_settings_agree() {
   const std::pair<const char*, uint64_t> settings[] = {
       {"HVDLITE_CACHE_CAPACITY", config_.cache_capacity},
@@ -458,7 +483,7 @@ bool Controller::wait_for_round(const EntryList& pending, bool patient,
       std::this_thread::yield();
       continue;
     }
-    stall_.check(pending);
+    check_stalls(pending);
     if (clock::now() >= leave_at) return false;
     if (transport_.control_waits_sleep()) continue;  // it sleeps until the peers ring
     std::this_thread::sleep_for(std::min(sleep, max_sleep));

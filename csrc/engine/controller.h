@@ -30,10 +30,12 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
 #include "observability/autotune.h"
+#include "engine/cross_set_deadlock.h"
 #include "engine/config.h"
 #include "engine/deadlock.h"
 #include "engine/late_ranks.h"
@@ -103,9 +105,15 @@ class Controller {
   // pending, and gets the error message describing all of them. Collective.
   std::string agree_on_deadlock(const RankWaits& mine);
 
-  // The stall inspector's turn while the engine is idle (it also runs inside every round).
-  void check_stalls(const EntryList& pending) { stall_.check(pending); }
-  std::chrono::milliseconds stall_poll_interval() const { return stall_.poll_interval(); }
+  // The global set's controller also runs the cross-set deadlock watch (cross_set_deadlock.h).
+  // Before the group's thread starts.
+  void watch_cross_set_deadlocks(RankActivity& activity, CrossSetDeadlock::Describe describe,
+                                 CrossSetDeadlock::Stop stop);
+
+  // The turn of the stall inspector and of the watch, while the engine is idle (they also run
+  // inside every round): reads the side channel and hands each message to its owner.
+  void check_stalls(const EntryList& pending);
+  std::chrono::milliseconds stall_poll_interval() const;
 
  private:
   void begin_round(EntryList& pending, bool shutdown_requested, bool blocked, bool failed);
@@ -141,6 +149,8 @@ class Controller {
   Autotune autotune_;
   LateRanks late_;
   DeadlockDetector deadlock_;
+  std::unique_ptr<CrossSetDeadlock> cross_set_;  // the global set's only
+  std::chrono::steady_clock::time_point last_side_poll_;
 };
 
 }  // namespace hvdlite

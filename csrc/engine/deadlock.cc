@@ -1,24 +1,14 @@
 #include "engine/deadlock.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <sstream>
 
 #include "hvdlite.h"
+#include "observability/side_message.h"
 
 namespace hvdlite {
 namespace {
-
-// "rank 1", "ranks 0 and 2", "ranks 0, 2 and 3": who waits.
-std::string ranks_and(const std::vector<int>& ranks) {
-  std::ostringstream s;
-  s << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    s << (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") << ranks[i];
-  }
-  return s.str();
-}
 
 // "rank 1", "ranks 0, 2": who submitted.
 std::string ranks_list(const std::vector<int>& ranks) {
@@ -28,42 +18,16 @@ std::string ranks_list(const std::vector<int>& ranks) {
   return s.str();
 }
 
-void put_u32(std::vector<uint8_t>& out, uint32_t v) {
-  const auto* p = reinterpret_cast<const uint8_t*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
-}
-
-void put_names(std::vector<uint8_t>& out, const std::vector<std::string>& names) {
-  put_u32(out, static_cast<uint32_t>(names.size()));
-  for (const std::string& n : names) {
-    put_u32(out, static_cast<uint32_t>(n.size()));
-    out.insert(out.end(), n.begin(), n.end());
-  }
-}
-
-struct In {
-  const std::vector<uint8_t>& bytes;
-  size_t at = 0;
-  uint32_t u32() {
-    uint32_t v;
-    if (at + sizeof v > bytes.size()) throw Error(Status::Internal, "malformed deadlock report");
-    std::memcpy(&v, bytes.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
-  }
-  std::vector<std::string> names() {
-    std::vector<std::string> out(u32());
-    for (std::string& n : out) {
-      const uint32_t len = u32();
-      if (at + len > bytes.size()) throw Error(Status::Internal, "malformed deadlock report");
-      n.assign(reinterpret_cast<const char*>(bytes.data() + at), len);
-      at += len;
-    }
-    return out;
-  }
-};
-
 }  // namespace
+
+std::string ranks_and(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    s << (i == 0 ? "" : i + 1 == ranks.size() ? " and " : ", ") << ranks[i];
+  }
+  return s.str();
+}
 
 uint64_t DeadlockDetector::flags(bool blocked, Clock::time_point now) const {
   if (!enabled() || !blocked) return 0;
@@ -133,14 +97,14 @@ std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Mem
 }
 
 std::vector<uint8_t> encode_waits(const RankWaits& waits) {
-  std::vector<uint8_t> out;
-  put_names(out, waits.waits);
-  put_names(out, waits.pending);
-  return out;
+  SideWriter w(0);
+  w.put(waits.waits);
+  w.put(waits.pending);
+  return std::vector<uint8_t>(w.out.begin() + 1, w.out.end());  // without the kind byte
 }
 
 RankWaits decode_waits(const std::vector<uint8_t>& bytes) {
-  In in{bytes};
+  SideReader in{bytes, 0};
   RankWaits w;
   w.waits = in.names();
   w.pending = in.names();

@@ -47,6 +47,9 @@ class DeadlockDetector {
   Clock::time_point since_;
 };
 
+// "rank 1", "ranks 0 and 2", "ranks 0, 2 and 3": who waits.
+std::string ranks_and(const std::vector<int>& ranks);
+
 // What one member waits for and what it has pending (waited-for names included).
 struct RankWaits {
   std::vector<std::string> waits;

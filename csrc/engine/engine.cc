@@ -43,7 +43,9 @@ Engine::Engine(std::unique_ptr<Transport> world, Config config, const SetTable& 
   world_ = std::make_shared<Group>(
       Membership{0, {}}, std::move(world), config_, handles_,
       [this](const Response& r) { return apply_change(r); },
-      [this] { stop_process_sets(); });
+      [this] { stop_process_sets(); },
+      Group::CrossSetWatch{[this] { return set_waits(); },
+                           [this](const std::string& message) { stop_for_deadlock(message); }});
   groups_[0] = world_;
 }
 
@@ -53,11 +55,7 @@ void Engine::shutdown() {
   // Every group at once: a member of a set may be waiting there for this rank, and only the
   // set's own round can tell it. On other ranks, group 0's loop stops their sets when it sees
   // the shutdown (stop_process_sets).
-  std::vector<std::shared_ptr<Group>> groups;
-  {
-    std::lock_guard<std::mutex> lk(sets_mu_);
-    for (const auto& kv : groups_) groups.push_back(kv.second);
-  }
+  const std::vector<std::shared_ptr<Group>> groups = all_groups();
   for (auto& g : groups) g->request_stop();
   for (auto& g : groups) g->join();
   world_->join();  // a set added meanwhile is stopped by group 0's loop as it ends
@@ -357,6 +355,26 @@ Outcome Engine::apply_change(const Response& r) {
   }
   out.process_set_id = id;
   return out;
+}
+
+std::vector<SetWaits> Engine::set_waits() {
+  std::vector<SetWaits> out;
+  for (auto& g : all_groups()) {
+    SetWaits w = g->waits();
+    if (!w.pending.empty() || !w.waits.empty()) out.push_back(std::move(w));
+  }
+  return out;
+}
+
+void Engine::stop_for_deadlock(const std::string& message) {
+  for (auto& g : all_groups()) g->request_failure_stop(Status::Deadlock, message);
+}
+
+std::vector<std::shared_ptr<Group>> Engine::all_groups() {
+  std::vector<std::shared_ptr<Group>> groups;
+  std::lock_guard<std::mutex> lk(sets_mu_);
+  for (const auto& kv : groups_) groups.push_back(kv.second);
+  return groups;
 }
 
 void Engine::stop_process_sets() {

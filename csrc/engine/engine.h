@@ -136,6 +136,11 @@ class Engine {
   // Both run on group 0's loop thread.
   Outcome apply_change(const Response& r);
   void stop_process_sets();
+  // The cross-set deadlock watch's view of this rank, and its verdict (cross_set_deadlock.h):
+  // on group 0's thread too.
+  std::vector<SetWaits> set_waits();
+  void stop_for_deadlock(const std::string& message);
+  std::vector<std::shared_ptr<Group>> all_groups();  // this rank's, the global set's included
 
   int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
   std::string unknown_set(int id) const;  // needs sets_mu_ held

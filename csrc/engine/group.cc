@@ -4,8 +4,10 @@
 // Controller::wait_for_round). A waiting caller may run the rounds instead (help()).
 #include "engine/group.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -50,7 +52,7 @@ Config own_config(const Config& config, const Membership& members) {
 }  // namespace
 
 Group::Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
-             HandleTable& handles, AdminHandler admin, OnExit on_exit)
+             HandleTable& handles, AdminHandler admin, OnExit on_exit, CrossSetWatch cross_set)
     : members_(std::move(members)),
       transport_(std::move(transport)),
       config_(own_config(config, members_)),
@@ -65,6 +67,10 @@ Group::Group(Membership members, std::unique_ptr<Transport> transport, const Con
   controller_.allow_hierarchical(hierarchy_ != nullptr);  // autotune may switch it off and on
   controller_.allow_shared_memory(shm_collectives_nranks_available(*transport_));
   allreduce_.use_hierarchy(hierarchy_.get());
+  if (cross_set.describe) {
+    controller_.watch_cross_set_deadlocks(handles_.activity(), std::move(cross_set.describe),
+                                          std::move(cross_set.stop));
+  }
   thread_ = std::thread([this] { run_loop(); });
 }
 
@@ -95,6 +101,7 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
       e->handle = handles_.create(members_.set_id);
       handles.push_back(e->handle);
       in_flight_.insert(e->request.name);
+      names_[e->handle] = e->request.name;
       queue_.push_back(std::move(e));
     }
     if (!wake) return handles;
@@ -105,14 +112,31 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
 }
 
 void Group::begin_wait(int64_t handle) {
+  handles_.activity().begin_wait();
   std::lock_guard<std::mutex> lk(mu_);
   ++waited_[handle];
 }
 
 void Group::end_wait(int64_t handle) {
+  handles_.activity().end_wait();
   std::lock_guard<std::mutex> lk(mu_);
   auto it = waited_.find(handle);
   if (it != waited_.end() && --it->second == 0) waited_.erase(it);
+}
+
+SetWaits Group::waits() {
+  SetWaits out;
+  out.set_id = members_.set_id;
+  for (int m = 0; m < transport_->size(); ++m) out.ranks.push_back(members_.global(m));
+  std::lock_guard<std::mutex> lk(mu_);
+  out.pending.assign(in_flight_.begin(), in_flight_.end());
+  std::sort(out.pending.begin(), out.pending.end());
+  for (const auto& kv : waited_) {
+    auto name = names_.find(kv.first);
+    if (name != names_.end()) out.waits.push_back(name->second);
+  }
+  std::sort(out.waits.begin(), out.waits.end());
+  return out;
 }
 
 void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at,
@@ -199,6 +223,7 @@ void Group::complete(TensorEntry* entry, Outcome outcome) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_.erase(entry->request.name);
+    names_.erase(entry->handle);
   }
   handles_.complete(entry->handle, std::move(outcome));
 }
@@ -308,7 +333,12 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
         std::lock_guard<std::mutex> lk(mu_);
         reason = stop_reason_;
       }
-      if (failure != Status::Success) {
+      // After a deadlock across sets every group stops for it, whoever stopped it first
+      // (cross_set_deadlock.h): a peer, this rank, or group 0 ending the sets as it ends.
+      const std::optional<std::string> deadlock = handles_.activity().deadlock();
+      if (deadlock) {
+        fail_pending(Status::Deadlock, *deadlock);
+      } else if (failure != Status::Success) {
         fail_pending(failure, reason);
       } else if (round.failure) {
         fail_pending(Status::Internal, failure_message(members_, round.shutdown_ranks));
@@ -329,6 +359,12 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
 
 void Group::execute(const std::vector<Response>& responses) {
   if (responses.empty()) return;
+  RankActivity& activity = handles_.activity();
+  activity.begin_execute();
+  struct Ended {
+    RankActivity& a;
+    ~Ended() { a.end_execute(); }
+  } ended{activity};
   std::unordered_map<std::string, TensorEntry*> by_name;
   TensorEntry* join_entry = nullptr;
   for (auto& e : pending_) {
@@ -462,6 +498,7 @@ void Group::fail_pending(Status status, const std::string& reason) {
     for (auto& e : queue_) orphans.push_back(std::move(e));
     queue_.clear();
     in_flight_.clear();
+    names_.clear();
   }
   for (auto& e : pending_) orphans.push_back(std::move(e));
   pending_.clear();

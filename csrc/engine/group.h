@@ -27,6 +27,7 @@
 
 #include "engine/config.h"
 #include "engine/controller.h"
+#include "engine/cross_set_deadlock.h"
 #include "engine/device_collectives.h"
 #include "engine/fusion.h"
 #include "algorithms/hierarchical.h"
@@ -44,8 +45,15 @@ class Group {
   // Runs on the loop thread once, when the loop has ended.
   using OnExit = std::function<void()>;
 
+  // The global set's group also runs the cross-set deadlock watch with these (engine.cc).
+  struct CrossSetWatch {
+    CrossSetDeadlock::Describe describe;
+    CrossSetDeadlock::Stop stop;
+  };
+
   Group(Membership members, std::unique_ptr<Transport> transport, const Config& config,
-        HandleTable& handles, AdminHandler admin = nullptr, OnExit on_exit = nullptr);
+        HandleTable& handles, AdminHandler admin = nullptr, OnExit on_exit = nullptr,
+        CrossSetWatch cross_set = {});
   ~Group();  // stop()
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -77,6 +85,8 @@ class Group {
   // the deadlock detector counts the rank as blocked meanwhile (deadlock.h).
   void begin_wait(int64_t handle);
   void end_wait(int64_t handle);
+  // What this rank waits for and has pending here, for the cross-set deadlock watch.
+  SetWaits waits();
 
   // Stops the loop on every member: pending requests fail with ShutDown and `reason` here,
   // and on the others with a message naming the ranks that asked (also here when `reason` is
@@ -130,6 +140,7 @@ class Group {
   std::condition_variable cv_;
   EntryList queue_;                            // guarded by mu_: enqueued, not yet seen by the loop
   std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
+  std::unordered_map<int64_t, std::string> names_;  // guarded by mu_: their handles
   bool stop_requested_ = false;                // guarded by mu_
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
   Status failure_status_ = Status::Success;    // guarded by mu_: request_failure_stop's

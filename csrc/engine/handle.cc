@@ -29,6 +29,7 @@ OwnedBuffer::~OwnedBuffer() {
 int64_t HandleTable::create(int owner) {
   std::lock_guard<std::mutex> lk(mu_);
   int64_t h = next_++;
+  activity_.progressed();
   Slot slot;
   slot.owner = owner;
   slots_.emplace(h, std::move(slot));
@@ -48,6 +49,7 @@ void HandleTable::complete(int64_t handle, Outcome outcome) {
     if (it == slots_.end()) return;
     it->second.done = true;
     it->second.outcome = std::move(outcome);
+    activity_.progressed();
     if (it->second.watched) finished_watched_.push_back(handle);
   }
   cv_.notify_all();

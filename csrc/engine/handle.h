@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/rank_activity.h"
 #include "hvdlite.h"
 
 namespace hvdlite {
@@ -69,6 +70,9 @@ class HandleTable {
   std::optional<int64_t> next_watched(std::chrono::steady_clock::time_point until);
   bool any_watched_finished();
 
+  // Every request of every group is made and completed here: what the rank is doing.
+  RankActivity& activity() { return activity_; }
+
  private:
   struct Slot { bool done = false; bool watched = false; int owner = 0; Outcome outcome; };
   std::mutex mu_;
@@ -76,6 +80,7 @@ class HandleTable {
   int64_t next_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
   std::deque<int64_t> finished_watched_;  // guarded by mu_
+  RankActivity activity_;
 };
 
 }  // namespace hvdlite

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "hvdlite.h"
+#include "observability/side_message.h"
 
 namespace hvdlite {
 namespace {
@@ -16,39 +17,6 @@ enum class Kind : uint8_t {
   Query = 2,    // a stalled rank -> every rank: send me your pending names (seq)
   Pending = 3,  // the answer: (seq, [(name, age)])
   Stop = 4,     // the rank that judged the stall -> every rank: end with this message
-};
-
-// Side-channel messages: a kind byte, then fixed-size fields and length-prefixed strings.
-struct Writer {
-  std::vector<uint8_t> out;
-  explicit Writer(Kind k) { out.push_back(static_cast<uint8_t>(k)); }
-  template <typename T> void put(T v) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&v);
-    out.insert(out.end(), p, p + sizeof v);
-  }
-  void put(const std::string& s) {
-    put(static_cast<uint32_t>(s.size()));
-    out.insert(out.end(), s.begin(), s.end());
-  }
-};
-
-struct Reader {
-  const std::vector<uint8_t>& in;
-  size_t at = 1;
-  template <typename T> T get() {
-    T v{};
-    if (at + sizeof v > in.size()) throw Error(Status::Internal, "malformed stall inspector message");
-    std::memcpy(&v, in.data() + at, sizeof v);
-    at += sizeof v;
-    return v;
-  }
-  std::string str() {
-    const uint32_t n = get<uint32_t>();
-    if (at + n > in.size()) throw Error(Status::Internal, "malformed stall inspector message");
-    std::string s(reinterpret_cast<const char*>(in.data() + at), n);
-    at += n;
-    return s;
-  }
 };
 
 // "rank 1" / "ranks 0, 2": the global ranks of the group's members at these positions.
@@ -98,10 +66,6 @@ void StallInspector::check(const EntryList& pending) {
   if (now - last_poll_ < poll_interval()) return;
   last_poll_ = now;
 
-  std::vector<uint8_t> bytes;
-  int from = 0;
-  while (transport_.poll_side(bytes, from)) on_message(bytes, from, pending, now);
-
   std::vector<Waiting> mine = waiting(pending, now);
   double oldest = 0;
   for (const Waiting& w : mine) oldest = std::max(oldest, w.age_s);
@@ -116,7 +80,7 @@ void StallInspector::check(const EntryList& pending) {
     ++query_seq_;
     replies_.clear();
     replies_[transport_.rank()] = std::move(mine);
-    Writer q(Kind::Query);
+    SideWriter q(static_cast<uint8_t>(Kind::Query));
     q.put(query_seq_);
     for (int r = 0; r < transport_.size(); ++r) {
       if (r != transport_.rank()) transport_.send_side(q.out, r);
@@ -129,13 +93,19 @@ void StallInspector::check(const EntryList& pending) {
   }
 }
 
+bool StallInspector::owns(const std::vector<uint8_t>& bytes) {
+  return !bytes.empty() && bytes[0] >= static_cast<uint8_t>(Kind::Query) &&
+         bytes[0] <= static_cast<uint8_t>(Kind::Stop);
+}
+
 void StallInspector::on_message(const std::vector<uint8_t>& bytes, int from,
-                                const EntryList& pending, Clock::time_point now) {
-  if (bytes.empty()) return;
-  Reader in{bytes};
+                                const EntryList& pending) {
+  if (!owns(bytes)) return;
+  const auto now = Clock::now();
+  SideReader in{bytes};
   switch (static_cast<Kind>(bytes[0])) {
     case Kind::Query: {
-      Writer reply(Kind::Pending);
+      SideWriter reply(static_cast<uint8_t>(Kind::Pending));
       reply.put(in.get<uint32_t>());
       const std::vector<Waiting> mine = waiting(pending, now);
       reply.put(static_cast<uint32_t>(mine.size()));
@@ -217,7 +187,7 @@ void StallInspector::evaluate(Clock::time_point now) {
     const std::string text = "stalled" + members_.where() +
                              " for more than HVDLITE_STALL_SHUTDOWN_TIME_SECONDS (" +
                              std::to_string(std::lround(config_.stall_shutdown_s)) + " s): " + msg.str();
-    Writer stop(Kind::Stop);
+    SideWriter stop(static_cast<uint8_t>(Kind::Stop));
     stop.put(text);
     for (int r = 0; r < transport_.size(); ++r) {
       if (r != transport_.rank()) transport_.send_side(stop.out, r);

@@ -9,8 +9,9 @@
 // Past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS that rank sends the message to every rank, whose
 // engine then stops with it as the error of every pending and later collective.
 //
-// Every rank's engine calls check() while it waits: inside a negotiation round, and every
-// poll_interval() while idle, so that a rank with nothing pending still answers.
+// Every rank's engine calls check(), and hands it the side channel's messages, while it
+// waits: inside a negotiation round, and every poll_interval() while idle, so that a rank
+// with nothing pending still answers.
 #pragma once
 
 #include <chrono>
@@ -34,6 +35,11 @@ class StallInspector {
   std::chrono::milliseconds poll_interval() const;
   // Throws Error(ShutDown, the stall message) when the job must end.
   void check(const EntryList& pending);
+  // A message of the side channel (the controller reads it, side_message.h): true for the
+  // inspector's own kinds. on_message answers queries with `pending`, collects answers, and
+  // throws Error(ShutDown, ...) for the judging rank's stop.
+  static bool owns(const std::vector<uint8_t>& bytes);
+  void on_message(const std::vector<uint8_t>& bytes, int from, const EntryList& pending);
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -42,8 +48,6 @@ class StallInspector {
     double age_s;
   };
   std::vector<Waiting> waiting(const EntryList& pending, Clock::time_point now) const;
-  void on_message(const std::vector<uint8_t>& bytes, int from, const EntryList& pending,
-                  Clock::time_point now);
   void evaluate(Clock::time_point now);
   double reply_wait_s() const;  // how long a query waits for answers
 

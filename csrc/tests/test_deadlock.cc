@@ -3,8 +3,10 @@
 // as threads): ranks waiting on different names fail with Status::Deadlock on every rank and
 // the next collective works; a rank that computes past the grace period trips nothing; a wait
 // that gives up at its time limit leaves the request in flight.
+#include <map>
 #include <thread>
 
+#include "engine/cross_set_deadlock.h"
 #include "engine/deadlock.h"
 #include "engine/engine.h"
 #include "harness.h"
@@ -78,7 +80,7 @@ TEST(deadlock_message_says_per_rank_what_it_waits_for_and_who_submitted_it) {
   CHECK(back.waits == by_member[2].waits && back.pending == by_member[2].pending);
 }
 
-int64_t allreduce(Engine& eng, const std::string& name, std::vector<float>& data) {
+int64_t allreduce(Engine& eng, const std::string& name, std::vector<float>& data, int set = 0) {
   auto e = std::make_unique<TensorEntry>();
   e->request.name = name;
   e->request.op = OpType::Allreduce;
@@ -87,7 +89,7 @@ int64_t allreduce(Engine& eng, const std::string& name, std::vector<float>& data
   e->input = e->output = data.data();
   EntryList list;
   list.push_back(std::move(e));
-  return eng.enqueue(0, std::move(list))[0];
+  return eng.enqueue(set, std::move(list))[0];
 }
 
 TEST(engine_fails_divergent_waits_with_deadlock_on_every_rank_and_goes_on) {
@@ -130,6 +132,72 @@ TEST(engine_counts_watched_handles_as_blocked) {
     CHECK(eng.next_watched(Clock::now() + std::chrono::seconds(10)) == after);
     CHECK(eng.wait(after).status == Status::Success);
     CHECK_EQ(z[1], 1.0f);
+  });
+}
+
+TEST(cross_set_deadlock_message_names_what_each_rank_waits_for_and_who_has_not_submitted_it) {
+  std::map<int, std::vector<SetWaits>> by_rank;
+  by_rank[0] = {SetWaits{1, {0, 1}, {"x"}, {"x"}}};
+  by_rank[1] = {SetWaits{0, {0, 1, 2}, {"y"}, {"y"}}};
+  by_rank[2] = {SetWaits{0, {0, 1, 2}, {"y"}, {"y"}}, SetWaits{2, {1, 2}, {}, {"z"}}};
+  const std::string msg = describe_cross_set_deadlock(by_rank, 60);
+  CHECK(msg.find("deadlock across process sets: every rank has been blocked waiting for 60 s "
+                 "(twice HVDLITE_DEADLOCK_TIME_SECONDS)") == 0);
+  CHECK(msg.find("rank 0 waits for 'x' in process set 1 (ranks 0, 1), not submitted by rank 1; "
+                 "ranks 1 and 2 wait for 'y' in the global process set, not submitted by rank 0.") !=
+        std::string::npos);
+  const std::vector<SetWaits> back = decode_set_waits(encode_set_waits(by_rank[2]), 0);
+  CHECK_EQ(back.size(), size_t(2));
+  CHECK(back[1].set_id == 2 && back[1].ranks == std::vector<int>({1, 2}) && back[1].waits.empty() &&
+        back[1].pending == std::vector<std::string>({"z"}));
+}
+
+TEST(engine_stops_with_deadlock_on_every_rank_when_ranks_wait_across_process_sets) {
+  // Rank 0 waits in set [0, 1] for 'x', which rank 1 would submit only after 'y' in the global
+  // set, which rank 0 would submit only after 'x': no group sees all its members blocked on
+  // its own requests; the watch sees every rank stuck (Note [deadlock across process sets]).
+  Fabric fabric(3);
+  run_ranks(3, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.2;
+    Engine eng(fabric.world(r), config);
+    const int set = eng.add_process_set({0, 1});
+    std::vector<float> x(4, 1.0f);
+    const auto start = Clock::now();
+    Outcome o = eng.wait(r == 0 ? allreduce(eng, "x", x, set) : allreduce(eng, "y", x));
+    CHECK(o.status == Status::Deadlock);
+    CHECK(o.error.find("rank 0 waits for 'x' in process set 1 (ranks 0, 1), not submitted by rank 1; "
+                       "ranks 1 and 2 wait for 'y' in the global process set, not submitted by "
+                       "rank 0") != std::string::npos);
+    CHECK(Clock::now() - start >= std::chrono::milliseconds(400));
+    CHECK(Clock::now() - start < std::chrono::seconds(10));
+    // hvdlite has stopped: a later collective fails at once with the same error.
+    std::vector<float> z(2, 1.0f);
+    bool refused = false;
+    try {
+      allreduce(eng, "after", z);
+    } catch (const Error& e) {
+      refused = e.status() == Status::Deadlock &&
+                std::string(e.what()).find("deadlock across process sets") != std::string::npos;
+    }
+    CHECK(refused);
+  });
+}
+
+TEST(engine_rank_computing_while_others_wait_across_sets_trips_nothing) {
+  // The same orders, but rank 1 computes past twice the grace period before it submits in
+  // the set's order: every rank but one is stuck all along, and nothing is declared.
+  Fabric fabric(3);
+  run_ranks(3, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.1;
+    Engine eng(fabric.world(r), config);
+    const int set = eng.add_process_set({0, 1});
+    std::vector<float> x(4, 1.0f), y(4, 1.0f);
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(800));
+    if (r != 2) CHECK(eng.wait(allreduce(eng, "x", x, set)).status == Status::Success);
+    CHECK(eng.wait(allreduce(eng, "y", y)).status == Status::Success);
+    CHECK_EQ(y[0], 3.0f);
   });
 }
 

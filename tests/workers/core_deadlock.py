@@ -7,6 +7,10 @@ rank waits for; the next matched collective works.
 'set': the same inside process set [0, 1] of 3 ranks (rank 2 waits in a global collective
 that the others join once their deadlock error came).
 'add-set': rank 0 adds a process set while rank 1 all-reduces: a deadlock too.
+'cross-set': 3 ranks wait on each other across process sets (rank 0 in set [0, 1], ranks 1
+and 2 in the global set): HvdliteDeadlockError on every rank, and hvdlite stops; after
+shutdown() and init() collectives work.
+'cross-set-slow': the same orders with rank 1 computing first: no error.
 'slow': rank 1 computes (sleeps) for longer than the grace period before submitting; no
 error.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
@@ -73,6 +77,35 @@ elif mode == "add-set":
             hvd.allreduce(np.ones(2, np.float32), name="y")
     except hvd.HvdliteDeadlockError as e:
         print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+    check_next_collective_works()
+elif mode == "cross-set":
+    # Rank 0 waits for 'x' in set [0, 1]; ranks 1 and 2 wait for 'y' in the global set first
+    # (rank 1 would all-reduce 'x' after it): no set sees all its members blocked on its own
+    # requests. Then hvdlite has stopped: a later collective raises the same error.
+    ps = hvd.ProcessSet([0, 1])
+    hvd.init(process_sets=[ps])
+    if hvd.rank() == 0:
+        expect_deadlock("x", ps)
+    else:
+        expect_deadlock("y")
+    try:
+        hvd.allreduce(np.ones(2, np.float32), name="later")
+    except hvd.HvdliteDeadlockError as e:
+        print(f"rank {hvd.rank()} later-refused 0 {e}", flush=True)
+    hvd.shutdown()  # clean, and hvdlite starts again (the common end below: "done")
+    hvd.init()
+    check_next_collective_works()
+elif mode == "cross-set-slow":
+    # The same orders, but rank 1 computes (sleeps) for longer than the watch's time before
+    # it submits 'x': rank 1 is never stuck, so nothing is declared.
+    ps = hvd.ProcessSet([0, 1])
+    hvd.init(process_sets=[ps])
+    if hvd.rank() == 1:
+        time.sleep(float(sys.argv[2]))
+    if ps.included():
+        check_next_collective_works(ps, "x")
+    check_next_collective_works(name="y")
+    print(f"rank {hvd.rank()} slow-ok 0", flush=True)
     check_next_collective_works()
 elif mode == "slow":
     hvd.init()

@@ -1,6 +1,6 @@
 """What every ``DistributedOptimizer`` wrapper shares, free of any framework: the wrapped
 instance (a subclass of ``(mixin, type(optimizer))`` sharing the optimizer's state), the
-class it wraps and the refusal to wrap one twice, Horovod's ``synchronize()`` /
+class it wraps, what may be wrapped (an instance, once), Horovod's ``synchronize()`` /
 ``skip_synchronize()`` / ``step()`` protocol, and the hooks that hold the optimizer weakly
 (they sit on parameters, which may outlive it).
 
@@ -29,6 +29,21 @@ def wrap(mixin, optimizer):
     obj.__dict__.update({k: v for k, v in optimizer.__dict__.items()
                          if k not in ("step", "zero_grad")})
     return obj
+
+
+def check_optimizer(optimizer, base, wrapper, base_name, other_frameworks=""):
+    """What ``DistributedOptimizer(optimizer)`` accepts, for every adapter: an instance of
+    ``base`` (the framework's optimizer class, ``base_name`` as users write it) that is not
+    already wrapped (an instance of ``wrapper``, the adapter's mixin). TypeError names a class passed for an instance (the
+    usual slip: ``DistributedOptimizer(SGD)``) or another type, with ``other_frameworks``
+    saying what to use for those; ValueError an optimizer wrapped already."""
+    if isinstance(optimizer, type):
+        raise TypeError(f"hvdlite DistributedOptimizer expects an optimizer instance, got the "
+                        f"class {optimizer.__name__}; pass e.g. {optimizer.__name__}(...)")
+    if not isinstance(optimizer, base):
+        raise TypeError(f"hvdlite DistributedOptimizer wraps {base_name} instances; got {type(optimizer).__module__}."
+                        f"{type(optimizer).__qualname__}{other_frameworks}")
+    check_unwrapped(optimizer, wrapper)
 
 
 def check_unwrapped(optimizer, wrapper):

@@ -25,7 +25,7 @@ from keras import ops
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 from hvdlite.keras_archive import compiled_optimizer_class_name
-from hvdlite.optimizer_protocol import check_unwrapped
+from hvdlite.optimizer_protocol import check_optimizer
 
 from hvdlite.algorithms import sharding
 from hvdlite.algorithms.accumulation import check_passes
@@ -282,20 +282,6 @@ class _DistributedOptimizer:
         bridge().cond(is_step, apply_step, skip_step, state)
 
 
-def _check_keras_optimizer(optimizer):
-    if isinstance(optimizer, type):
-        raise TypeError(f"hvdlite DistributedOptimizer expects an optimizer instance, got the "
-                        f"class {optimizer.__name__}; pass e.g. {optimizer.__name__}(...)")
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(
-            f"hvdlite DistributedOptimizer wraps Keras 3 optimizers (keras.optimizers."
-            f"Optimizer); got {type(optimizer).__module__}.{type(optimizer).__name__}. "
-            f"Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
-            f"hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients for "
-            f"other optimizers.")
-    check_unwrapped(optimizer, _DistributedOptimizer)
-
-
 def _distributed_class(base):
     return type(base.__name__, (_DistributedOptimizer, base),
                 {"__module__": base.__module__, "__qualname__": base.__qualname__})
@@ -339,7 +325,10 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
         local_steps, local_sgd_warmup_steps, average_optimizer_state: local SGD
             (:mod:`.local_sgd`).
     """
-    _check_keras_optimizer(optimizer)
+    check_optimizer(optimizer, keras.optimizers.Optimizer, _DistributedOptimizer,
+                    "keras.optimizers.Optimizer", ". Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
+                    "hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients "
+                    "for other optimizers.")
     if shard_optimizer_state:
         sharding.check_shardable(optimizer, "DistributedOptimizer")
         if getattr(optimizer, "built", False):

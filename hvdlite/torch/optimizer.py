@@ -16,7 +16,7 @@ from hvdlite.algorithms.accumulation import (Countdown, GradientAccumulationErro
 from hvdlite.convert.torch_requests import submit_allreduce
 from hvdlite.convert.torch_tensors import Staged, check_tensors, group_wire
 from hvdlite.numpy_api import broadcast_object
-from hvdlite.optimizer_protocol import check_unwrapped
+from hvdlite.optimizer_protocol import check_optimizer
 from hvdlite.process_sets import none_if_global
 from hvdlite.work import wait_all
 
@@ -257,10 +257,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``average_optimizer_state=``), and ``Compression.powersgd`` / ``topk`` /
     ``fp16(error_feedback=True)``.
     """
-    check_unwrapped(optimizer, SynchronizeProtocol)     # any DistributedOptimizer
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise ValueError(f"DistributedOptimizer expects a torch.optim.Optimizer, got "
-                         f"{type(optimizer).__name__}")
+    check_optimizer(optimizer, torch.optim.Optimizer, SynchronizeProtocol,  # any wrapper
+                    "torch.optim.Optimizer", ". Keras optimizers: hvdlite.keras.DistributedOptimizer.")
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     check_passes(backward_passes_per_step)

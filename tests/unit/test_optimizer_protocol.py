@@ -142,3 +142,25 @@ def test_an_optimizer_is_wrapped_once():
     with pytest.raises(ValueError, match="optimizer is already a DistributedOptimizer; "
                                          "wrapping it again would reduce every gradient twice"):
         check_unwrapped(wrap(Mixin, SGD()), Mixin)
+
+
+def test_an_optimizer_class_or_another_type_is_a_type_error_for_every_adapter():
+    from hvdlite.optimizer_protocol import check_optimizer
+
+    class Mixin:
+        pass
+
+    class Optimizer:
+        pass
+
+    class SGD(Optimizer):
+        pass
+    check_optimizer(SGD(), Optimizer, Mixin, "fw.Optimizer")
+    with pytest.raises(TypeError, match=r"expects an optimizer instance, got the class SGD; "
+                                        r"pass e\.g\. SGD\(\.\.\.\)"):
+        check_optimizer(SGD, Optimizer, Mixin, "fw.Optimizer")
+    with pytest.raises(TypeError, match=r"wraps fw\.Optimizer instances; got builtins\.dict\. "
+                                        r"Use another wrapper\."):
+        check_optimizer({}, Optimizer, Mixin, "fw.Optimizer", ". Use another wrapper.")
+    with pytest.raises(ValueError, match="already a DistributedOptimizer"):
+        check_optimizer(wrap(Mixin, SGD()), Optimizer, Mixin, "fw.Optimizer")

@@ -67,6 +67,7 @@ class TensorFlowKerasState(VariablesState):
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer", None)
         self._optimizer_state = OptimizerState(self.optimizer, broadcast_object)
         super().__init__(broadcast_variables, broadcast_object, _core.rank, **kwargs)
+        self._optimizer_state.save()
 
     def _optimizer_variables(self):
         if self.optimizer is None:
@@ -81,11 +82,11 @@ class TensorFlowKerasState(VariablesState):
     def _variables(self):
         return list(self.model.weights) + self._optimizer_variables()
 
-    def _save_variables(self):
-        super()._save_variables()
+    def save(self):
         # Collective for a sharded optimizer (a fresh one, as on a rank the job added, is not
-        # built yet and has nothing to gather).
+        # built yet and has nothing to gather). Not at sync: that keeps root's copy as it is.
         self._optimizer_state.save()
+        super().save()
 
     def _load_variables(self):
         super()._load_variables()

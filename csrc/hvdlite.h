@@ -19,7 +19,8 @@ enum class Status : int {
   Internal = 5,         // the transport failed
   RanksLost = 6,        // a rank of the job died (elastic jobs recover: see Engine::rebuild)
   OutOfMemory = 7,      // a rank could not allocate an output; failed on every rank, job goes on
-  Deadlock = 8,         // every member waits and none can proceed (deadlock.h); job goes on
+  Deadlock = 8,         // every member waits and none can proceed (deadlock.h): job goes on;
+                        // ranks waiting across sets (cross_set_deadlock.h): hvdlite stops
   Timeout = 9,          // a wait's own time limit passed; the request stays in flight
 };
 

@@ -34,15 +34,17 @@ def wrap(mixin, optimizer):
 def check_optimizer(optimizer, base, wrapper, base_name, other_frameworks=""):
     """What ``DistributedOptimizer(optimizer)`` accepts, for every adapter: an instance of
     ``base`` (the framework's optimizer class, ``base_name`` as users write it) that is not
-    already wrapped (an instance of ``wrapper``, the adapter's mixin). TypeError names a class passed for an instance (the
-    usual slip: ``DistributedOptimizer(SGD)``) or another type, with ``other_frameworks``
-    saying what to use for those; ValueError an optimizer wrapped already."""
+    already wrapped (an instance of ``wrapper``, the adapter's mixin). TypeError names a class
+    passed for an instance (the usual slip: ``DistributedOptimizer(SGD)``) or another type,
+    with ``other_frameworks`` saying what to use for those; ValueError an optimizer wrapped
+    already."""
     if isinstance(optimizer, type):
         raise TypeError(f"hvdlite DistributedOptimizer expects an optimizer instance, got the "
                         f"class {optimizer.__name__}; pass e.g. {optimizer.__name__}(...)")
     if not isinstance(optimizer, base):
-        raise TypeError(f"hvdlite DistributedOptimizer wraps {base_name} instances; got {type(optimizer).__module__}."
-                        f"{type(optimizer).__qualname__}{other_frameworks}")
+        got = f"{type(optimizer).__module__}.{type(optimizer).__qualname__}"
+        raise TypeError(f"hvdlite DistributedOptimizer wraps {base_name} instances; got "
+                        f"{got}{other_frameworks}")
     check_unwrapped(optimizer, wrapper)
 
 

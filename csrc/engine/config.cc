@@ -113,6 +113,11 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) {
          c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
        }},
+      {{"HVDLITE_SHM_STREAM_MIN_BYTES", "", "16777216",
+        "when all ranks are on one host, shared-memory all-reduces of at least this many bytes "
+        "copy their results into place with streaming stores, which write memory without "
+        "first reading it (for results larger than the caches); 0 never"},
+       [](Config& c, const std::string& t, const std::string& v) { c.shm_stream_min_bytes = parse_count(v, t); }},
       {{"HVDLITE_SHM_SLEEP_AFTER_US", "", "50",
         "when ranks wait on each other through shared memory, microseconds a wait spins and "
         "yields the core before it sleeps until a peer wakes it (so that a waiting rank leaves "

@@ -36,6 +36,9 @@ struct Config {
   // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
   // host's cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
+  // Shared-memory all-reduces of at least this many bytes copy their results into place with
+  // streaming stores (Note [streaming stores] in streaming_copy.h). 0: never.
+  size_t shm_stream_min_bytes = size_t(16) << 20;
   // A wait on peers through shared memory spins and yields this long, then sleeps until a peer
   // rings (Note [doorbell] in transport/shm_doorbell.h). 0: never sleeps.
   uint64_t shm_sleep_after_us = 50;

@@ -4,8 +4,8 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; also "stream", "lanes", "doorbell" and
-# "frameworks"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
+# picks sections (default: "gpu static nranks c10d"; also "stream", "lanes", "doorbell",
+# "frameworks" and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
 # $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -201,6 +201,9 @@ doorbell_section() {
   say "doorbell section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
+
+# Set-up alone (carried wheels, build, --check-build), for a command of one's own after it.
+setup_section() { gpu_setup || failed=1; }
 
 # TensorFlow / JAX / Keras on the GPU alone (set-up, then the worker): a quick re-check.
 frameworks_section() {

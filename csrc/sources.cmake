@@ -29,7 +29,6 @@ set(HVDLITE_CORE_SOURCES
   algorithms/shm_allreduce_nranks.cc
   algorithms/shm_collectives_nranks.cc
   algorithms/shm_lanes.cc
-  algorithms/streaming_copy.cc
   observability/autotune.cc
   observability/stall_inspector.cc
   observability/timeline.cc

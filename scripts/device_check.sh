@@ -4,8 +4,8 @@
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; also "stream", "lanes", "doorbell",
-# "frameworks" and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
+# picks sections (default: "gpu static nranks c10d"; also "lanes", "doorbell", "frameworks"
+# and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
 # $OUT/device_check.log, and each benchmark's JSON beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -149,37 +149,25 @@ c10d_section() {
 # ---------------------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------------------
-# Lanes (Note [lanes] in csrc/algorithms/shm_lanes.h) against one lane, in one run: the GPU
-# table and the all-reduce sweep at 2 ranks, and the large sizes at 8 ranks (the N-rank
-# section gives 8 and 16 ranks with the default).
+# Lanes (Note [lanes] in csrc/algorithms/shm_lanes.h) against fewer, in one run: the GPU
+# table and the all-reduce sweep at 2 ranks (auto: 4 lanes, against 1), and the large sizes at
+# 4 ranks (auto 4, against 2) and 8 (auto 2, against 1, twice, alternating). Prints only (the
+# device tool brings back a few files). About 3 minutes.
 lanes_section() {
-  local t0=$SECONDS lanes
+  local t0=$SECONDS lanes np
   gpu_setup || { failed=1; return; }
   for lanes in 0 1; do
-    HVDLITE_SHM_LANES=$lanes gpu_run 2 180 examples/gpu_bench.py ${OUT:+--json "$OUT/gpu_bench_lanes$lanes.json"}
+    HVDLITE_SHM_LANES=$lanes gpu_run 2 180 examples/gpu_bench.py
     HVDLITE_SHM_LANES=$lanes gpu_run 2 120 examples/allreduce_bench.py --sizes 256K 4M 64M \
-      --parts sweep --target-time 0.2 --rounds 2 --no-gloo ${OUT:+--json "$OUT/allreduce_bench_2_lanes$lanes.json"}
+      --parts sweep --target-time 0.2 --rounds 2 --no-gloo
   done
-  HVDLITE_SHM_LANES=1 gpu_run 8 120 examples/allreduce_bench.py --sizes 4M 64M --parts sweep \
-    --target-time 0.2 --rounds 2 --no-gloo ${OUT:+--json "$OUT/allreduce_bench_8_lanes1.json"}
-  say "lanes section done in $((SECONDS - t0)) s"
-}
-# ---------------------------------------------------------------------------------------
-
-# Streaming stores for large results (Note [streaming stores] in
-# csrc/algorithms/streaming_copy.h) against ordinary ones, in one run: 4 MiB and 64 MiB at 8
-# ranks (twice, alternating) and at 2. About 2 minutes.
-stream_section() {
-  local t0=$SECONDS np min
-  gpu_setup || { failed=1; return; }
-  for np in 8 8 2; do
-    for min in 0 1; do
-      HVDLITE_SHM_STREAM_MIN_BYTES=$min gpu_run "$np" 120 examples/allreduce_bench.py --sizes 4M 64M \
-        --parts sweep --target-time 0.2 --rounds 2 --no-gloo \
-        ${OUT:+--json "$OUT/allreduce_bench_${np}_stream_min$min.$SECONDS.json"}
+  for np in 4 8 8; do
+    for lanes in 0 $((np == 4 ? 2 : 1)); do
+      HVDLITE_SHM_LANES=$lanes gpu_run "$np" 120 examples/allreduce_bench.py --sizes 4M 64M --parts sweep \
+        --target-time 0.2 --rounds 2 --no-gloo
     done
   done
-  say "stream section done in $((SECONDS - t0)) s"
+  say "lanes section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
 

@@ -8,7 +8,6 @@
 #include "algorithms/reduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
 #include "algorithms/shm_lanes.h"
-#include "algorithms/streaming_copy.h"
 
 namespace hvdlite {
 namespace {
@@ -100,16 +99,14 @@ bool shm_allreduce_available(Transport& t) {
 }
 
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                   double postscale, LaneThreads* threads, bool stream_results) {
+                   double postscale, LaneThreads* threads) {
   if (shm_runs_in_lanes(t, buf.count() * buf.elem_size())) {
-    if (threads) return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, *threads, stream_results);
+    if (threads) return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, *threads);
     LaneThreads for_this_call;
-    return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, for_this_call, stream_results);
+    return shm_allreduce_in_lanes(t, buf, dtype, op, postscale, for_this_call);
   }
-  const ShmPort port = ShmPort::of(t, stream_results);
-  const Segments segs = even_segments(buf.count(), t.size());
-  if (t.size() != 2) return run_rounds(port, buf, segs, dtype, op, postscale, Halves{true, true});
-  shm_two_ranks(port, buf, segs, dtype, op, postscale, Halves{true, true});
+  if (t.size() != 2) return shm_allreduce_nranks(t, buf, dtype, op, postscale);
+  shm_two_ranks(ShmPort::of(t), buf, even_segments(buf.count(), 2), dtype, op, postscale, Halves{true, true});
 }
 
 void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
@@ -178,11 +175,7 @@ void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs
         q.published(peer, kReduced).load(std::memory_order_acquire) > reduced_taken) {
       const char* in = q.slot(peer, kReduced, reduced_taken);
       buf.for_each_run(theirs.begin(placed), theirs.size(placed), [&](char* p, size_t c) {
-        if (t.stream_results) {
-          copy_streaming(p, in, c * es);
-        } else {
-          std::memcpy(p, in, c * es);
-        }
+        std::memcpy(p, in, c * es);
         in += c * es;
       });
       q.consumed(me, kReduced).store(++reduced_taken, std::memory_order_release);
@@ -197,7 +190,6 @@ void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs
     }
   }
   t.peer_waited();
-  if (t.stream_results) streaming_fence();
   // What this rank handed to and took from its peer, as the ring counts it: the reduce-scatter
   // half sends the peer's segment and takes this side's, the all-gather half the reverse.
   const uint64_t own = mine.count * es, other = theirs.count * es;

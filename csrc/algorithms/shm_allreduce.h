@@ -32,10 +32,8 @@ bool shm_allreduce_available(Transport& t);
 // The reduction of every rank's `buf`, times postscale, on every rank. All must call it for
 // the same collectives in the same order, with the same element count and size. Large ones
 // run in lanes (shm_lanes.h), on `threads` (null: threads started for this call).
-// stream_results: the results are copied into place with streaming stores (Note [streaming
-// stores] in streaming_copy.h), for buffers larger than the caches.
 void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                   double postscale, LaneThreads* threads = nullptr, bool stream_results = false);
+                   double postscale, LaneThreads* threads = nullptr);
 
 // The two-rank queues over segments of any sizes (segs.count[r]: rank r's), as run_rounds is
 // for more ranks: the reduce-scatter half (each side reduces its segment from the peer's raw

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "algorithms/reduce.h"
-#include "algorithms/streaming_copy.h"
 
 namespace hvdlite {
 namespace {
@@ -205,11 +204,7 @@ void run_rounds(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, D
         if (g == me) continue;
         const char* in = board.result(g, q_place);
         buf.for_each_run(piece_begin(g, placed), piece_count(g, placed), [&](char* p, size_t c) {
-          if (t.stream_results) {
-            copy_streaming(p, in, c * es);
-          } else {
-            std::memcpy(p, in, c * es);
-          }
+          std::memcpy(p, in, c * es);
           in += c * es;
         });
       }
@@ -225,7 +220,6 @@ void run_rounds(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, D
     }
   }
   t.peer_waited();
-  if (t.stream_results) streaming_fence();
   // As the ring counts its exchange with the others: the reduce-scatter hands them this
   // rank's pieces of their segments and takes their pieces of its own; the all-gather hands
   // its segment to each of them and takes theirs.

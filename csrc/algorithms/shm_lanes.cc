@@ -57,7 +57,7 @@ void run_lane(const ShmPort& port, const Lane& lane, DataType dtype, ReduceOp op
 bool shm_runs_in_lanes(Transport& t, size_t bytes) { return t.lanes() > 1 && bytes >= kLaneMinBytes; }
 
 void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                            double postscale, LaneThreads& threads, bool stream_results) {
+                            double postscale, LaneThreads& threads) {
   const int lanes = t.lanes();
   const Segments segs = even_segments(buf.count(), t.size());
   std::atomic<bool> give_up{false};
@@ -79,7 +79,6 @@ void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype,
     port.peer_waited = [] {};
     port.ring_peers = [&t] { t.ring_peers(); };
     port.stats = stats.back().get();
-    port.stream_results = stream_results;
   }
   threads.start(lanes - 1, [&](int k) {
     try {
@@ -89,7 +88,7 @@ void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype,
     }
   }, [&t] { t.ring_peers(); });  // this thread may be asleep in the wait below
   try {
-    run_lane(ShmPort::of(t, stream_results), lane_of(buf, segs, 0, lanes), dtype, op, postscale);
+    run_lane(ShmPort::of(t), lane_of(buf, segs, 0, lanes), dtype, op, postscale);
     uint64_t polls = 0;
     while (!threads.done()) t.waiting_for_peer(++polls);
     t.peer_waited();

@@ -37,6 +37,6 @@ bool shm_runs_in_lanes(Transport& t, size_t bytes);
 // shm_allreduce's result (the reduction of every rank's `buf`, times postscale), in lanes,
 // lanes 1.. on `threads`.
 void shm_allreduce_in_lanes(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp op,
-                            double postscale, LaneThreads& threads, bool stream_results);
+                            double postscale, LaneThreads& threads);
 
 }  // namespace hvdlite

@@ -20,11 +20,8 @@ struct ShmPort {
   std::function<void()> peer_waited;
   std::function<void()> ring_peers;  // after progress a peer may wait for (Transport::ring_peers)
   TransportStats* stats = nullptr;
-  // Copy the reduced pieces into place with streaming stores (Note [streaming stores]): for
-  // results larger than the caches.
-  bool stream_results = false;
 
-  static ShmPort of(Transport& t, bool stream_results = false) {
+  static ShmPort of(Transport& t) {
     ShmPort port;
     port.rank = t.rank();
     port.size = t.size();
@@ -33,7 +30,6 @@ struct ShmPort {
     port.peer_waited = [&t] { t.peer_waited(); };
     port.ring_peers = [&t] { t.ring_peers(); };
     port.stats = &t.stats();
-    port.stream_results = stream_results;
     return port;
   }
 };

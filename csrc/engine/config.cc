@@ -108,16 +108,11 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_SHM_LANES", "", "0",
         "when all ranks are on one host, all-reduces of at least 4 MiB through shared memory run "
         "in this many lanes per rank, each a thread moving its part of every rank's segment "
-        "through an area of its own (results bitwise the same); 0 picks half the host's cores "
-        "per rank, at most 4, agreed by all ranks; 1 one lane"},
+        "through an area of its own (results bitwise the same); 0 picks the host's cores per "
+        "rank, at most 4, agreed by all ranks; 1 one lane"},
        [](Config& c, const std::string& t, const std::string& v) {
          c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
        }},
-      {{"HVDLITE_SHM_STREAM_MIN_BYTES", "", "16777216",
-        "when all ranks are on one host, shared-memory all-reduces of at least this many bytes "
-        "copy their results into place with streaming stores, which write memory without "
-        "first reading it (for results larger than the caches); 0 never"},
-       [](Config& c, const std::string& t, const std::string& v) { c.shm_stream_min_bytes = parse_count(v, t); }},
       {{"HVDLITE_SHM_SLEEP_AFTER_US", "", "50",
         "when ranks wait on each other through shared memory, microseconds a wait spins and "
         "yields the core before it sleeps until a peer wakes it (so that a waiting rank leaves "

@@ -33,12 +33,9 @@ struct Config {
   // shared area (shm_collectives_nranks.h) instead of MPI and the ring.
   bool shm_collectives = true;
   // Lanes of a large shared-memory all-reduce: threads per rank, each moving a part of the
-  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
-  // host's cores per rank, at most 4; 1: none.
+  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: the host's
+  // cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
-  // Shared-memory all-reduces of at least this many bytes copy their results into place with
-  // streaming stores (Note [streaming stores] in streaming_copy.h). 0: never.
-  size_t shm_stream_min_bytes = size_t(16) << 20;
   // A wait on peers through shared memory spins and yields this long, then sleeps until a peer
   // rings (Note [doorbell] in transport/shm_doorbell.h). 0: never sleeps.
   uint64_t shm_sleep_after_us = 50;

@@ -205,9 +205,6 @@ void AllreduceExecutor::run(Batch& batch) {
   const bool shared_memory = !hierarchical && use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes);
   const bool exchange = !hierarchical && !shared_memory &&
                         use_exchange(batch.count * ws, transport_.size(), config_.exchange_max_bytes);
-  // Judged on the whole batch: its pieces leave a result as large as it behind.
-  const bool stream_results =
-      shared_memory && config_.shm_stream_min_bytes > 0 && batch.count * ws >= config_.shm_stream_min_bytes;
   times.hierarchical = hierarchical;
   times.shared_memory = shared_memory;
   times.exchange = exchange;
@@ -216,8 +213,7 @@ void AllreduceExecutor::run(Batch& batch) {
       hierarchical_allreduce(*hierarchy_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post,
                              scratch_, config_.ring_piece_bytes, traced ? &times.stages : nullptr);
     } else if (shared_memory) {
-      shm_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, &lane_threads_,
-                    stream_results);
+      shm_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, &lane_threads_);
     } else if (exchange) {
       exchange_allreduce(transport_, buf, batch.wire, r.reduce_op, converted ? 1.0 : post, scratch_);
     } else {

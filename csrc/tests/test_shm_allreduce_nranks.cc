@@ -15,7 +15,6 @@
 #include "algorithms/ring_allreduce.h"
 #include "algorithms/shm_allreduce.h"
 #include "algorithms/shm_allreduce_nranks.h"
-#include "algorithms/streaming_copy.h"
 #include "harness.h"
 #include "loopback.h"
 
@@ -107,56 +106,6 @@ TEST(shm_allreduce_nranks_equals_the_ring_bit_for_bit) {
   }
   check_against_ring(8, 100003, DataType::Float16, ReduceOp::Average, 0.125, seed++);
   check_against_ring(7, 100003, DataType::Float64, ReduceOp::Min, 1.0, seed++);
-}
-
-TEST(copy_streaming_copies_every_alignment_and_length) {
-  // Heads, whole lines and tails: every destination and source offset within a line, lengths
-  // around one and several lines; the bytes around the destination stay untouched.
-  std::vector<uint8_t> src(1024 + 64), dst(1024 + 192);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
-  for (size_t d_at = 0; d_at < 64; d_at += 3) {
-    for (size_t s_at = 0; s_at < 64; s_at += 5) {
-      for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(200), size_t(1024)}) {
-        std::fill(dst.begin(), dst.end(), uint8_t(0xEE));
-        // dst.data() + 64 - (its address % 64): a line boundary, then d_at past it.
-        uint8_t* line = dst.data() + 64 - reinterpret_cast<uintptr_t>(dst.data()) % 64;
-        copy_streaming(line + d_at, src.data() + s_at, bytes);
-        streaming_fence();
-        CHECK(std::memcmp(line + d_at, src.data() + s_at, bytes) == 0);
-        for (uint8_t* p = dst.data(); p < line + d_at; ++p) CHECK_EQ(*p, uint8_t(0xEE));
-        for (uint8_t* p = line + d_at + bytes; p < dst.data() + dst.size(); ++p) CHECK_EQ(*p, uint8_t(0xEE));
-      }
-    }
-  }
-}
-
-TEST(shm_allreduce_with_streamed_results_equals_the_ring_bit_for_bit) {
-  // Results copied into place with streaming stores (Note [streaming stores]), at 2 ranks
-  // (the queues) and at 3 and 8 (the rounds); spans start off line boundaries (float16's
-  // second span at byte 2002), so heads and tails take ordinary stores.
-  uint32_t seed = 901;
-  for (int ranks : {2, 3, 8}) {
-    for (DataType dtype : {DataType::Float32, DataType::Float16}) {
-      const size_t count = 300007, es = dtype_size(dtype);
-      std::vector<std::vector<uint8_t>> shm(ranks), ring(ranks);
-      Fabric fabric(ranks);
-      run_ranks(ranks, [&](int r) {
-        auto t = fabric.world(r);
-        shm[r] = input(r, count, dtype, seed);
-        ring[r] = shm[r];
-        shm_allreduce(*t, spans_of(shm[r], count, es), dtype, ReduceOp::Sum, 0.5, nullptr, /*stream_results=*/true);
-        std::vector<uint8_t> scratch;
-        ring_allreduce(*t, spans_of(ring[r], count, es), dtype, ReduceOp::Sum, 0.5, scratch, 4096);
-      });
-      for (int r = 0; r < ranks; ++r) {
-        if (shm[r] != ring[r]) {
-          throw testing::Failure("streamed results differ from the ring's on rank " + std::to_string(r) + " of " +
-                                 std::to_string(ranks) + ", " + dtype_name(dtype));
-        }
-      }
-      ++seed;
-    }
-  }
 }
 
 TEST(shm_reduce_scatter_and_allgather_nranks_equal_the_rings) {

@@ -54,8 +54,7 @@ TEST(shm_allreduce_in_lanes_equals_the_ring_bit_for_bit) {
         CHECK(shm_runs_in_lanes(*t, count * sizeof(float)));
         shm[r] = floats_with_nans(r, count, seed);
         ring[r] = shm[r];
-        // Min and Average copy their results out with streaming stores, in every lane.
-        shm_allreduce(*t, spans_of(shm[r]), DataType::Float32, op, post, nullptr, /*stream_results=*/op != ReduceOp::Sum);
+        shm_allreduce(*t, spans_of(shm[r]), DataType::Float32, op, post);
         CHECK_EQ(t->stats().shared_memory_extra_lanes.load(), uint64_t(2));
         CHECK_EQ(t->stats().shared_memory_allreduces.load(), uint64_t(1));
         std::vector<uint8_t> scratch;
@@ -70,6 +69,17 @@ TEST(shm_allreduce_in_lanes_equals_the_ring_bit_for_bit) {
       }
     }
   }
+}
+
+TEST(shm_lanes_default_to_the_cores_per_rank) {
+  // The 16-core host: 2 ranks 4 lanes (at most 4), 8 ranks 2, 16 ranks 1; fewer cores than
+  // ranks still one lane; and never more areas than 32 MiB hold.
+  CHECK_EQ(Transport::auto_lanes(16, 2, Transport::shared_area_bytes(2)), 4);
+  CHECK_EQ(Transport::auto_lanes(16, 8, Transport::shared_area_bytes(8)), 2);
+  CHECK_EQ(Transport::auto_lanes(16, 16, Transport::shared_area_bytes(16)), 1);
+  CHECK_EQ(Transport::auto_lanes(2, 3, Transport::shared_area_bytes(3)), 1);
+  CHECK_EQ(Transport::auto_lanes(64, 8, Transport::shared_area_bytes(8)), 3);  // 3 x 9.4 MiB
+  CHECK_EQ(Transport::auto_lanes(64, 2, size_t(20) << 20), 1);
 }
 
 TEST(shm_lanes_and_one_lane_collectives_follow_one_another) {

@@ -87,21 +87,14 @@ bool fits_one_call(const std::vector<size_t>& bytes, size_t limit) {
 
 std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>(v.begin(), v.end()); }
 
-// Lanes of the shared area (Note [lanes] in shm_lanes.h): `wanted`, or (0) half the cores
-// this process may run on per rank of the host (the other half stays with the framework's
-// threads), at most 4; the lanes' areas together at most 32 MiB, as containers often give
-// /dev/shm only 64 MiB. On the 16-core host, 2 ranks x 4 lanes reduced 64 MiB 2.1x faster
-// than one lane, while 8 ranks x 2 lanes ran slower than 8 x 1 (its cores were all busy).
+// Lanes of the shared area (Note [lanes] in shm_lanes.h): `wanted`, or (0)
+// Transport::auto_lanes for the cores this process may run on.
 int lanes_for(int wanted, int local_ranks, size_t area_bytes) {
-  int lanes = wanted;
-  if (lanes <= 0) {
-    cpu_set_t cpus;
-    const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
-                                                                      : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-    lanes = std::min(4, cores / (2 * std::max(1, local_ranks)));
-    lanes = std::min<int>(lanes, static_cast<int>((size_t(32) << 20) / std::max<size_t>(1, area_bytes)));
-  }
-  return std::max(1, lanes);
+  if (wanted > 0) return wanted;
+  cpu_set_t cpus;
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
+                                                                    : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  return Transport::auto_lanes(cores, local_ranks, area_bytes);
 }
 
 class MpiTransport : public Transport {

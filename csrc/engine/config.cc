@@ -108,8 +108,8 @@ const std::vector<Setting>& settings() {
       {{"HVDLITE_SHM_LANES", "", "0",
         "when all ranks are on one host, all-reduces of at least 4 MiB through shared memory run "
         "in this many lanes per rank, each a thread moving its part of every rank's segment "
-        "through an area of its own (results bitwise the same); 0 picks the host's cores per "
-        "rank, at most 4, agreed by all ranks; 1 one lane"},
+        "through an area of its own (results bitwise the same); 0 picks half the host's cores "
+        "per rank, at most 4, agreed by all ranks; 1 one lane"},
        [](Config& c, const std::string& t, const std::string& v) {
          c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
        }},

@@ -33,8 +33,8 @@ struct Config {
   // shared area (shm_collectives_nranks.h) instead of MPI and the ring.
   bool shm_collectives = true;
   // Lanes of a large shared-memory all-reduce: threads per rank, each moving a part of the
-  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: the host's
-  // cores per rank, at most 4; 1: none.
+  // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
+  // host's cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
   // A wait on peers through shared memory spins and yields this long, then sleeps until a peer
   // rings (Note [doorbell] in transport/shm_doorbell.h). 0: never sleeps.

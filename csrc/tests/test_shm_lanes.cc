@@ -71,13 +71,14 @@ TEST(shm_allreduce_in_lanes_equals_the_ring_bit_for_bit) {
   }
 }
 
-TEST(shm_lanes_default_to_the_cores_per_rank) {
-  // The 16-core host: 2 ranks 4 lanes (at most 4), 8 ranks 2, 16 ranks 1; fewer cores than
-  // ranks still one lane; and never more areas than 32 MiB hold.
+TEST(shm_lanes_default_to_half_the_cores_per_rank) {
+  // The 16-core host: 2 ranks 4 lanes, 8 and 16 ranks 1; fewer cores than ranks still one
+  // lane; at most 4; and never more areas than 32 MiB hold.
   CHECK_EQ(Transport::auto_lanes(16, 2, Transport::shared_area_bytes(2)), 4);
-  CHECK_EQ(Transport::auto_lanes(16, 8, Transport::shared_area_bytes(8)), 2);
+  CHECK_EQ(Transport::auto_lanes(16, 8, Transport::shared_area_bytes(8)), 1);
   CHECK_EQ(Transport::auto_lanes(16, 16, Transport::shared_area_bytes(16)), 1);
   CHECK_EQ(Transport::auto_lanes(2, 3, Transport::shared_area_bytes(3)), 1);
+  CHECK_EQ(Transport::auto_lanes(128, 4, Transport::shared_area_bytes(4)), 4);
   CHECK_EQ(Transport::auto_lanes(64, 8, Transport::shared_area_bytes(8)), 3);  // 3 x 9.4 MiB
   CHECK_EQ(Transport::auto_lanes(64, 2, size_t(20) << 20), 1);
 }

@@ -5,8 +5,10 @@
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
 # picks sections (default: "gpu static nranks c10d"; also "lanes", "doorbell", "frameworks"
-# and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the device tool's folder) the whole output is also written to
-# $OUT/device_check.log, and each benchmark's JSON beside it.
+# and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the
+# device tool's folder) the whole output is also written to $OUT/device_check.log, and the
+# GPU and N-rank benchmarks' JSON beside it. The tool brings back 8 files at most, in order of
+# name (a run with more lost its log), so the other sections print only.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 if [ -n "${OUT:-}" ] && [ -z "${HVDLITE_DEVICE_LOGGING:-}" ]; then
@@ -181,8 +183,7 @@ doorbell_section() {
   for after in 50 0; do
     for np in ${HVDLITE_DEVICE_DOORBELL_NRANKS:-2 8 16}; do
       HVDLITE_SHM_SLEEP_AFTER_US=$after gpu_run "$np" 120 examples/allreduce_bench.py \
-        --sizes 4K 4M 64M --parts sweep,latency --target-time 0.2 --rounds 2 --no-gloo \
-        ${OUT:+--json "$OUT/allreduce_bench_${np}_sleep_after$after.json"}
+        --sizes 4K 4M 64M --parts sweep,latency --target-time 0.2 --rounds 2 --no-gloo
     done
     HVDLITE_SHM_SLEEP_AFTER_US=$after OMP_NUM_THREADS=1 gpu_run 8 240 examples/torch_bench.py --models mlp
   done

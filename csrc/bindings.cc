@@ -898,7 +898,7 @@ NB_MODULE(_core, m) {
     std::shared_ptr<Engine> ctx;
     {
       nb::gil_scoped_release release;
-      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes, SharedMemoryOptions{config.shm_lanes, config.shm_sleep_after_us}), config);
+      ctx = std::make_shared<Engine>(make_mpi_transport(config.max_transfer_bytes, SharedMemoryOptions{config.shm_lanes, config.shm_sleep_after_us, config.shm_idle_lanes}), config);
     }
     g_owner_pid = getpid();
     if (!config.timeline.empty()) {

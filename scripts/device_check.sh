@@ -151,23 +151,31 @@ c10d_section() {
 # ---------------------------------------------------------------------------------------
 
 # ---------------------------------------------------------------------------------------
-# Lanes (Note [lanes] in csrc/algorithms/shm_lanes.h) against fewer, in one run: the GPU
-# table and the all-reduce sweep at 2 ranks (auto: 4 lanes, against 1), and the large sizes at
-# 4 ranks (auto 4, against 2) and 8 (auto 2, against 1, twice, alternating). Prints only (the
-# device tool brings back a few files). About 3 minutes.
+# Lanes (Note [lanes] in csrc/algorithms/shm_lanes.h) at 8 ranks, where the default (1 lane:
+# half the cores per rank) reduces 64 MiB slower than 2 lanes, but 2 lanes slowed the torch
+# MLP step: the default, 2 lanes, and idle lanes (HVDLITE_SHM_IDLE_LANES=1, Note [idle lanes]
+# in lane_threads.h: 2 lanes under SCHED_IDLE), alternating, for the all-reduce (twice) and
+# the step (twice); then idle lanes against the default at 2 ranks (4 lanes). Prints only (the
+# device tool brings back a few files). About 5 minutes.
 lanes_section() {
-  local t0=$SECONDS lanes np
+  local t0=$SECONDS i config
   gpu_setup || { failed=1; return; }
-  for lanes in 0 1; do
-    HVDLITE_SHM_LANES=$lanes gpu_run 2 180 examples/gpu_bench.py
-    HVDLITE_SHM_LANES=$lanes gpu_run 2 120 examples/allreduce_bench.py --sizes 256K 4M 64M \
-      --parts sweep --target-time 0.2 --rounds 2 --no-gloo
-  done
-  for np in 4 8 8; do
-    for lanes in 0 $((np == 4 ? 2 : 1)); do
-      HVDLITE_SHM_LANES=$lanes gpu_run "$np" 120 examples/allreduce_bench.py --sizes 4M 64M --parts sweep \
-        --target-time 0.2 --rounds 2 --no-gloo
+  local configs=("HVDLITE_SHM_LANES=0" "HVDLITE_SHM_LANES=2" "HVDLITE_SHM_IDLE_LANES=1")
+  for i in 1 2; do
+    for config in "${configs[@]}"; do
+      (export "$config"; echo "-- lanes: $config"; gpu_run 8 120 examples/allreduce_bench.py \
+        --sizes 4M 64M --parts sweep --target-time 0.2 --rounds 2 --no-gloo) || failed=1
     done
+  done
+  for i in 1 2; do
+    for config in "${configs[@]}"; do
+      (export "$config"; echo "-- lanes: $config"; gpu_run 8 120 examples/torch_bench.py \
+        --models mlp --rounds 5) || failed=1
+    done
+  done
+  for config in "HVDLITE_SHM_IDLE_LANES=0" "HVDLITE_SHM_IDLE_LANES=1"; do
+    (export "$config"; echo "-- lanes: $config"; gpu_run 2 120 examples/allreduce_bench.py \
+      --sizes 4M 64M --parts sweep --target-time 0.2 --rounds 2 --no-gloo) || failed=1
   done
   say "lanes section done in $((SECONDS - t0)) s"
 }

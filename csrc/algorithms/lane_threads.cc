@@ -1,5 +1,8 @@
 #include "algorithms/lane_threads.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 namespace hvdlite {
 
 LaneThreads::~LaneThreads() { stop(); }
@@ -26,6 +29,11 @@ void LaneThreads::start(int count, std::function<void(int)> task, std::function<
     }
     for (int k = 1; k <= count; ++k) {
       threads_.emplace_back([this, k, now] {
+        if (priority_ == Priority::Idle) {
+          sched_param param{};
+          param.sched_priority = 0;
+          pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);  // refused: stays normal
+        }
         uint64_t seen = now;
         for (;;) {
           std::function<void(int)> work;

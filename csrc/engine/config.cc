@@ -113,6 +113,12 @@ const std::vector<Setting>& settings() {
        [](Config& c, const std::string& t, const std::string& v) {
          c.shm_lanes = static_cast<int>(std::min<size_t>(parse_count(v, t), 16));
        }},
+      {{"HVDLITE_SHM_IDLE_LANES", "", "0",
+        "1: the lanes of large shared-memory all-reduces, all but the engine's own, run at the "
+        "scheduler's idle priority (SCHED_IDLE), on cores nothing else wants, so they never take "
+        "a core from the framework's threads; HVDLITE_SHM_LANES=0 then picks all the host's cores "
+        "per rank (at most 4) instead of half"},
+       [](Config& c, const std::string& t, const std::string& v) { c.shm_idle_lanes = parse_bool(v, t); }},
       {{"HVDLITE_SHM_SLEEP_AFTER_US", "", "50",
         "when ranks wait on each other through shared memory, microseconds a wait spins and "
         "yields the core before it sleeps until a peer wakes it (so that a waiting rank leaves "

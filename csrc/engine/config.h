@@ -36,6 +36,9 @@ struct Config {
   // buffer through an area of its own (Note [lanes] in shm_lanes.h). 0: half the
   // host's cores per rank, at most 4; 1: none.
   int shm_lanes = 0;
+  // Lanes but the calling thread's run at the scheduler's idle priority (Note [idle lanes] in
+  // lane_threads.h), and the default lane count is then the host's cores per rank.
+  bool shm_idle_lanes = false;
   // A wait on peers through shared memory spins and yields this long, then sleeps until a peer
   // rings (Note [doorbell] in transport/shm_doorbell.h). 0: never sleeps.
   uint64_t shm_sleep_after_us = 50;

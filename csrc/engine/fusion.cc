@@ -28,7 +28,8 @@ bool same_key(const Response& a, const Response& b) {
 }  // namespace
 
 AllreduceExecutor::AllreduceExecutor(Transport& transport, const Config& config, Complete complete)
-    : transport_(transport), config_(config), complete_(std::move(complete)) {}
+    : transport_(transport), config_(config), complete_(std::move(complete)),
+      lane_threads_(config.shm_idle_lanes ? LaneThreads::Priority::Idle : LaneThreads::Priority::Normal) {}
 
 void AllreduceExecutor::add(const Response& response, TensorEntry* entry) {
   const DataType wire = wire_dtype(response.dtype, response.compression);

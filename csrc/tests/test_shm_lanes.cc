@@ -3,6 +3,10 @@
 // bit for bit (NaNs included, so the operand order is checked too) on data split into
 // spans; lanes follow one-lane collectives on the same transport; the counters add up; a
 // rank that never comes fails the others, whose lane threads end with them.
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -81,6 +85,46 @@ TEST(shm_lanes_default_to_half_the_cores_per_rank) {
   CHECK_EQ(Transport::auto_lanes(128, 4, Transport::shared_area_bytes(4)), 4);
   CHECK_EQ(Transport::auto_lanes(64, 8, Transport::shared_area_bytes(8)), 3);  // 3 x 9.4 MiB
   CHECK_EQ(Transport::auto_lanes(64, 2, size_t(20) << 20), 1);
+  // Idle lanes (Note [idle lanes]) take all the cores per rank.
+  CHECK_EQ(Transport::auto_lanes(16, 8, Transport::shared_area_bytes(8), /*idle_lanes=*/true), 2);
+  CHECK_EQ(Transport::auto_lanes(16, 16, Transport::shared_area_bytes(16), /*idle_lanes=*/true), 1);
+  CHECK_EQ(Transport::auto_lanes(16, 2, Transport::shared_area_bytes(2), /*idle_lanes=*/true), 4);
+}
+
+TEST(idle_lanes_run_at_idle_priority_and_reduce_as_the_ring) {
+  // Kept threads of Priority::Idle run their lanes under SCHED_IDLE (the calling thread keeps
+  // its policy), and the results are the ring's, bit for bit.
+  const int ranks = 3;
+  const size_t count = kLaneMinBytes / sizeof(float) + 777;
+  Fabric fabric(ranks);
+  fabric.lanes = 3;
+  std::vector<std::vector<float>> shm(ranks), ring(ranks);
+  std::atomic<int> idle_lanes_seen{0}, lanes_seen{0};
+  run_ranks(ranks, [&](int r) {
+    auto t = fabric.world(r);
+    LaneThreads kept(LaneThreads::Priority::Idle);
+    // The threads' policy, seen from a task of their own.
+    kept.start(2, [&](int) {
+      int policy = -1;
+      sched_param param{};
+      pthread_getschedparam(pthread_self(), &policy, &param);
+      ++lanes_seen;
+      if (policy == SCHED_IDLE) ++idle_lanes_seen;
+    });
+    kept.finish();
+    int policy = -1;
+    sched_param param{};
+    pthread_getschedparam(pthread_self(), &policy, &param);
+    CHECK(policy != SCHED_IDLE);
+    shm[r] = floats_with_nans(r, count, 41);
+    ring[r] = shm[r];
+    shm_allreduce(*t, spans_of(shm[r]), DataType::Float32, ReduceOp::Sum, 0.25, &kept);
+    std::vector<uint8_t> scratch;
+    ring_allreduce(*t, spans_of(ring[r]), DataType::Float32, ReduceOp::Sum, 0.25, scratch, 4096);
+  });
+  CHECK_EQ(lanes_seen.load(), 2 * ranks);
+  CHECK_EQ(idle_lanes_seen.load(), 2 * ranks);
+  for (int r = 0; r < ranks; ++r) CHECK(same_bits(shm[r], ring[0]));
 }
 
 TEST(shm_lanes_and_one_lane_collectives_follow_one_another) {

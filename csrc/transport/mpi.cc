@@ -89,12 +89,12 @@ std::vector<int> to_ints(const std::vector<size_t>& v) { return std::vector<int>
 
 // Lanes of the shared area (Note [lanes] in shm_lanes.h): `wanted`, or (0)
 // Transport::auto_lanes for the cores this process may run on.
-int lanes_for(int wanted, int local_ranks, size_t area_bytes) {
+int lanes_for(int wanted, int local_ranks, size_t area_bytes, bool idle_lanes) {
   if (wanted > 0) return wanted;
   cpu_set_t cpus;
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus)
                                                                     : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-  return Transport::auto_lanes(cores, local_ranks, area_bytes);
+  return Transport::auto_lanes(cores, local_ranks, area_bytes, idle_lanes);
 }
 
 class MpiTransport : public Transport {
@@ -550,7 +550,7 @@ class MpiTransport : public Transport {
   // and all-reduces take the other algorithms.
   void share_memory() {
     static std::atomic<int> segments{0};
-    lanes_ = lanes_for(shm_options_.lanes, topo_.local_size, shared_area_bytes(topo_.size));
+    lanes_ = lanes_for(shm_options_.lanes, topo_.local_size, shared_area_bytes(topo_.size), shm_options_.idle_lanes);
     check(MPI_Allreduce(MPI_IN_PLACE, &lanes_, 1, MPI_INT, MPI_MIN, data_), "MPI_Allreduce");
     const size_t bytes =
         kDoorbellPartBytes + swap_part_bytes() + static_cast<size_t>(lanes_) * shared_area_bytes(topo_.size);

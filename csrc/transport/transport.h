@@ -121,9 +121,10 @@ class Transport {
   // (containers often give /dev/shm only 64 MiB). On the 16-core host, 2 ranks x 4 lanes
   // reduced 64 MiB 2.1x faster than one lane. 8 ranks x 2 lanes (all its cores) reduced it
   // 1.5-2.0x faster than 8 x 1, but made the torch MLP step at 8 ranks slower (46.6-48.5 ms
-  // against 41.8-43.3): while backward computes, the lanes take its cores.
-  static int auto_lanes(int cores, int local_ranks, size_t area_bytes) {
-    const int per_rank = std::min(4, cores / (2 * std::max(1, local_ranks)));
+  // against 41.8-43.3): while backward computes, the lanes take its cores. Idle lanes (Note
+  // [idle lanes]) take only cores nobody wants: all the cores per rank.
+  static int auto_lanes(int cores, int local_ranks, size_t area_bytes, bool idle_lanes = false) {
+    const int per_rank = std::min(4, cores / ((idle_lanes ? 1 : 2) * std::max(1, local_ranks)));
     const int fit = static_cast<int>((size_t(32) << 20) / std::max<size_t>(1, area_bytes));
     return std::max(1, std::min(per_rank, fit));
   }
@@ -220,6 +221,7 @@ inline std::unique_ptr<Transport> Transport::regroup(const std::vector<int>&,
 struct SharedMemoryOptions {
   int lanes = 0;                // Config::shm_lanes (0: auto)
   uint64_t sleep_after_us = 50;  // Config::shm_sleep_after_us (0: never sleep), Note [doorbell]
+  bool idle_lanes = false;       // Config::shm_idle_lanes (Note [idle lanes])
 };
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, const SharedMemoryOptions& shm);
 const char* mpi_library_version();

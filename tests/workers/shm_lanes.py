@@ -3,9 +3,12 @@
 argv[1]: the lanes HVDLITE_SHM_LANES asked for (the launch sets it). Inputs are small
 integers, so sums are exact in any order; Average's bits must be the same on every rank and
 the same as with one lane (each element keeps its owner and the ring's operand order). The
-transport's counters show the lanes ran for the large all-reduces only.
+transport's counters show the lanes ran for the large all-reduces only. With
+HVDLITE_SHM_IDLE_LANES=1, the lane threads (all threads of this process but the caller's
+and the engine's) run under SCHED_IDLE.
 """
 import hashlib
+import os
 import sys
 
 import numpy as np
@@ -36,6 +39,28 @@ for dtype in (np.float32, np.float64, np.int32, np.float16):
         assert s["shared_memory_allreduces"] == 1, s
         large = count * np.dtype(dtype).itemsize >= LANE_MIN
         assert s["shared_memory_extra_lanes"] == (lanes - 1 if large else 0), (lanes, count, s)
+
+SCHED_IDLE = 5
+
+
+def threads_under_sched_idle():
+    """Threads of this process whose scheduling policy (field 41 of /proc/self/task/T/stat)
+    is SCHED_IDLE."""
+    found = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        found += int(fields[41 - 3]) == SCHED_IDLE  # fields after "pid (comm)" start at 3
+    return found
+
+
+if os.environ.get("HVDLITE_SHM_IDLE_LANES") == "1":
+    assert threads_under_sched_idle() == lanes - 1, (threads_under_sched_idle(), lanes)
+else:
+    assert threads_under_sched_idle() == 0, threads_under_sched_idle()
 
 # Average of random floats: every rank holds the same bits, and its digest must equal the
 # one a launch with one lane prints (tests/test_shm_lanes.py compares them).

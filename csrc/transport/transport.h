@@ -117,12 +117,9 @@ class Transport {
   // shared_area().
   virtual int lanes() { return 1; }
   // Lanes when none are asked for: half the host's cores per rank (the other half stays with
-  // the framework's threads), at most 4, and the lanes' areas together at most 32 MiB
-  // (containers often give /dev/shm only 64 MiB). On the 16-core host, 2 ranks x 4 lanes
-  // reduced 64 MiB 2.1x faster than one lane. 8 ranks x 2 lanes (all its cores) reduced it
-  // 1.5-2.0x faster than 8 x 1, but made the torch MLP step at 8 ranks slower (46.6-48.5 ms
-  // against 41.8-43.3): while backward computes, the lanes take its cores. Idle lanes (Note
-  // [idle lanes]) take only cores nobody wants: all the cores per rank.
+  // the framework's threads; Note [idle lanes] in lane_threads.h has the figures), at most 4,
+  // and the lanes' areas together at most 32 MiB (containers often give /dev/shm only
+  // 64 MiB). Idle lanes take only cores nobody wants: all the cores per rank.
   static int auto_lanes(int cores, int local_ranks, size_t area_bytes, bool idle_lanes = false) {
     const int per_rank = std::min(4, cores / ((idle_lanes ? 1 : 2) * std::max(1, local_ranks)));
     const int fit = static_cast<int>((size_t(32) << 20) / std::max<size_t>(1, area_bytes));

@@ -4,8 +4,8 @@ argv[1]: the lanes HVDLITE_SHM_LANES asked for (the launch sets it). Inputs are 
 integers, so sums are exact in any order; Average's bits must be the same on every rank and
 the same as with one lane (each element keeps its owner and the ring's operand order). The
 transport's counters show the lanes ran for the large all-reduces only. With
-HVDLITE_SHM_IDLE_LANES=1, the lane threads (all threads of this process but the caller's
-and the engine's) run under SCHED_IDLE.
+HVDLITE_SHM_IDLE_LANES=1, the lane threads (lanes - 1 of them) run under SCHED_IDLE, and
+no other thread of the process does.
 """
 import hashlib
 import os

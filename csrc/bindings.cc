@@ -993,7 +993,7 @@ NB_MODULE(_core, m) {
     d["given_back"] = c.given_back;
     return d;
   });
-  // The libraries' folders of the nvidia-* wheels (hvdlite/_device.py finds them); before
+  // The libraries' folders of the nvidia-* wheels (src/hvdlite/_device.py finds them); before
   // the first CUDA tensor.
   m.def("set_device_library_dirs", &device::set_library_dirs, nb::arg("cudart"), nb::arg("nccl"));
   m.def("device_libraries", [] {

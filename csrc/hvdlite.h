@@ -9,7 +9,7 @@
 
 namespace hvdlite {
 
-// One status enum for every failure. Keep in sync with hvdlite/exceptions.py STATUS_TO_ERROR.
+// One status enum for every failure. Keep in sync with src/hvdlite/exceptions.py STATUS_TO_ERROR.
 enum class Status : int {
   Success = 0,
   InvalidArgument = 1,  // bad local input, rejected before anything is sent

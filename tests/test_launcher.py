@@ -1,4 +1,4 @@
-"""Tests of the hvdlite-run launcher (hvdlite/runner).
+"""Tests of the hvdlite-run launcher (src/hvdlite/runner).
 
 Jobs are started as ``python -m hvdlite.runner`` (the same code as the ``hvdlite-run``
 console script) under ``timeout``, so a hang fails the test instead of eating CI's time.

@@ -46,7 +46,7 @@ def static_build(tmp_path_factory):
     _run([cmake, "--build", str(build), "--parallel", "2"])   # runs the export check too
     module = next(build.glob("_core*.so"))
     package = tmp / "pkg" / "hvdlite"
-    shutil.copytree(os.path.join(REPO, "hvdlite"), package,
+    shutil.copytree(os.path.join(REPO, "src", "hvdlite"), package,
                     ignore=shutil.ignore_patterns("_core*.so", "__pycache__"))
     shutil.copy(module, package / module.name)
     return module, package.parent

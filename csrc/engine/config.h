@@ -1,6 +1,6 @@
 // Every setting hvdlite reads from the environment, in one table (settings_table()): its
 // HVDLITE_* name, the HOROVOD_* alias an existing job script may use, its default and what it
-// means. Config::from_env() reads them once at init(); hvdlite/config.py and the settings
+// means. Config::from_env() reads them once at init(); src/hvdlite/config.py and the settings
 // table of docs/settings.md are generated from the same table.
 #pragma once
 

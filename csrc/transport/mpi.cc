@@ -28,7 +28,7 @@ namespace hvdlite {
 namespace {
 
 bool g_we_initialized_mpi = false;
-// Set by hvdlite.elastic for the processes it adds (see hvdlite/elastic/settings.py).
+// Set by hvdlite.elastic for the processes it adds (see src/hvdlite/elastic/settings.py).
 constexpr const char* kAddedRankEnv = "HVDLITE_ELASTIC_WORKER_ID";
 
 std::string error_string(int rc) {

@@ -1,4 +1,4 @@
-"""The TensorFlow and JAX adapters of hvdlite/convert/dlpack_arrays.py: on host arrays here
+"""The TensorFlow and JAX adapters of src/hvdlite/convert/dlpack_arrays.py: on host arrays here
 (workers/dlpack_adapters_host.py); on a GPU, workers/gpu_frameworks_cuda.py (the device
 check runs it; skipped here without a GPU that TensorFlow or JAX sees)."""
 import os

@@ -258,7 +258,7 @@ def test_pipelined_staging_overlaps_copies_and_reduction(standin):
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_framework_arrays_through_dlpack(standin, np_):
-    # TensorFlow / JAX style arrays (hvdlite/convert/dlpack_arrays.py): the stream hand-off
+    # TensorFlow / JAX style arrays (src/hvdlite/convert/dlpack_arrays.py): the stream hand-off
     # and the sync hand-off, the consumer's kernel after the call without a host sync.
     proc = run_mpi(np_, "workers/gpu_standin_dlpack.py", "ok", timeout=240,
                    env={"HVDLITE_CUDA_RUNTIME_LIBRARY": standin, "CUDA_STANDIN_COPY_DELAY_US": "2000"})

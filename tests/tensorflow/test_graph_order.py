@@ -3,7 +3,7 @@ on different ranks, with fewer inter-op threads than collectives, finish instead
 deadlocking (tests/workers/tf_graph_order.py; fails after the stall shutdown time if a TF1
 collective waits in the op that submits it); and fetching one collective runs only it
 (tests/workers/tf_graph_fetch.py; Note [TF1 collectives: submit, then wait in a critical
-section] in hvdlite/tensorflow/mpi_ops.py)."""
+section] in src/hvdlite/tensorflow/mpi_ops.py)."""
 import pytest
 
 from mpi_launch import run_mpi

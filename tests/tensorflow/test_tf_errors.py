@@ -1,5 +1,5 @@
 """In process: every error the core can raise reaches TensorFlow code as both its hvdlite
-class and a ``tf.errors`` class (hvdlite/convert/tf_errors.py)."""
+class and a ``tf.errors`` class (src/hvdlite/convert/tf_errors.py)."""
 import pickle
 
 import pytest

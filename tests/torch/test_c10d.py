@@ -1,4 +1,4 @@
-"""torch.distributed's "hvdlite" backend (hvdlite/torch/distributed.py) under mpirun.
+"""torch.distributed's "hvdlite" backend (src/hvdlite/torch/distributed.py) under mpirun.
 
 - every collective checked exactly: at 2 ranks through env:// (torchrun's variables), at 3
   ranks through hvdlite:// with the engine started by hvdlite.init() first (joined), in

@@ -1,4 +1,4 @@
-"""The hvdlite group's timeout (Note [group timeouts] in hvdlite/c10d/calls.py), at 2
+"""The hvdlite group's timeout (Note [group timeouts] in src/hvdlite/c10d/calls.py), at 2
 ranks: a barrier only rank 0 calls ends after the group's timeout with a GroupTimeoutError (a
 DistBackendError, "Timed out waiting 2000ms"), its request still in flight, so rank 1's late
 barrier completes it and the group goes on; a call's own timeout (barrier(timeout=...)) and

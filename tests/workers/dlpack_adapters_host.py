@@ -1,4 +1,4 @@
-"""The TensorFlow and JAX adapters of hvdlite/convert/dlpack_arrays.py on host arrays (CI has
+"""The TensorFlow and JAX adapters of src/hvdlite/convert/dlpack_arrays.py on host arrays (CI has
 no GPU; tests/gpu/test_dlpack_adapters.py runs this at 2 ranks): the output each makes is a
 fresh buffer the core writes through DLPack, and the framework then sees the results in it.
 TensorFlow's adapter runs whole (its sync hand-off needs no GPU); JAX's stream hand-off is

@@ -1,4 +1,4 @@
-"""Framework GPU arrays through DLPack (hvdlite/convert/dlpack_arrays.py, Note [DLPack
+"""Framework GPU arrays through DLPack (src/hvdlite/convert/dlpack_arrays.py, Note [DLPack
 hand-off without a framework stream]) against the stand-in CUDA runtime: arrays written by
 a slow fake kernel on the framework's own stream, one framework ordering them through
 ``__dlpack__(stream=)`` (as JAX), one only through a device sync (as TensorFlow).

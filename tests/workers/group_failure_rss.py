@@ -8,7 +8,7 @@ goes on. Leaking the group would keep ~4 MiB per failure (inputs and outputs); t
 after the failures must stay within 64 MiB of the RSS after a warm-up.
 
 Python's cycle collector is off while the failures run: a failed group must be freed by
-reference counting alone (see Note [no cycles through a failed Work] in hvdlite/work.py), and
+reference counting alone (see Note [no cycles through a failed Work] in src/hvdlite/work.py), and
 the collector must find no hvdlite object left in a cycle afterwards.
 """
 import gc

@@ -5,7 +5,7 @@ Each collective's input is created in rank order on rank 0 and in reverse on ran
 the ranks' executors see the collectives become ready in different orders. Unchained, each
 rank blocks its inter-op threads in collectives the other rank has not reached, and neither
 ever submits what the other waits for. hvdlite chains the collectives of a TF1 graph in
-creation order (hvdlite/tensorflow/mpi_ops.py, ``cross``), which must make this run. The
+creation order (src/hvdlite/tensorflow/mpi_ops.py, ``cross``), which must make this run. The
 test sets HVDLITE_STALL_SHUTDOWN_TIME_SECONDS, so a deadlock ends the job with the stall
 inspector's message instead of hanging.
 """

@@ -69,7 +69,7 @@ class PollingCompleter(Completer):
 
 class WatchingCompleter:
     """Completes a Work on hvdlite's completion thread once its requests finish
-    (hvdlite/completions.py): woken once per finished request and never per submission, in
+    (src/hvdlite/completions.py): woken once per finished request and never per submission, in
     the order requests finish, so one group's future is not held back behind another's."""
 
     def submit(self, work):

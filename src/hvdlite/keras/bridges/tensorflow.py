@@ -12,7 +12,7 @@ from hvdlite.convert.tf_requests import make_allreduce_grads_fn, process_set_or_
 
 
 def gradient_reducer(name, op, predivide, compression, sparse_as_dense, process_set, what):
-    # (Stateful compression never reaches a bridge: hvdlite/keras/stateful_compression.py.)
+    # (Stateful compression never reaches a bridge: src/hvdlite/keras/stateful_compression.py.)
     reduce_all = make_allreduce_grads_fn(name, compression, sparse_as_dense, op, predivide,
                                          what, process_set_or_global(process_set))
 

@@ -1,4 +1,4 @@
-"""What the ``torch.distributed`` backend ``"hvdlite"`` (hvdlite/torch/distributed.py) decides,
+"""What the ``torch.distributed`` backend ``"hvdlite"`` (src/hvdlite/torch/distributed.py) decides,
 free of torch: the adapter converts tensors and glues c10d; the rules live here.
 
 - :mod:`.calls`: a group's calls named in call order, their errors and timeouts;

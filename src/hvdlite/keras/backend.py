@@ -3,7 +3,7 @@
 Keras 3 picks its backend once per process (``KERAS_BACKEND`` or ``~/.keras/keras.json``);
 ``hvdlite.keras`` reads it at import. Everything Keras-level (the optimizer wrapper, the
 callbacks) is written once in this package against a *bridge*: a module in
-``hvdlite/keras/bridges/`` that all-reduces, all-gathers and broadcasts the backend's own
+``src/hvdlite/keras/bridges/`` that all-reduces, all-gathers and broadcasts the backend's own
 tensors, eagerly and inside the backend's compiled train step, and runs one of two
 variable-updating branches on a tensor predicate.
 """
@@ -14,7 +14,7 @@ import keras
 
 from hvdlite.exceptions import HvdliteInvalidArgumentError
 
-#: Keras backends hvdlite can serve, each with its bridge module in hvdlite/keras/bridges/.
+#: Keras backends hvdlite can serve, each with its bridge module in src/hvdlite/keras/bridges/.
 SUPPORTED_BACKENDS = ("tensorflow", "torch", "jax")
 
 BACKEND = keras.backend.backend()

@@ -130,7 +130,7 @@ class Work:
 
     def when_done(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once every member has finished (successfully or not), on
-        hvdlite's completion thread, without anyone waiting (hvdlite/completions.py); a
+        hvdlite's completion thread, without anyone waiting (src/hvdlite/completions.py); a
         ``wait()`` there returns at once. At once, here, when the Work is done already."""
         # No lock: a wait() in progress holds it until the requests finish. A member that
         # wait() took meanwhile counts as finished.

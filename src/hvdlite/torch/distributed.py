@@ -11,7 +11,7 @@ starts hvdlite's engine (or joins the one ``hvdlite.init()`` started) and takes 
 world size from it; ``hvdlite://`` also gives torch a real key-value store (a TCPStore on
 rank 0 whose address travels through the engine). ``dist.init_process_group("hvdlite")``
 with no init_method does the same where torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` are
-not set (Note [start-up without init_method] in hvdlite/c10d/startup.py); with
+not set (Note [start-up without init_method] in src/hvdlite/c10d/startup.py); with
 torchrun-style variables set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
 torch's ``env://`` is used, as long as the processes were started by MPI.
 
@@ -20,10 +20,10 @@ The process group is a Python subclass of ``torch.distributed.ProcessGroup`` (c1
 the tensors' memory to hvdlite's core through DLPack, as ``hvdlite.torch`` does, and
 returns a :class:`HvdliteWork` whose future completes when the engine finishes. This module
 converts tensors and glues c10d; what a call means (its name in call order, Note [c10d
-names]; timeouts; sizes and splits; process sets; start-up) is decided in hvdlite/c10d/.
+names]; timeouts; sizes and splits; process sets; start-up) is decided in src/hvdlite/c10d/.
 
 ``send``/``recv``/``isend``/``irecv`` (with tags, from any source) and ``batch_isend_irecv``
-run on the group's point-to-point channel in the core (hvdlite/p2p.py), beside the engine:
+run on the group's point-to-point channel in the core (src/hvdlite/p2p.py), beside the engine:
 they are not collective, so nothing about them is negotiated or named.
 """
 
@@ -60,7 +60,7 @@ class GroupTimeoutError(HvdliteTimeoutError, dist.DistBackendError):
 
 
 class HvdliteWork(CallWork, dist._Work):
-    """A c10d Work over one hvdlite Work (hvdlite/c10d/call_work.py): its future is torch's,
+    """A c10d Work over one hvdlite Work (src/hvdlite/c10d/call_work.py): its future is torch's,
     its timeout error a ``DistBackendError``."""
 
     future_type = torch.futures.Future
@@ -574,7 +574,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
     def _p2p(self, what, tensors, peer, tag):
         """send / recv (``peer``: a rank of this group, None: any) of one CPU tensor, of any
         dtype and layout: a non-contiguous one goes through a contiguous copy (copied back
-        after a recv). Never negotiated (hvdlite/p2p.py): the Work completes when the message
+        after a recv). Never negotiated (src/hvdlite/p2p.py): the Work completes when the message
         has gone out / arrived."""
         label = f"point-to-point in group {self._label!r}"
         if len(tensors) != 1:
@@ -598,7 +598,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
     def recv_anysource(self, tensors, tag=0):
         return self._p2p("recv", tensors, None, tag)
 
-    # -- groups (hvdlite/c10d/group_sets.py) --------------------------------------------
+    # -- groups (src/hvdlite/c10d/group_sets.py) --------------------------------------------
 
     @property
     def new_group(self):
@@ -630,7 +630,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
 
 
 # ---------------------------------------------------------------------------------------
-# start-up: the creator and the hvdlite:// rendezvous (hvdlite/c10d/startup.py)
+# start-up: the creator and the hvdlite:// rendezvous (src/hvdlite/c10d/startup.py)
 
 def _create(backend_opts, pg_options):
     """``register_backend``'s creator (extended API): the group's ranks and name come in."""
@@ -696,7 +696,7 @@ def _wrap_torch(name):
 
 @_wrap_torch("init_process_group")
 def _init_process_group(torch_init, call):
-    """Note [start-up without init_method] (hvdlite/c10d/startup.py)."""
+    """Note [start-up without init_method] (src/hvdlite/c10d/startup.py)."""
     if startup.needs_hvdlite_rendezvous(call.arguments):
         call.arguments["init_method"] = "hvdlite://"
     return torch_init(*call.args, **call.kwargs)

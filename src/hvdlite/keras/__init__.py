@@ -14,7 +14,7 @@ Works with ``KERAS_BACKEND=tensorflow``, ``torch`` and ``jax`` (read from Keras 
                          hvd.callbacks.MetricAverageCallback()],
               verbose=1 if hvd.rank() == 0 else 0)
 
-How gradients reach the core on each backend (see hvdlite/keras/bridges/):
+How gradients reach the core on each backend (see src/hvdlite/keras/bridges/):
 - TensorFlow: hvdlite.tensorflow's collectives (one ``tf.numpy_function`` per step);
 - torch: hvdlite.torch's collectives on the gradient tensors (Keras' torch trainer is eager);
 - JAX: the jitted train step calls the core through ``jax.experimental.io_callback``.

@@ -6,7 +6,7 @@ step (through ``stateless_apply``) on JAX. ``DistributedOptimizer`` returns an i
 a subclass of your optimizer's class (same class name and module, so saved models load
 without hvdlite) whose ``apply`` all-reduces the gradients, all in ONE grouped request
 named ``<name>.<index>``, before the usual update. How the backend's tensors reach the
-core is the bridge's business (hvdlite/keras/bridges/).
+core is the bridge's business (src/hvdlite/keras/bridges/).
 
 ``backward_passes_per_step=N`` (Horovod's local gradient aggregation): every call adds the
 gradients to accumulators (optimizer variables, so they live in JAX's stateless state and

@@ -3,7 +3,7 @@ matching ``tf.errors`` class, as Horovod raises it, so code catching either catc
 
 Inside a graph a collective is a ``tf.numpy_function``, whose kernel would turn most of
 these into UnknownError; there the error's ``error_code`` and message are handed to the
-HvdliteCheckStatus op, which raises the same ``tf.errors`` class (hvdlite/convert/
+HvdliteCheckStatus op, which raises the same ``tf.errors`` class (src/hvdlite/convert/
 tf_check_status.py; Note [error classes in TensorFlow graphs] in
 csrc/frameworks/tensorflow/check_status_op.c).
 """

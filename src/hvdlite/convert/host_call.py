@@ -1,4 +1,4 @@
-"""The host side of every Keras bridge's ``host_call`` (see hvdlite/keras/bridges/), free of
+"""The host side of every Keras bridge's ``host_call`` (see src/hvdlite/keras/bridges/), free of
 any framework: the function runs on writable numpy copies of its arguments, and its results
 come back with the shapes and dtypes the bridge promised the compiled step. Each bridge wraps
 it in its own crossing: a JAX host callback, a ``tf.numpy_function``, a direct call on torch.

@@ -1,6 +1,6 @@
 """JAX arrays in and out of the core, for the Keras JAX bridge: the dtypes the core moves,
 the host callback by which a jitted step reaches the core (``io_callback`` where program
-order matters, ``pure_callback`` where it does not: see hvdlite/keras/bridges/jax.py), and
+order matters, ``pure_callback`` where it does not: see src/hvdlite/keras/bridges/jax.py), and
 the grouped all-reduce on arrays traced or not. The core gets numpy arrays, or for concrete
 GPU arrays their DLPack capsules (convert/dlpack_arrays.py), never JAX's."""
 

@@ -114,7 +114,7 @@ def _devices() -> List[str]:
 
 def _tf_op_library() -> str:
     """Whether the op that keeps hvdlite's error classes in TensorFlow graphs was built
-    (hvdlite/convert/tf_check_status.py); without it those errors are UnknownError."""
+    (src/hvdlite/convert/tf_check_status.py); without it those errors are UnknownError."""
     try:
         found = [p for p in tf_op_library.library_paths() if os.path.exists(p)]
     except Exception as e:  # noqa: BLE001 - reported, like a core that does not load

@@ -34,6 +34,7 @@
 #include "device/nccl_library.h"
 #include "device/staging.h"
 #include "hvdlite.h"
+#include "mpi/library.h"
 #include "observability/timeline.h"
 #include "transport/peer_channel.h"
 
@@ -1008,8 +1009,14 @@ NB_MODULE(_core, m) {
     nb::dict d;
     d["cuda_runtime"] = describe_library(device::cuda_runtime_info());
     d["nccl"] = describe_library(device::nccl_library_info());
+    // The CUDA devices this process can see (0 without a runtime, or when it finds none).
+    int devices = 0;
+    const device::CudaRuntime* cuda = device::cuda_runtime();
+    if (!cuda || cuda->GetDeviceCount(&devices) != device::kSuccess) devices = 0;
+    d["cuda_devices"] = devices;
     return d;
-  }, "What --check-build prints: each device library found (path, version) or why not.");
+  }, "What --check-build prints: each device library found (path, version) or why not, and "
+     "how many CUDA devices are visible.");
   // A forked child must not abort its parent's job: there it does nothing.
   m.def("abort", [](int code) {
     if (!in_forked_child()) context_ref()->abort(code);
@@ -1057,14 +1064,26 @@ NB_MODULE(_core, m) {
   m.def("hierarchical_allreduce_active", [] { return context_ref()->hierarchical_allreduce(); });
   m.def("build_info", [] {
     nb::dict d;
-    d["mpirun"] = HVDLITE_MPIRUN;
-    d["mpicxx"] = HVDLITE_MPICXX;
-    d["mpi_library_version"] = std::string(mpi_library_version());
     d["nccl"] = device::nccl() != nullptr;
-    d["fault_tolerant"] = mpi_fault_tolerant();
     auto [linkage, path] = libstdcxx_linkage();
     d["libstdcxx"] = linkage;
     d["libstdcxx_path"] = path;
+    return d;
+  });
+  // Note [one wheel, any MPI] (csrc/mpi/library.cc): src/hvdlite/mpi_library.py picks the
+  // library; loading it initialises nothing (MPI_Init_thread runs in init()).
+  m.def("load_mpi", [](const std::string& library, const std::string& plugin_dir) {
+    mpi::load(library, plugin_dir);
+  }, nb::arg("library"), nb::arg("plugin_dir"));
+  m.def("loaded_mpi", []() -> nb::object {
+    const mpi::LoadedMpi* m = mpi::loaded();
+    if (!m) return nb::none();
+    nb::dict d;
+    d["library"] = m->library;
+    d["abi"] = m->abi;
+    d["plugin"] = m->plugin;
+    d["version"] = std::string(mpi_library_version());
+    d["fault_tolerant"] = mpi_fault_tolerant();
     return d;
   });
 

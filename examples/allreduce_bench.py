@@ -465,16 +465,17 @@ def run(args):
         if rank == 0:
             print(msg, flush=True)
 
-    from hvdlite import _core
-    info = _core.build_info()
+    from hvdlite import mpi_library
+    info = mpi_library.load()
     results = {
         "config": {
             "ranks": n, "local_size": coord.local_size, "quick": quick, "target_time_s": target,
             "rounds": phases,
             "torch_threads": torch.get_num_threads() if torch is not None else None,
             "torch_version": torch.__version__ if torch is not None else None,
-            "mpi_library_version": str(info.get("mpi_library_version", "")).strip().splitlines()[0]
-                                   if info.get("mpi_library_version") else "",
+            "mpi_library_version": str(info.get("version", "")).strip().splitlines()[0]
+                                   if info.get("version") else "",
+            "mpi_library": info.get("library", ""),
             "hvdlite_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("HVDLITE_")},
             "hostname": socket.gethostname(), "cpus": os.cpu_count(),
             "date": datetime.datetime.now().isoformat(timespec="seconds"),

@@ -332,8 +332,8 @@ def free_ports(n):
 
 def mpirun():
     try:
-        from hvdlite import _core
-        path = _core.build_info().get("mpirun")
+        from hvdlite import mpi_library
+        path = mpi_library.launcher_program(mpi_library.load()["library"])
         if path:
             return path
     except Exception:  # noqa: BLE001

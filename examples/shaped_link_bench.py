@@ -90,11 +90,11 @@ def two_hosts(args):
     reason = namespaces_unavailable_reason()
     if reason:
         raise SystemExit(reason)
-    from hvdlite import _core
+    from hvdlite import mpi_library
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with make_hosts(rate=args.rate or None) as cluster:
-        argv = [_core.build_info()["mpirun"], "-np", "2", "-H",
+        argv = [mpi_library.launcher_program(mpi_library.load()["library"]), "-np", "2", "-H",
                 ",".join(f"{n}:1" for n in cluster.names), "--bind-to", "none",
                 sys.executable, os.path.abspath(__file__), "--steps", str(args.steps),
                 "--warmup", str(args.warmup), "--width", str(args.width),

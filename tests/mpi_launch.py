@@ -1,7 +1,8 @@
 """Launch a worker script under mpirun with a hard timeout; used by every multi-process test.
 
-The mpirun is the one hvdlite was built with, spoken to in its own dialect (Open MPI 4/5,
-MPICH; ``hvdlite.runner.dialect``), so the suite runs unchanged on any of them. A hang fails
+The mpirun is the one beside the MPI library hvdlite loads (``hvdlite.mpi_library``), spoken to
+in its own dialect (Open MPI 4/5, MPICH, Intel MPI; ``hvdlite.runner.dialect``), so the suite
+runs unchanged on any of them. A hang fails
 the test after ``timeout`` seconds (``timeout`` kills mpirun and its ranks) instead of
 eating CI's time.
 """
@@ -15,15 +16,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 DEFAULT_TIMEOUT = 300
 
-if REPO not in sys.path:   # the tests run against the source tree
+if REPO not in sys.path:   # for tests.* helpers; hvdlite itself is the installed package
     sys.path.insert(0, REPO)
 
 
 @functools.lru_cache(maxsize=None)
 def mpi():
-    """(mpirun path, its dialect) for the MPI hvdlite was built with."""
+    """(mpirun path, its dialect) for the MPI library hvdlite loads."""
     from hvdlite.runner import launch
-    info, why = launch._built_info()
+    info, why = launch._mpi_info()
     if why:
         raise RuntimeError(why)
     mpirun, _ = launch.find_mpirun(None, info)

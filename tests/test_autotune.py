@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import mpi_launch
 from mpi_launch import run_mpi
 from test_timeline import load_checked
 
@@ -89,7 +90,7 @@ def test_two_hosts_tune_hierarchical_on_and_off_first(cluster, tmp_path):
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **settings)
     forward = [a for name in settings for a in ("-x", name)]
-    argv = [_core.build_info()["mpirun"], "-np", "4", "-H", ",".join(f"{n}:2" for n in cluster.names),
+    argv = [mpi_launch.mpirun_path(), "-np", "4", "-H", ",".join(f"{n}:2" for n in cluster.names),
             "--bind-to", "none", *forward, sys.executable,
             os.path.join(HERE, "workers", "autotune_hierarchical.py"), "60"]
     proc = cluster.run(cluster.names[0], argv, timeout=180, env=env)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import elastic_digits as problem
-from hvdlite import _core
+from hvdlite import mpi_library
 from hvdlite.contract import membership
 from hvdlite.runner import dialect, elastic, launch
 from mpi_launch import run_once_more_if_mpi_never_started
@@ -29,7 +29,7 @@ HARD_TIMEOUT = 300   # seconds per job (torch or TF import at 3 ranks on 2 share
 TOLERANCE = 1e-12
 
 pytestmark = pytest.mark.timeout(HARD_TIMEOUT + 60)
-needs_ulfm = pytest.mark.skipif(not _core.build_info()["fault_tolerant"],
+needs_ulfm = pytest.mark.skipif(not mpi_library.load()["fault_tolerant"],
                                 reason="hvdlite built against an MPI without ULFM")
 
 

@@ -49,6 +49,9 @@ def static_build(tmp_path_factory):
     shutil.copytree(os.path.join(REPO, "src", "hvdlite"), package,
                     ignore=shutil.ignore_patterns("_core*.so", "__pycache__"))
     shutil.copy(module, package / module.name)
+    (package / "mpi_plugins").mkdir()
+    for plugin in build.glob("libhvdlite_mpi_*.so"):
+        shutil.copy(plugin, package / "mpi_plugins" / plugin.name)
     return module, package.parent
 
 

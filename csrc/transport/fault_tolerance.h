@@ -1,18 +1,18 @@
 // What the MPI backend needs from MPI's fault-tolerance extension (ULFM): classifying a
 // failed call as a lost process, revoking a communicator so every member's pending and future
-// calls on it fail, and shrinking it to the survivors. Two implementations, chosen by CMake:
-// ulfm.cc where the MPI has MPIX_Comm_shrink (Open MPI 5), no_ulfm.cc elsewhere (MPICH, Intel
-// MPI, Open MPI 4), where a lost process still ends the job as MPI itself decides.
+// calls on it fail, and shrinking it to the survivors. Available where the loaded MPI has
+// MPIX_Comm_shrink (Open MPI 5); elsewhere (MPICH, Intel MPI, Open MPI 4) a lost process still
+// ends the job as MPI itself decides.
 #pragma once
 
-#include <mpi.h>
+#include "mpi/calls.h"
 
 #include <vector>
 
 namespace hvdlite {
 namespace fault_tolerance {
 
-// True when this build can survive a lost process (the MPI has ULFM).
+// True when the loaded MPI lets the job survive a lost process (it has ULFM).
 bool available();
 // True when `rc` (an MPI return code) says a process of the communicator died or the
 // communicator was revoked because one did.

@@ -1,7 +1,7 @@
 // The MPI backend: two private communicators, one for negotiation (control) and one for
 // tensor data, so neither can mix with the other or with the user's own MPI. The world's are
 // duplicates of MPI_COMM_WORLD; split() derives a process set's pair from them.
-#include <mpi.h>
+#include "mpi/calls.h"
 
 #include <sched.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <string>
 
 #include "hvdlite.h"
+#include "mpi/library.h"
 #include "transport/fault_tolerance.h"
 #include "transport/mpi_peer_channel.h"
 #include "transport/shm_board.h"
@@ -730,21 +731,25 @@ class MpiTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, const SharedMemoryOptions& shm) {
+  if (!mpi::loaded()) {
+    throw Error(Status::Internal, "no MPI library is loaded (hvdlite.init() loads one first)");
+  }
   return MpiTransport::world(max_transfer_bytes, shm);
 }
 
 const char* mpi_library_version() {
   static char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
-  if (!version[0]) {
+  if (!version[0] && mpi::loaded()) {
     int len = 0;
     MPI_Get_library_version(version, &len);
   }
   return version;
 }
 
-bool mpi_fault_tolerant() { return fault_tolerance::available(); }
+bool mpi_fault_tolerant() { return mpi::loaded() && fault_tolerance::available(); }
 
 void finalize_mpi_if_owned() {
+  if (!mpi::loaded()) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (g_we_initialized_mpi && !finalized) MPI_Finalize();

@@ -2,7 +2,7 @@
 // for user point-to-point alone.
 #pragma once
 
-#include <mpi.h>
+#include "mpi/calls.h"
 
 #include <memory>
 

@@ -211,7 +211,8 @@ inline std::unique_ptr<Transport> Transport::regroup(const std::vector<int>&,
   throw Error(Status::InvalidArgument, "this transport cannot add or remove ranks");
 }
 
-// Backends. Each lives in its own file (transport/mpi.cc). max_transfer_bytes: the largest
+// Backends. Each lives in its own file (transport/mpi.cc, over the MPI that mpi/library.h
+// loaded, which must be loaded first). max_transfer_bytes: the largest
 // byte count one MPI collective call is given (Config::max_transfer_bytes). A process that an
 // elastic job started (MPI_Comm_spawn, see Transport::regroup) joins its job's world here.
 // `shm`: how every transport made from this one uses a host's shared memory.
@@ -222,7 +223,7 @@ struct SharedMemoryOptions {
 };
 std::unique_ptr<Transport> make_mpi_transport(size_t max_transfer_bytes, const SharedMemoryOptions& shm);
 const char* mpi_library_version();
-// True when the MPI backend can survive a lost rank (built against an MPI with ULFM).
+// True when the MPI backend can survive a lost rank (the loaded MPI has ULFM).
 bool mpi_fault_tolerant();
 // Finalizes MPI at process exit if hvdlite was the one that initialised it.
 void finalize_mpi_if_owned();

@@ -8,7 +8,7 @@ import time
 import traceback
 import threading
 
-from . import _core, _device, policy, config, work, process_sets as _process_sets
+from . import _core, _device, mpi_library, policy, config, work, process_sets as _process_sets
 from .contract import elastic_env as _elastic_settings
 from .contract.markers import ABORT_MARKER, GUARDED_ENV
 
@@ -49,6 +49,7 @@ def init(comm=None, process_sets=None):
             _install_excepthook(settings["abort_on_error"])
             _atexit_registered = True
     _device.tell_core()  # the nvidia-* wheels' libraries, for CUDA tensors
+    mpi_library.load()   # the MPI library and its plugin (Note [one wheel, any MPI])
     _core.init()
     _process_sets._init_process_sets(process_sets)
 

@@ -19,8 +19,8 @@ from standins.build import cudart_standin, nccl_standin  # noqa: E402
 
 
 def _fault_tolerant():
-    from hvdlite import _core
-    return _core.build_info()["fault_tolerant"]
+    from hvdlite import mpi_library
+    return mpi_library.load()["fault_tolerant"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import os
 import sys
 import time
 
-from hvdlite import _core, policy, process_sets
+from hvdlite import _core, mpi_library, policy, process_sets
 from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteInvalidArgumentError)
 from hvdlite.contract import elastic_env as settings, membership
@@ -27,10 +27,11 @@ def _say(text):
 
 
 def _check_fault_tolerant():
-    if not _core.build_info()["fault_tolerant"]:
+    mpi = mpi_library.load()
+    if not mpi["fault_tolerant"]:
         raise HvdliteInvalidArgumentError(
-            "hvdlite.elastic: this hvdlite was built against an MPI without ULFM "
-            f"({_core.build_info()['mpi_library_version'].splitlines()[0]}); a lost rank cannot "
+            "hvdlite.elastic: the MPI library loaded has no ULFM "
+            f"({mpi['library']}: {mpi['version'].splitlines()[0]}); a lost rank cannot "
             "be survived. Use Open MPI 5 (launched by hvdlite-run --min-np, which adds "
             "--with-ft ulfm).")
 

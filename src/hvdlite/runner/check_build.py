@@ -1,4 +1,5 @@
-"""``hvdlite-run --check-build`` / ``python -m hvdlite --check-build``: how hvdlite was built.
+"""``hvdlite-run --check-build`` / ``python -m hvdlite --check-build``: how hvdlite was built,
+and the MPI library and device libraries it finds here.
 
 Framework versions come from package metadata, so the check does not import torch or
 TensorFlow (seconds each).
@@ -43,22 +44,34 @@ def _framework_version(module: str, distributions) -> Optional[str]:
 
 
 def _mpi() -> Tuple[List[str], bool, str]:
-    """(lines about MPI, NCCL built, problem or '')."""
+    """(lines about the MPI library hvdlite loads, NCCL loadable, problem or '')."""
     try:
         from hvdlite import _core
         info = dict(_core.build_info())
     except Exception as e:
         return [], False, f"hvdlite's core is not built or cannot load: {type(e).__name__}: {e}"
-    from .dialect import UnknownMPI, from_version_text
-    library = " ".join(info.get("mpi_library_version", "").split()) or "unknown"
+    from hvdlite import mpi_library
     try:
-        flavour = from_version_text(info.get("mpi_library_version", "")).describe()
+        mpi = mpi_library.load()
+    except Exception as e:  # noqa: BLE001 - reported: what was searched and what to do
+        return [f"    libstdc++:     {_libstdcxx(info)}"], bool(info.get("nccl")), \
+            f"{type(e).__name__}: {e}"
+    from .dialect import UnknownMPI, from_version_text
+    library = " ".join(mpi["version"].split()) or "unknown"
+    try:
+        flavour = from_version_text(mpi["version"]).describe()
     except UnknownMPI:
         flavour = "an MPI hvdlite-run does not know (use --mpi-args)"
-    lines = [f"    MPI library:   {library[:160]}",
+    ulfm = ("yes (elastic jobs survive a lost rank)" if mpi["fault_tolerant"]
+            else "no (a lost rank ends the job)")
+    lines = [f"    library:       {mpi['library']}",
+             f"    found by:      {mpi['reason']}",
+             f"    ABI family:    {mpi_library.FAMILY_NAMES[mpi['abi']]} ({mpi['abi']} plugin: "
+             f"{mpi['plugin']})",
+             f"    version:       {library[:160]}",
              f"    flavour:       {flavour}",
-             f"    mpicxx:        {info.get('mpicxx') or '(unknown)'}",
-             f"    mpirun:        {info.get('mpirun') or '(none found at build time)'}",
+             f"    ULFM:          {ulfm}",
+             f"    mpirun:        {mpi_library.launcher_program(mpi['library']) or '(none found)'}",
              f"    libstdc++:     {_libstdcxx(info)}"]
     return lines, bool(info.get("nccl")), ""
 
@@ -92,18 +105,28 @@ def _nccl_version(v: int) -> str:
 
 
 def _devices() -> List[str]:
-    """Lines about the device libraries the core loads at run time (csrc/device/)."""
+    """Lines about the device libraries the core loads at run time (csrc/device/): what is
+    used where a CUDA device is visible, else that none is and what would be used."""
     try:
         from hvdlite import _device
         libs = _device.libraries()
     except Exception as e:  # noqa: BLE001 - reported, like a core that does not load
         return [f"    (cannot ask the core: {type(e).__name__}: {e})"]
     cuda, nccl = libs["cuda_runtime"], libs["nccl"]
-    if cuda["loaded"]:
-        lines = [f"    [X] CUDA runtime {_cuda_version(cuda['version'])}: {cuda['path']}",
-                 "        CUDA tensors go to the core (through NCCL, or staged through pinned memory)"]
-    else:
-        lines = [f"    [ ] CUDA runtime: {cuda['error']}"]
+    devices = libs.get("cuda_devices", 0)
+    if devices == 0:
+        lines = ["    no CUDA device is visible: tensors stay on the host (CPU)."]
+        if cuda["loaded"]:
+            lines.append(f"    With one, CUDA tensors would use the CUDA runtime "
+                         f"{_cuda_version(cuda['version'])} ({cuda['path']})"
+                         + (f" and NCCL {_nccl_version(nccl['version'])} ({nccl['path']})"
+                            if nccl["loaded"] else f"; no NCCL ({nccl['error']})"))
+        else:
+            lines.append(f"    With one, a CUDA runtime would be needed: {cuda['error']}")
+        return lines
+    lines = [f"    {devices} CUDA device(s) visible",
+             f"    [X] CUDA runtime {_cuda_version(cuda['version'])}: {cuda['path']}",
+             "        CUDA tensors go to the core (through NCCL, or staged through pinned memory)"]
     if nccl["loaded"]:
         lines += [f"    [X] NCCL {_nccl_version(nccl['version'])}: {nccl['path']}",
                   f"        {_nccl_ops()} of CUDA tensors run on it (HVDLITE_GPU_OPERATIONS)"]
@@ -124,6 +147,14 @@ def _tf_op_library() -> str:
     return "graph-mode error op: not built (errors inside tf.function graphs become UnknownError)"
 
 
+def _has_device() -> bool:
+    try:
+        from hvdlite import _device
+        return _device.libraries().get("cuda_devices", 0) > 0
+    except Exception:  # noqa: BLE001 - no core: _mpi() reports it
+        return False
+
+
 def check_build() -> str:
     out = [f"hvdlite v{version()}:", "", "Available frameworks:"]
     for name, module, dists, adapter in FRAMEWORKS:
@@ -136,8 +167,7 @@ def check_build() -> str:
     out += mpi_lines
     if problem:
         out.append(f"    {problem}")
-    out += ["", "Available tensor operations:", f"    [{'X' if nccl else ' '}] NCCL",
+    out += ["", "Available tensor operations:", f"    [{'X' if nccl and _has_device() else ' '}] NCCL",
             f"    [{' ' if problem else 'X'}] MPI"]
-    if not problem:
-        out += ["", "Device libraries (loaded at run time):"] + _devices()
+    out += ["", "Device libraries (loaded at run time):"] + _devices()
     return "\n".join(out)

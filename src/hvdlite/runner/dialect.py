@@ -22,8 +22,8 @@ remote daemons     (4) ``orte_launch_agent``    nothing needed
                    = ``env PATH=.. orted``
 =================  ==========================  ============================================
 
-The flavour comes from ``hvdlite._core.build_info()`` for the mpirun hvdlite was built with,
-and from ``mpirun --version`` for any other.
+The flavour comes from the loaded MPI library's version text (``hvdlite.mpi_library``) for the
+mpirun beside that library, and from ``mpirun --version`` for any other.
 """
 
 import os

@@ -6,7 +6,7 @@
 
 What it adds to a plain ``mpirun -np N python train.py``:
 
-* the mpirun of the MPI hvdlite was built against (``hvdlite._core.build_info()``), not
+* the mpirun of the MPI library the ranks will load (``hvdlite.mpi_library``), not
   whichever one is first on PATH (override with ``--mpirun``), spoken to in its own dialect
   (Open MPI 4/5, MPICH or Intel MPI; see :mod:`.dialect`);
 * no CPU binding (hvdlite's background thread and the framework's threads need more than one
@@ -193,7 +193,7 @@ def make_parser() -> argparse.ArgumentParser:
                         metavar="NAME[=VALUE]",
                         help="also forward NAME (set to VALUE if given) to every rank; repeatable")
     launch.add_argument("--mpirun", metavar="PATH",
-                        help="mpirun to use (default: the one hvdlite was built with)")
+                        help="mpirun to use (default: the one beside the MPI library hvdlite loads)")
     launch.add_argument("--mpi-args", default="", metavar="'ARGS'",
                         help="extra arguments for mpirun, as one shell-quoted string")
     p.add_argument("command", nargs=argparse.REMAINDER,
@@ -204,13 +204,16 @@ def make_parser() -> argparse.ArgumentParser:
 # ----------------------------------------------------------------------------------------
 # mpirun discovery
 
-def _built_info() -> Tuple[Dict, Optional[str]]:
-    """(hvdlite._core.build_info(), or {}; why it is missing, or None)."""
+def _mpi_info() -> Tuple[Dict, Optional[str]]:
+    """(the MPI library the ranks will load, as hvdlite.mpi_library.load() describes it, with
+    "mpirun": its launcher; or {} and why there is none)."""
     try:
-        from hvdlite import _core   # lazy: the launcher works before the core is built
-        return dict(_core.build_info() or {}), None
-    except Exception as e:   # core not built, or built for another Python
-        return {}, f"hvdlite's core could not be imported ({type(e).__name__}: {e})"
+        from hvdlite import mpi_library   # lazy: the launcher works before the core is built
+        info = mpi_library.load()
+    except Exception as e:   # core not built, or no MPI library found
+        return {}, f"no MPI library for hvdlite ({type(e).__name__}: {e})"
+    info["mpirun"] = mpi_library.launcher_program(info["library"]) or ""
+    return info, None
 
 
 def _resolve_shim(path: str) -> str:
@@ -245,8 +248,8 @@ def find_mpirun(explicit: Optional[str] = None, info: Optional[Dict] = None,
     built = (info or {}).get("mpirun") or ""
     if built:
         if os.path.isfile(built) and os.access(built, os.X_OK):
-            return _resolve_shim(built), "hvdlite build_info"
-        notes.append(f"the mpirun hvdlite was built with ({built}) does not exist here")
+            return _resolve_shim(built), "beside the MPI library hvdlite loads"
+        notes.append(f"the MPI library's mpirun ({built}) does not exist here")
     # The Open MPI wheel installs mpirun next to this interpreter; prefer it over PATH (a
     # pyenv shim on PATH may resolve to another Python's MPI).
     for directory in (os.path.dirname(os.path.abspath(sys.executable)),
@@ -266,7 +269,7 @@ def choose_dialect(mpirun: str, info: Dict, mpi_args: str) -> Optional[dialects.
     """The dialect of ``mpirun``; None (plain mode) for an unknown MPI when --mpi-args says
     how to run it; otherwise an unknown MPI is a UsageError."""
     try:
-        return dialects.detect(mpirun, info.get("mpirun"), info.get("mpi_library_version", ""))
+        return dialects.detect(mpirun, info.get("mpirun"), info.get("version", ""))
     except dialects.UnknownMPI as e:
         if mpi_args:
             return None
@@ -676,7 +679,7 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
                          f"(e.g. {PROG} -np {args.np} python train.py)")
     if args.ssh_identity_file and not os.path.isfile(args.ssh_identity_file):
         raise UsageError(f"-i {args.ssh_identity_file}: no such file")
-    info, why = _built_info()
+    info, why = _mpi_info()
     mpirun, source = find_mpirun(args.mpirun, info, [why] if why else [])
     dialect = choose_dialect(mpirun, info, args.mpi_args)
     if elastic.is_elastic(args):

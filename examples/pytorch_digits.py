@@ -90,9 +90,12 @@ def main():
         (s + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(s, total_steps) / total_steps))))
 
     if hvd.rank() == 0:
-        print(f"{hvd.size()} ranks, {len(X_shard)} training samples per rank, "
-              f"{steps_per_epoch} steps per epoch, global batch {args.batch_size * hvd.size()}",
-              flush=True)
+        print(f"{hvd.size()} rank{'s' if hvd.size() > 1 else ''}, {len(X_shard)} training samples "
+              f"per rank, {steps_per_epoch} steps per epoch, global batch "
+              f"{args.batch_size * hvd.size()}", flush=True)
+        if hvd.size() == 1:
+            print("(one process: `hvdlite-run -np 2 python examples/pytorch_digits.py` trains "
+                  "on 2 ranks)", flush=True)
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(args.seed + hvd.rank())
     for epoch in range(1, args.epochs + 1):

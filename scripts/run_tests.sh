@@ -4,5 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+PY=${PYTHON:-python3}
+# The interpreter's own bin/ first, so that hvdlite-run and mpirun are the ones installed with
+# it even when its environment is not activated.
+PATH="$("$PY" -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
+export PATH
 # --durations: the slowest tests, to keep CI under its time budget
-exec "${PYTHON:-python3}" -m pytest tests -v --timeout=900 --durations=20 "$@"
+exec "$PY" -m pytest tests -v --timeout=900 --durations=20 "$@"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Builds hvdlite against another MPI in its own environment under build/, for testing:
+# Installs hvdlite's wheel (dist/, from scripts/build_wheel.sh: the same wheel for every MPI,
+# nothing is rebuilt) with another MPI in its own environment under build/, for testing:
 #   bash scripts/setup_other_mpi.sh mpich      # MPICH from its PyPI wheel (Hydra's mpiexec)
 #   bash scripts/setup_other_mpi.sh openmpi4   # Debian's Open MPI 4.1, unpacked (not installed)
-#   bash scripts/setup_other_mpi.sh impi       # Intel MPI from its PyPI wheels (impi-devel, impi-rt)
+#   bash scripts/setup_other_mpi.sh impi       # Intel MPI from its PyPI wheel (impi-rt)
 # Prints the path of a file to `source` that activates that environment. Safe to run again.
 # Open MPI 4.1 is unpacked with dpkg -x into a private prefix rather than installed with
 # apt-get, so that its libmpi.so.40 never shadows the Open MPI 5 wheel's on this machine.
@@ -14,19 +15,16 @@ venv=$root/venv
 PY=${PYTHON:-python3}
 mkdir -p "$root"
 [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout pytest-rerunfailures \
-  "scikit-build-core>=0.10" "nanobind>=2.4"
+"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout pytest-rerunfailures
 activate=$root/activate.sh
 case "$which" in
   mpich)
     "$venv/bin/pip" install --disable-pip-version-check -q mpich
-    mpicxx=$venv/bin/mpicxx
     printf '. %q\n' "$venv/bin/activate" > "$activate"
     ;;
   impi)
-    "$venv/bin/pip" install --disable-pip-version-check -q impi-devel impi-rt
-    mpicxx=$venv/bin/mpicxx
-    # What Intel's vars.sh would set: the wheels' compiler wrappers keep a placeholder for
+    "$venv/bin/pip" install --disable-pip-version-check -q impi-rt
+    # What Intel's vars.sh would set: the wheel's launcher scripts keep a placeholder for
     # their install directory, filled in from I_MPI_ROOT, and libmpi loads libfabric (the
     # transport between hosts) by name at MPI_Init.
     printf '. %q\nexport I_MPI_ROOT=%q\nexport LD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}\n' \
@@ -37,14 +35,14 @@ case "$which" in
     if [ ! -x "$prefix/usr/bin/orterun" ]; then
       mkdir -p "$root/debs"
       # The packages and the libraries they need that a minimal Debian 12 lacks.
-      pkgs="libopenmpi3 openmpi-bin openmpi-common libopenmpi-dev libpmix2 libhwloc15
+      pkgs="libopenmpi3 openmpi-bin openmpi-common libpmix2 libhwloc15
             libhwloc-plugins libevent-pthreads-2.1-7 libfabric1 libibverbs1 libnl-3-200
             libnl-route-3-200 libpsm-infinipath1 libpsm2-2 libucx0 librdmacm1 libxnvctrl0 libmunge2"
       (cd "$root/debs" && apt-get download $pkgs 2>/dev/null) || {
         apt-get update -q >/dev/null && (cd "$root/debs" && apt-get download $pkgs); }
       for deb in "$root"/debs/*.deb; do dpkg -x "$deb" "$prefix"; done
       # What Debian's alternatives would link.
-      for tool in mpirun mpiexec mpicxx; do ln -sf "$tool.openmpi" "$prefix/usr/bin/$tool"; done
+      for tool in mpirun mpiexec; do ln -sf "$tool.openmpi" "$prefix/usr/bin/$tool"; done
     fi
     lib=$prefix/usr/lib/x86_64-linux-gnu
     cat > "$activate" <<ENV
@@ -56,11 +54,12 @@ export OMPI_MCA_mca_base_component_show_load_errors=0
 export PATH=$prefix/usr/bin:\$PATH
 export LD_LIBRARY_PATH=$lib/openmpi/lib:$lib:$prefix/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}
 ENV
-    mpicxx=$prefix/usr/bin/mpicxx
     ;;
   *) echo "setup_other_mpi.sh: unknown MPI '$which' (mpich, openmpi4 or impi)" >&2; exit 2 ;;
 esac
-# A build directory of its own: CMake caches the MPI it found.
-( . "$activate" && HVDLITE_MPICXX=$mpicxx pip install --disable-pip-version-check -q \
-    --no-build-isolation -C build-dir="$root/cmake" -e . )
+# The checkout's wheel for this environment's Python (scripts/setup.sh built it).
+wheel=$(ls -t dist/hvdlite-*.whl 2>/dev/null | head -1 || true)
+[ -n "$wheel" ] || { echo "setup_other_mpi.sh: no wheel in dist/: run scripts/build_wheel.sh" >&2; exit 1; }
+"$venv/bin/pip" install --disable-pip-version-check -q --force-reinstall --no-deps \
+  --no-index --find-links dist hvdlite
 echo "$activate"

@@ -76,4 +76,4 @@ def test_check_build_reports_static(static_build):
             "'ScikitBuildRedirectingFinder']; sys.path.insert(0, sys.argv[1]); "
             "from hvdlite.runner.check_build import check_build; print(check_build())")
     out = _run([sys.executable, "-c", code, str(package_dir)])
-    assert "libstdc++:     static" in out, out
+    assert "C++ runtime:   static" in out, out

@@ -1,5 +1,5 @@
 """MkDocs hook: docs/settings.md's table of settings is generated at build time from the core's
-table (``hvdlite.config``, the same output as ``python -m hvdlite.config``), so the page cannot
+table (``hvdlite.config``, the same output as ``python -m hvdlite --settings``), so the page cannot
 drift from the code. The build fails when the page has lost its marker."""
 from hvdlite import config as hvdlite_config
 

@@ -5,7 +5,7 @@ The table lives in the C++ core (csrc/engine/config.cc), which parses the values
 ``HVDLITE_*`` name wins when both are set), its default and its meaning. A value that cannot
 be parsed makes ``init()`` raise ``HvdliteInvalidArgumentError`` naming the variable.
 
-``python -m hvdlite.config`` prints the table as Markdown; docs/settings.md's table is that
+``python -m hvdlite --settings`` prints the table as Markdown; docs/settings.md's table is that
 output, written at build time (docs/hooks/settings_table.py; tests/test_docs.py builds it).
 ``hvdlite-run`` forwards every ``HVDLITE_*`` variable to all ranks.
 """
@@ -40,6 +40,3 @@ def markdown_table():
         lines.append(f"| `{s.name}` | {alias} | {default} | {s.meaning} |")
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    print(markdown_table(), end="")

@@ -54,7 +54,7 @@ def _mpi() -> Tuple[List[str], bool, str]:
     try:
         mpi = mpi_library.load()
     except Exception as e:  # noqa: BLE001 - reported: what was searched and what to do
-        return [f"    libstdc++:     {_libstdcxx(info)}"], bool(info.get("nccl")), \
+        return [f"    C++ runtime:   {_libstdcxx(info)}"], bool(info.get("nccl")), \
             f"{type(e).__name__}: {e}"
     from .dialect import UnknownMPI, from_version_text
     library = " ".join(mpi["version"].split()) or "unknown"
@@ -72,13 +72,14 @@ def _mpi() -> Tuple[List[str], bool, str]:
              f"    flavour:       {flavour}",
              f"    ULFM:          {ulfm}",
              f"    mpirun:        {mpi_library.launcher_program(mpi['library']) or '(none found)'}",
-             f"    libstdc++:     {_libstdcxx(info)}"]
+             f"    C++ runtime:   {_libstdcxx(info)}"]
     return lines, bool(info.get("nccl")), ""
 
 
 def _libstdcxx(info) -> str:
-    """How the core links libstdc++ (a statically linked one is safe only while the module
-    exports nothing else: CMakeLists.txt, Note [one exported symbol])."""
+    """How the core links its C++ runtime (the wheel's: libc++, inside the module; a source
+    build's: usually the shared libstdc++). One linked in is safe only while the module
+    exports nothing else: CMakeLists.txt, Note [one exported symbol]."""
     linkage, path = info.get("libstdcxx", "unknown"), info.get("libstdcxx_path", "")
     if linkage == "shared":
         return f"shared ({path})"

@@ -1,0 +1,11 @@
+"""Started by one MPI's launcher with HVDLITE_MPI_LIBRARY naming another family's library:
+init() must refuse on every rank (tests/test_mpi_library.py)."""
+import hvdlite
+from hvdlite.mpi_library import HvdliteMpiLibraryError
+
+try:
+    hvdlite.init()
+except HvdliteMpiLibraryError as e:
+    print("refused:", e, flush=True)
+else:
+    raise AssertionError(f"init() accepted a library of another family: size {hvdlite.size()}")

@@ -2,10 +2,11 @@
 # The device check: everything about GPUs that CI (no GPU) cannot run, in one go, on a machine
 # with the CUDA image (see docs/torch.md, "GPUs"). Under 8 minutes there:
 #   bash scripts/download_device_wheels.sh     # here, first: the wheels that machine lacks
+#   bash scripts/build_wheel.sh --all          # here: hvdlite's wheels (carry dist/ there)
 #   bash scripts/device_check.sh               # there
 # Sections are functions; each prints its figures and the time it took. HVDLITE_DEVICE_CHECK
-# picks sections (default: "gpu static nranks c10d"; also "lanes", "doorbell", "frameworks"
-# and "setup"; nranks and c10d need the build that gpu_setup makes). Where $OUT is set (the
+# picks sections (default: "gpu nranks c10d"; also "lanes", "doorbell", "frameworks" and
+# "setup"; nranks and c10d need the install that gpu_setup makes). Where $OUT is set (the
 # device tool's folder) the whole output is also written to $OUT/device_check.log, and the
 # GPU and N-rank benchmarks' JSON beside it. The tool brings back 8 files at most, in order of
 # name (a run with more lost its log), so the other sections print only.
@@ -52,13 +53,19 @@ gpu_setup() {
   else
     echo "no wheels in $WHEELS: run scripts/download_device_wheels.sh where a registry is reachable"
   fi
-  # The image's CXX links libstdc++ statically (issue 18): build with the system's compilers,
-  # in a build folder of their own (CMake caches the compiler).
-  local cc=${HVDLITE_DEVICE_CC:-/usr/bin/gcc} cxx=${HVDLITE_DEVICE_CXX:-/usr/bin/g++}
-  [ -x "$cxx" ] || { cc=${CC:-gcc}; cxx=${CXX:-g++}; }
-  PATH="$(dirname "$(command -v "$PY")"):$PATH" CC=$cc CXX=$cxx \
-    step 300 "build hvdlite ($cxx)" "$PY" -m pip install --disable-pip-version-check -q \
-      --no-index --no-deps --no-build-isolation --config-settings=build-dir=build/device-check -e . || return 1
+  # hvdlite's own wheel when dist/ has one for this Python (what users install); else a source
+  # build. The image's CXX links libstdc++ statically (issue 18): a source build uses the
+  # system's compilers, in a build folder of its own (CMake caches the compiler).
+  if "$PY" -m pip install --disable-pip-version-check -q --no-index --no-deps --force-reinstall \
+      --find-links dist hvdlite 2>/dev/null; then
+    echo "installed hvdlite's wheel from dist/"
+  else
+    local cc=${HVDLITE_DEVICE_CC:-/usr/bin/gcc} cxx=${HVDLITE_DEVICE_CXX:-/usr/bin/g++}
+    [ -x "$cxx" ] || { cc=${CC:-gcc}; cxx=${CXX:-g++}; }
+    PATH="$(dirname "$(command -v "$PY")"):$PATH" CC=$cc CXX=$cxx \
+      step 300 "build hvdlite ($cxx)" "$PY" -m pip install --disable-pip-version-check -q \
+        --no-index --no-deps --no-build-isolation --config-settings=build-dir=build/device-check . || return 1
+  fi
   step 60 "check-build" "$PY" -m hvdlite --check-build && built=1
 }
 
@@ -94,27 +101,6 @@ gpu_section() {
   gpu_checks
   gpu_bench
   say "GPU section done in $((SECONDS - t0)) s"
-}
-# ---------------------------------------------------------------------------------------
-
-# ---------------------------------------------------------------------------------------
-# Static libstdc++ (issue 18 part A) with the compiler that crashed: the image's CXX
-# (/opt/gcc/bin/g++ links libstdc++ statically) builds the core; it must export
-# PyInit__core alone, and a 2-rank torch job (torch imported first) must run on it. pytest
-# comes from the carried wheels, into a folder of its own (the image's packages stay as
-# they are).
-static_section() {
-  local t0=$SECONDS cxx=${HVDLITE_DEVICE_STATIC_CXX:-/opt/gcc/bin/g++} site=build/device-pytest
-  [ -x "$cxx" ] || { echo "no $cxx here: the static section needs the CUDA image's compiler"; return; }
-  if ! "$PY" -c "import pytest, pytest_timeout" 2>/dev/null; then
-    "$PY" -m pip install --disable-pip-version-check -q --no-index --no-deps --upgrade --target "$site" \
-      "$WHEELS"/pytest-*.whl "$WHEELS"/pytest_timeout-*.whl "$WHEELS"/pluggy-*.whl \
-      "$WHEELS"/iniconfig-*.whl "$WHEELS"/packaging-*.whl "$WHEELS"/pygments-*.whl || return
-  fi
-  PATH="$(dirname "$(command -v "$PY")"):$PATH" PYTHONPATH="$PWD/$site" HVDLITE_STATIC_CXX=$cxx \
-    step 240 "static libstdc++ build ($cxx) and 2-rank torch job" \
-    "$PY" -m pytest -p no:cacheprovider -q tests/test_static_libstdcxx.py
-  say "static section done in $((SECONDS - t0)) s"
 }
 # ---------------------------------------------------------------------------------------
 
@@ -208,7 +194,7 @@ frameworks_section() {
   gpu_run 2 120 tests/workers/gpu_frameworks_cuda.py
 }
 
-for section in ${HVDLITE_DEVICE_CHECK:-gpu static nranks c10d}; do
+for section in ${HVDLITE_DEVICE_CHECK:-gpu nranks c10d}; do
   "${section}_section"
 done
 exit $failed

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The core suite and the launcher tests against MPIs other than the Open MPI 5 wheel:
+# The core suite, the launcher tests and the MPI library's loading against MPIs other than the
+# Open MPI 5 wheel, each with the same hvdlite wheel (nothing is rebuilt per MPI):
 # MPICH (PyPI wheel), Intel MPI (PyPI wheels) and Open MPI 4.1 (Debian's packages, unpacked
 # into a private prefix: the launcher starts its daemons on the other host with this side's
-# paths). Each is built into its own environment by scripts/setup_other_mpi.sh.
+# paths). Each gets its own environment from scripts/setup_other_mpi.sh.
 # HVDLITE_OTHER_MPIS picks (default: all three). Each also runs jobs across two hosts: the
 # hierarchical all-reduce (exact, and 2/3 of the flat ring's bytes over the link), and MPICH
 # and Intel MPI the whole two-host suite, Open MPI 4.1 (to keep CI short) one launch over ssh.
@@ -18,7 +19,8 @@ for mpi in ${HVDLITE_OTHER_MPIS:-mpich impi openmpi4}; do
     *) tests=(tests/multihost/test_two_hosts.py::test_host_list_over_ssh "$hier") ;;
   esac
   ( . "$activate" && OMP_NUM_THREADS=1 python -m hvdlite --check-build | sed -n '/controllers/,/mpirun/p' &&
-    OMP_NUM_THREADS=1 python -m pytest tests/test_core.py tests/test_launcher.py -q --timeout=900 &&
+    OMP_NUM_THREADS=1 python -m pytest tests/test_core.py tests/test_launcher.py \
+      tests/test_mpi_library_loading.py -q --timeout=900 &&
     OMP_NUM_THREADS=1 python -m pytest "${tests[@]}" -q --timeout=900
   ) || status=1
 done

@@ -643,8 +643,8 @@ time.sleep(120)
 
 def _open_mpi_5():
     """The segments the janitor removes are Open MPI 5's (sm_segment.*)."""
-    info, why = launch._built_info()
-    return not why and "Open MPI v5" in info.get("mpi_library_version", "")
+    info, why = launch._mpi_info()
+    return not why and "Open MPI v5" in info.get("version", "")
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")

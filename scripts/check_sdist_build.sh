@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The source distribution still builds, with the system's compiler, against the MPI whose
+# mpicxx it finds (HVDLITE_MPICXX, PATH, or beside the interpreter): built into a fresh venv
+# that sees this environment's packages, then checked with a 2-rank job.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+root=$PWD/build/sdist-check
+rm -rf "$root" && mkdir -p "$root"
+tools=$PWD/build/wheel-tools
+[ -x "$tools/bin/python" ] || bash scripts/build_wheel.sh >/dev/null   # installs the tools
+"$tools/bin/pip" install --disable-pip-version-check -q build
+"$tools/bin/python" -m build --sdist -o "$root" . >/dev/null
+sdist=$(ls "$root"/hvdlite-*.tar.gz)
+"$PY" -m venv --system-site-packages "$root/venv"
+mpicxx=${HVDLITE_MPICXX:-$("$PY" -c "import os, sys; print(os.path.join(sys.prefix, 'bin', 'mpicxx'))")}
+start=$(date +%s)
+HVDLITE_MPICXX=$mpicxx "$root/venv/bin/pip" install --disable-pip-version-check -q --no-deps \
+  --no-binary hvdlite "$sdist"
+echo "check_sdist_build: $(basename "$sdist") built and installed in $(( $(date +%s) - start )) s"
+cd "$root"
+"$root/venv/bin/python" -m hvdlite --check-build | sed -n '/controllers/,/ULFM/p'
+PATH="$root/venv/bin:$PATH" OMP_NUM_THREADS=1 timeout 120 hvdlite-run -np 2 python -c "
+import numpy as np, hvdlite
+hvdlite.init()
+out = hvdlite.allreduce(np.full(4, hvdlite.rank() + 1.0), op=hvdlite.Sum)
+assert (out == 3.0).all(), out
+print('rank', hvdlite.rank(), 'of', hvdlite.size(), 'all-reduce OK (source build)')
+"

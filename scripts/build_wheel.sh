@@ -59,9 +59,15 @@ rm -rf "$raw" && mkdir -p "$raw" dist
 for python in "${pythons[@]}"; do
   tag=$("$python" -c "import sys; print(f'cp{sys.version_info[0]}{sys.version_info[1]}')")
   say "building for $tag ($python); the first build also compiles Zig's libc++ (minutes)"
-  # Build isolation: scikit-build-core and nanobind come from PyPI for the target Python.
+  # A venv per target Python with a current pip (an old one has no --config-settings); build
+  # isolation then brings scikit-build-core and nanobind from PyPI for that Python.
+  venv=$PWD/build/wheel-py/$tag
+  if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q --upgrade "pip>=23.1"
+  fi
   CC="$tools/zig/cc" CXX="$tools/zig/c++" PATH="$tools/bin:$PATH" \
-    "$python" -m pip wheel --disable-pip-version-check -q --no-deps -w "$raw" \
+    "$venv/bin/python" -m pip wheel --disable-pip-version-check -q --no-deps -w "$raw" \
     -C build-dir="build/wheel/$tag" \
     -C cmake.define.HVDLITE_MPI_INCLUDE_OPENMPI="$headers/openmpi" \
     -C cmake.define.HVDLITE_MPI_INCLUDE_MPICH="$headers/mpich" \

@@ -104,3 +104,15 @@ def test_ranks_started_by_one_mpi_with_another_mpis_library():
                    timeout=120)
     assert proc.stdout.count("refused: this rank was started by") == 2, proc.stdout[-3000:]
     assert other in proc.stdout, proc.stdout[-3000:]
+
+
+def test_the_standard_abi_library():
+    """The MPI 5.0 standard ABI's libmpi_abi.so.1, where the MPI found ships one beside its
+    native library (MPICH 5, Intel MPI 2021.17 on), through the mpiabi plugin."""
+    _, library, _ = _probe().split()
+    abi_library = os.path.join(os.path.dirname(library), "libmpi_abi.so.1")
+    if "/" not in library or not os.path.exists(abi_library):
+        pytest.skip(f"no libmpi_abi.so.1 beside {library}")
+    proc = run_mpi(2, "workers/mpi_library_collectives.py",
+                   env={"HVDLITE_MPI_LIBRARY": abi_library}, timeout=120)
+    assert proc.stdout.count("collectives OK on the mpiabi ABI") == 2, proc.stdout[-3000:]

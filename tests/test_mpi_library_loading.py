@@ -102,7 +102,9 @@ def test_ranks_started_by_one_mpi_with_another_mpis_library():
         pytest.skip("needs libraries of two MPI families on this machine")
     proc = run_mpi(2, "workers/mpi_library_mixup.py", env={"HVDLITE_MPI_LIBRARY": other},
                    timeout=120)
-    assert proc.stdout.count("refused: this rank was started by") == 2, proc.stdout[-3000:]
+    # Refused by the family check, or earlier where the other library cannot even load here
+    # (Intel MPI's environment puts its own libfabric first, too old for Open MPI's).
+    assert proc.stdout.count("refused:") == 2, proc.stdout[-3000:]
     assert other in proc.stdout, proc.stdout[-3000:]
 
 

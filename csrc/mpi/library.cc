@@ -17,6 +17,7 @@
 #include "mpi/library.h"
 
 #include <dlfcn.h>
+#include <link.h>
 
 #include <mutex>
 
@@ -55,7 +56,7 @@ std::string abi_of(void* handle) {
 const LoadedMpi& load(const std::string& library, const std::string& plugin_dir) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (g_is_loaded) {
-    if (library == g_loaded.library) return g_loaded;
+    if (library == g_loaded.requested || library == g_loaded.library) return g_loaded;
     throw Error(Status::InvalidArgument,
                 "this process already uses the MPI library " + g_loaded.library + " (" +
                     g_loaded.abi + " ABI); it cannot load a second one, " + library);
@@ -86,8 +87,14 @@ const LoadedMpi& load(const std::string& library, const std::string& plugin_dir)
                 "hvdlite's MPI plugin " + plugin + " is not of this hvdlite (it has no table of "
                 "version " + std::to_string(HVDLITE_MPI_API_VERSION) + "): reinstall hvdlite");
   }
+  // A library found by name: the file the loader chose, for --check-build and the tests.
+  std::string path = library;
+  struct link_map* map = nullptr;
+  if (dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map && map->l_name && map->l_name[0]) {
+    path = map->l_name;
+  }
   g_api = api;
-  g_loaded = LoadedMpi{library, abi, plugin};
+  g_loaded = LoadedMpi{library, path, abi, plugin};
   g_is_loaded = true;
   return g_loaded;
 }

@@ -9,7 +9,8 @@ namespace hvdlite {
 namespace mpi {
 
 struct LoadedMpi {
-  std::string library;  // the libmpi's path, as given
+  std::string requested;  // the libmpi as load() was given it (a path or a library name)
+  std::string library;    // the file the dynamic loader opened
   std::string abi;      // "openmpi", "mpich" or "mpiabi"
   std::string plugin;   // the plugin's path
 };

@@ -181,13 +181,13 @@ def load(environ: Mapping[str, str] = os.environ) -> Dict:
                     raise HvdliteMpiLibraryError(f"{e} (chosen by: {candidate.reason})") from None
                 tried.append(f"{candidate.library} ({candidate.reason}): {e}")
                 continue
-            _REASONS[candidate.library] = candidate.reason
+            _chosen[0] = candidate.reason
             break
         else:
             raise HvdliteMpiLibraryError(_nothing_found(environ, tried))
         info = _core.loaded_mpi()
     info = dict(info)
-    info["reason"] = _REASONS.get(info["library"], "loaded by the program")
+    info["reason"] = _chosen[0]
     started_by = launcher(environ)
     info["launcher"] = started_by.describe() if started_by else None
     if started_by and info["abi"] not in started_by.families:
@@ -199,7 +199,7 @@ def load(environ: Mapping[str, str] = os.environ) -> Dict:
     return info
 
 
-_REASONS: Dict[str, str] = {}
+_chosen = ["loaded by the program"]   # why the loaded library was chosen
 
 
 def _nothing_found(environ: Mapping[str, str], tried: List[str]) -> str:

@@ -44,6 +44,7 @@ from . import dialect as dialects
 from . import elastic
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
 from .output import Exit, OutputRouter, failure_summary, how_exited
+from .threads import in_thread
 
 PROG = "hvdlite-run"
 
@@ -589,10 +590,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    threads = [threading.Thread(target=router.pump, args=(proc.stdout, out, "stdout"), daemon=True),
-               threading.Thread(target=router.pump, args=(proc.stderr, err, "stderr"), daemon=True)]
-    for t in threads:
-        t.start()
+    threads = [in_thread(router.pump, (proc.stdout, out, "stdout")),
+               in_thread(router.pump, (proc.stderr, err, "stderr"))]
     try:
         while True:
             try:

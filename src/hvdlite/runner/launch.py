@@ -19,6 +19,8 @@ What it adds to a plain ``mpirun -np N python train.py``:
   ``--fusion-threshold-mb`` or ``--timeline-filename`` set HVDLITE_* variables;
 * hosts are checked first (hostfile syntax, slots, duplicates, ssh reachability), each
   problem in one line;
+* ``horovodrun``'s common flags, with the same meaning (``--mpi`` is accepted, ``--gloo``
+  refused), and ``--horovod`` to run a Horovod program as written (docs/horovod.md);
 * every output line is prefixed with its rank (``[1]: text``; ``--no-prefix`` turns that off);
 * each rank runs under a small guard (:mod:`.rank_guard`) so that no rank outlives the job,
   even when hvdlite-run itself is SIGKILLed, and so that the launcher knows which rank ended

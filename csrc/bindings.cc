@@ -1171,6 +1171,7 @@ NB_MODULE(_core, m) {
     d["debug"] = c.debug;
     d["abort_on_error"] = c.abort_on_error;
     d["dynamic_process_sets"] = c.dynamic_process_sets;
+    d["horovod_names"] = c.horovod_names;
     d["hierarchical_allreduce"] = c.hierarchical_allreduce;
     return d;
   });

@@ -103,7 +103,8 @@ def test_env_forwarding_and_knob_flags():
                            "--autotune", "--autotune-log-file", "/tmp/at.csv",
                            "--stall-check-warning-time-seconds", "7",
                            "--stall-check-shutdown-time-seconds", "30",
-                           sys.executable, worker("launcher_hello.py"),
+                           "--cache-capacity", "512", "--hierarchical-allreduce", "--horovod",
+                           "--mpi", sys.executable, worker("launcher_hello.py"),
                            env={"HVDLITE_CUSTOM_KNOB": "forwarded-42",
                                 "HVDLITE_CYCLE_TIME": "99"})   # the flag overrides this
     assert proc.returncode == 0, show(proc)
@@ -115,7 +116,9 @@ def test_env_forwarding_and_knob_flags():
                          "HVDLITE_TIMELINE_MARK_CYCLES=1", "HVDLITE_AUTOTUNE=1",
                          "HVDLITE_AUTOTUNE_LOG=/tmp/at.csv",
                          "HVDLITE_STALL_CHECK_TIME_SECONDS=7",
-                         "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=30"):
+                         "HVDLITE_STALL_SHUTDOWN_TIME_SECONDS=30",
+                         "HVDLITE_CACHE_CAPACITY=512", "HVDLITE_HIERARCHICAL_ALLREDUCE=1",
+                         "HVDLITE_HOROVOD_NAMES=1"):
             assert f"[{r}]: env {expected}" in proc.stdout.splitlines(), show(proc)
     # --verbose prints the mpirun command (in its MPI's dialect) with every HVDLITE_* variable.
     assert "hvdlite-run: running:" in proc.stderr, show(proc)
@@ -207,6 +210,13 @@ def test_missing_np_is_a_usage_error():
     (["-np", "2", "--no-stall-check", "--stall-check-warning-time-seconds", "5", "python", "x.py"],
      "--no-stall-check contradicts"),
     (["-np", "2", "--autotune-log-file", "a.csv", "python", "x.py"], "add --autotune"),
+    (["-np", "2", "--gloo", "python", "x.py"],
+     "--gloo: hvdlite runs on MPI only and has no Gloo controller; drop --gloo"),
+    (["-np", "2", "--mpi", "--gloo", "python", "x.py"],
+     "argument --gloo: not allowed with argument --mpi"),
+    (["-np", "2", "--cache-capacity", "-1", "python", "x.py"], "expected a whole number >= 0"),
+    (["-np", "2", "--hierarchical-allreduce", "--no-hierarchical-allreduce", "python", "x.py"],
+     "not allowed with argument --hierarchical-allreduce"),
 ])
 def test_usage_errors(argv, message, capsys):
     assert launch.main(argv) == 2
@@ -336,6 +346,28 @@ def _cmd(argv, env=None, d=OMPI5, workdir="/nonexistent"):
 
 def _after(cmd, flag):
     return cmd[cmd.index(flag) + 1]
+
+
+def test_horovodrun_flags():
+    """horovodrun's common flags, each to the HVDLITE_* variable of the same setting."""
+    def settings(*flags):
+        args = launch.make_parser().parse_args(["-np", "2", *flags, "python", "x.py"])
+        return launch.hvdlite_settings(args)
+    assert settings("--fusion-threshold-mb", "32", "--cycle-time-ms", "5",
+                    "--cache-capacity", "0", "--timeline-filename", "t.json",
+                    "--timeline-mark-cycles", "--autotune", "--autotune-log-file", "a.csv",
+                    "--hierarchical-allreduce", "--horovod", "--mpi") == {
+        "HVDLITE_FUSION_THRESHOLD": str(32 << 20), "HVDLITE_CYCLE_TIME": "5",
+        "HVDLITE_CACHE_CAPACITY": "0", "HVDLITE_TIMELINE": "t.json",
+        "HVDLITE_TIMELINE_MARK_CYCLES": "1", "HVDLITE_AUTOTUNE": "1",
+        "HVDLITE_AUTOTUNE_LOG": "a.csv", "HVDLITE_HIERARCHICAL_ALLREDUCE": "1",
+        "HVDLITE_HOROVOD_NAMES": "1"}
+    assert settings("--no-hierarchical-allreduce") == {"HVDLITE_HIERARCHICAL_ALLREDUCE": "0"}
+    assert settings("--mpi") == {} and settings() == {}
+    args = launch.make_parser().parse_args(["--num-proc", "3", "-hostfile", "hosts", "-p", "2222",
+                                            "--verbose", "python", "x.py"])
+    assert (args.np, args.hostfile, args.ssh_port, args.verbose) == (3, "hosts", 2222, True)
+    assert launch.make_parser().parse_args(["-np", "2", "-H", "a:1,b:1", "python"]).hosts == "a:1,b:1"
 
 
 def test_build_command_local_per_dialect():

@@ -174,6 +174,11 @@ const std::vector<Setting>& settings() {
         "1 allows add_process_set / remove_process_set after init() (sets given to "
         "init(process_sets=...) need no setting)"},
        [](Config& c, const std::string& t, const std::string& v) { c.dynamic_process_sets = parse_bool(v, t); }},
+      {{"HVDLITE_HOROVOD_NAMES", "", "0",
+        "1: every Python process started with it serves Horovod's import names from hvdlite "
+        "(import horovod.torch as hvd gets hvdlite.torch), ahead of an installed Horovod, so that "
+        "a Horovod program runs unchanged; hvdlite-run --horovod sets it (docs/horovod.md)"},
+       [](Config& c, const std::string& t, const std::string& v) { c.horovod_names = parse_bool(v, t); }},
       {{"HVDLITE_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", "",
         "all-reduce within each host, then across hosts, then within each host again; unset: "
         "wherever several hosts hold the same number (more than one) of a set's ranks; 0 never; "

@@ -53,6 +53,7 @@ struct Config {
   bool debug = false;                           // log level debug/trace: print each collective
   bool abort_on_error = true;                   // read by the Python layer (excepthook)
   bool dynamic_process_sets = false;            // read by the Python layer (add_process_set)
+  bool horovod_names = false;                   // read by the Python layer at start-up
   // Hierarchical all-reduce: 1 asks for it where the topology allows it (several hosts, the
   // same number of ranks on each, more than one), 0 forbids it; unset (kHierarchicalAuto),
   // it is used wherever the topology allows it.

@@ -88,6 +88,11 @@ class HvdliteHostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
+# Horovod's names for the same errors (horovod.common.exceptions), for scripts that catch them.
+HorovodInternalError = HvdliteInternalError
+HostsUpdatedInterrupt = HvdliteHostsUpdatedInterrupt
+
+
 def raise_replaced(error: BaseException, replacement: BaseException, chain: bool = True):
     """Raise ``replacement`` for the caught ``error`` (chained to it unless ``chain`` is
     false), or re-raise ``error`` when they are the same object.

@@ -18,15 +18,12 @@ and a job launched elastic (``hvdlite-run --min-np N``); see docs/elastic.md.
 """
 
 from hvdlite.contract import elastic_env as settings, membership  # noqa: F401 - old homes
-from hvdlite.exceptions import (HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
+from hvdlite.exceptions import (HorovodInternalError, HostsUpdatedInterrupt,
+                                HvdliteHostsUpdatedInterrupt, HvdliteInternalError,
                                 HvdliteRanksLostError)
 
 from .run import run, run_fn
 from .state import ObjectState, State
-
-# Horovod's names.
-HorovodInternalError = HvdliteInternalError
-HostsUpdatedInterrupt = HvdliteHostsUpdatedInterrupt
 
 __all__ = ["run", "run_fn", "State", "ObjectState", "HvdliteInternalError",
            "HvdliteRanksLostError", "HvdliteHostsUpdatedInterrupt", "HorovodInternalError",

@@ -19,6 +19,8 @@ What it adds to a plain ``mpirun -np N python train.py``:
   ``--fusion-threshold-mb`` or ``--timeline-filename`` set HVDLITE_* variables;
 * hosts are checked first (hostfile syntax, slots, duplicates, ssh reachability), each
   problem in one line;
+* ``horovodrun``'s common flags, with the same meaning (``--mpi`` is accepted, ``--gloo``
+  refused), and ``--horovod`` to run a Horovod program as written (docs/horovod.md);
 * every output line is prefixed with its rank (``[1]: text``; ``--no-prefix`` turns that off);
 * each rank runs under a small guard (:mod:`.rank_guard`) so that no rank outlives the job,
   even when hvdlite-run itself is SIGKILLed, and so that the launcher knows which rank ended
@@ -44,6 +46,7 @@ from . import dialect as dialects
 from . import elastic
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
 from .output import Exit, OutputRouter, failure_summary, how_exited
+from .threads import in_thread
 
 PROG = "hvdlite-run"
 
@@ -115,6 +118,12 @@ def _non_negative_int(text: str) -> int:
     return int(text)
 
 
+def _non_negative_count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(message)
@@ -135,7 +144,7 @@ def make_parser() -> argparse.ArgumentParser:
     hosts.add_argument("-H", "--host", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
                        help="comma-separated hosts with slot counts, e.g. host1:4,host2:4 "
                             "(default: this machine only)")
-    hosts.add_argument("--hostfile", metavar="FILE",
+    hosts.add_argument("--hostfile", "-hostfile", metavar="FILE",
                        help="hostfile: 'host slots=N' (Open MPI) or 'host:N' (MPICH) per line; "
                             "translated for the MPI in use")
     hosts.add_argument("--oversubscribe", action="store_true",
@@ -154,6 +163,9 @@ def make_parser() -> argparse.ArgumentParser:
                             "bytes; 0 disables fusion)")
     knobs.add_argument("--cycle-time-ms", type=_positive_float, metavar="MS",
                        help="background cycle time in milliseconds (HVDLITE_CYCLE_TIME)")
+    knobs.add_argument("--cache-capacity", type=_non_negative_count, metavar="N",
+                       help="responses cached so that repeated tensors skip negotiation "
+                            "(HVDLITE_CACHE_CAPACITY; 0 disables the cache)")
     knobs.add_argument("--timeline-filename", metavar="FILE",
                        help="write a Chrome trace of the collectives (HVDLITE_TIMELINE)")
     knobs.add_argument("--timeline-mark-cycles", action="store_true",
@@ -162,6 +174,15 @@ def make_parser() -> argparse.ArgumentParser:
                        help="tune fusion and cycle settings online (HVDLITE_AUTOTUNE=1)")
     knobs.add_argument("--autotune-log-file", metavar="FILE",
                        help="CSV of every autotune trial (HVDLITE_AUTOTUNE_LOG)")
+    hierarchical = knobs.add_mutually_exclusive_group()
+    hierarchical.add_argument("--hierarchical-allreduce", dest="hierarchical_allreduce",
+                              action="store_const", const=True,
+                              help="all-reduce within each host, then across hosts "
+                                   "(HVDLITE_HIERARCHICAL_ALLREDUCE=1; by default it is used "
+                                   "wherever the hosts hold equal numbers of ranks)")
+    hierarchical.add_argument("--no-hierarchical-allreduce", dest="hierarchical_allreduce",
+                              action="store_const", const=False,
+                              help="never hierarchical (HVDLITE_HIERARCHICAL_ALLREDUCE=0)")
     knobs.add_argument("--stall-check-warning-time-seconds", type=_non_negative_int,
                        metavar="S", help="warn about requests other ranks have not submitted "
                                          "after S seconds (HVDLITE_STALL_CHECK_TIME_SECONDS)")
@@ -192,6 +213,16 @@ def make_parser() -> argparse.ArgumentParser:
     launch.add_argument("-x", "--env", dest="env", action="append", default=[],
                         metavar="NAME[=VALUE]",
                         help="also forward NAME (set to VALUE if given) to every rank; repeatable")
+    launch.add_argument("--horovod", action="store_true",
+                        help="serve Horovod's import names: `import horovod.torch as hvd` "
+                             "and the like get hvdlite's modules, so that a Horovod program "
+                             "runs unchanged (HVDLITE_HOROVOD_NAMES=1; see docs/horovod.md)")
+    controller = launch.add_mutually_exclusive_group()
+    controller.add_argument("--mpi", action="store_true",
+                            help="accepted for horovodrun's sake: hvdlite always runs on MPI")
+    controller.add_argument("--gloo", action="store_true",
+                            help="refused: hvdlite runs on MPI only (horovodrun's Gloo "
+                                 "controller has no counterpart)")
     launch.add_argument("--mpirun", metavar="PATH",
                         help="mpirun to use (default: the one beside the MPI library hvdlite loads)")
     launch.add_argument("--mpi-args", default="", metavar="'ARGS'",
@@ -288,6 +319,10 @@ def hvdlite_settings(args: argparse.Namespace) -> Dict[str, str]:
         env["HVDLITE_FUSION_THRESHOLD"] = str(int(round(args.fusion_threshold_mb * 1024 * 1024)))
     if args.cycle_time_ms is not None:
         env["HVDLITE_CYCLE_TIME"] = f"{args.cycle_time_ms:g}"
+    if args.cache_capacity is not None:
+        env["HVDLITE_CACHE_CAPACITY"] = str(args.cache_capacity)
+    if args.hierarchical_allreduce is not None:
+        env["HVDLITE_HIERARCHICAL_ALLREDUCE"] = "1" if args.hierarchical_allreduce else "0"
     if args.timeline_filename is not None:
         env["HVDLITE_TIMELINE"] = args.timeline_filename
     if args.timeline_mark_cycles:
@@ -311,6 +346,8 @@ def hvdlite_settings(args: argparse.Namespace) -> Dict[str, str]:
         env["HVDLITE_STALL_SHUTDOWN_TIME_SECONDS"] = str(args.stall_check_shutdown_time_seconds)
     if args.log_level is not None:
         env["HVDLITE_LOG_LEVEL"] = args.log_level
+    if args.horovod:
+        env["HVDLITE_HOROVOD_NAMES"] = "1"
     return env
 
 
@@ -592,10 +629,8 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    threads = [threading.Thread(target=router.pump, args=(proc.stdout, out, "stdout"), daemon=True),
-               threading.Thread(target=router.pump, args=(proc.stderr, err, "stderr"), daemon=True)]
-    for t in threads:
-        t.start()
+    threads = [in_thread(router.pump, (proc.stdout, out, "stdout")),
+               in_thread(router.pump, (proc.stderr, err, "stderr"))]
     try:
         while True:
             try:
@@ -671,6 +706,9 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
     """Check everything; (mpirun argv, env, dialect, notes to show with -v) or UsageError."""
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
+    if args.gloo:
+        raise UsageError("--gloo: hvdlite runs on MPI only and has no Gloo controller; drop "
+                         "--gloo (hvdlite-run starts every job through mpirun)")
     if args.np is None:
         raise UsageError("-np N is required: how many ranks to start "
                          f"(e.g. {PROG} -np 2 python train.py)")

@@ -25,8 +25,8 @@ from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # no
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)
-from hvdlite.exceptions import (HvdliteDeadlockError, HvdliteError,  # noqa: F401
-                                HvdliteInternalError, HvdliteTimeoutError,
+from hvdlite.exceptions import (HorovodInternalError, HvdliteDeadlockError,  # noqa: F401
+                                HvdliteError, HvdliteInternalError, HvdliteTimeoutError,
                                 HvdliteInvalidArgumentError, HvdliteMismatchError,
                                 HvdliteNotInitializedError, HvdliteOutOfMemoryError,
                                 HvdliteShutdownError)
@@ -46,9 +46,6 @@ from .mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, Sum, allga
 from .optimizer import DistributedOptimizer, GradientAccumulationError
 from .sync_batch_norm import SyncBatchNorm
 from . import elastic
-
-# Horovod's names for the same errors, for scripts that catch them.
-HorovodInternalError = HvdliteInternalError
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

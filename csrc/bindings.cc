@@ -57,6 +57,26 @@ std::pair<std::string, std::string> libstdcxx_linkage() {
   return {"shared", lib.dli_fname};
 }
 
+// A failed request's error on its way to Python. A failure every member of a process set got
+// in one negotiation round carries that set and round: the exception translator has Python
+// number the set's unnamed calls afresh (Note [unnamed names after a failure] in
+// src/hvdlite/policy/names.py) as the error is raised.
+class AgreedFailure : public Error {
+ public:
+  explicit AgreedFailure(const Outcome& o) : Error(o.status, o.error), set_(o.agreed_set), round_(o.agreed_round) {}
+  int process_set() const { return set_; }
+  int64_t round() const { return round_; }
+
+ private:
+  int set_;
+  int64_t round_;
+};
+
+[[noreturn]] void throw_failure(const Outcome& o) {
+  if (o.agreed_round >= 0) throw AgreedFailure(o);
+  throw Error(o.status, o.error);
+}
+
 using InArray = nb::ndarray<nb::ro>;
 using OutArray = nb::ndarray<>;
 
@@ -598,7 +618,7 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
     for (int64_t h : handles) hand_results_to(take_staging(h), stream);
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile
   }
-  if (first_error.status != Status::Success) throw Error(first_error.status, first_error.error);
+  if (first_error.status != Status::Success) throw_failure(first_error);
 }
 
 // enqueue_allreduce and a wait for every member, in one call (run_entries).
@@ -773,7 +793,7 @@ nb::tuple wait(int64_t handle, Stream stream, std::optional<double> timeout) {
     ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile
     hand_results_to(take_staging(handle), stream);
   }
-  if (o.status != Status::Success) throw Error(o.status, o.error);
+  if (o.status != Status::Success) throw_failure(o);
   nb::object output = nb::none();
   const bool is_bf16 = o.output.data && o.output_dtype == DataType::BFloat16;
   if (o.output.data && o.output_device >= 0) {
@@ -880,6 +900,10 @@ NB_MODULE(_core, m) {
     try {
       std::rethrow_exception(p);
     } catch (const Error& e) {
+      if (const auto* agreed = dynamic_cast<const AgreedFailure*>(&e)) {
+        nb::module_::import_("hvdlite.policy.names")
+            .attr("restart_numbering")(agreed->process_set(), agreed->round());
+      }
       nb::object table = nb::module_::import_("hvdlite.exceptions").attr("STATUS_TO_ERROR");
       nb::object cls = table[nb::int_(static_cast<int>(e.status()))];
       PyErr_SetString(cls.ptr(), e.what());

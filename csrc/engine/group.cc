@@ -376,7 +376,7 @@ void Group::execute(const std::vector<Response>& responses) {
     }
     if (e) trace_negotiated(*e);
     if (!r.ok()) {
-      if (e) complete(e, Outcome{r.error_status, r.error});
+      if (e) complete(e, agreed_failure(r.error_status, r.error));
       continue;
     }
     if (config_.debug) {
@@ -457,6 +457,13 @@ DeviceCollectives* Group::device_collectives() {
   return device_.get();
 }
 
+Outcome Group::agreed_failure(Status status, const std::string& message) const {
+  Outcome o{status, message};
+  o.agreed_set = members_.set_id;
+  o.agreed_round = controller_.rounds();
+  return o;
+}
+
 void Group::fail_waited_for() {
   RankWaits mine;
   std::vector<TensorEntry*> waited;
@@ -472,7 +479,7 @@ void Group::fail_waited_for() {
     }
   }
   const std::string message = controller_.agree_on_deadlock(mine);
-  for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, message});
+  for (TensorEntry* e : waited) complete(e, agreed_failure(Status::Deadlock, message));
   EntryList still;
   for (auto& e : pending_) {
     if (!e->done) still.push_back(std::move(e));

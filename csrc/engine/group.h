@@ -118,6 +118,9 @@ class Group {
   // Gives the token back; wakes the loop thread when rounds are left to run.
   void release_driver();
   void execute(const std::vector<Response>& responses);
+  // The outcome of a failure every member gets in the round just ended (an error response, a
+  // deadlock), tagged with this set and that round (Outcome::agreed_round).
+  Outcome agreed_failure(Status status, const std::string& message) const;
   void complete(TensorEntry* entry, Outcome outcome);
   void fail_pending(Status status, const std::string& reason);
 

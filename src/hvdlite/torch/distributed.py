@@ -249,7 +249,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         self._ranks = (list(range(hvdlite.size())) if process_set is None
                        else list(process_set.ranks))
         self._label = group_name
-        self._calls = CallOrder(group_name)   # Note [c10d names]
+        self._calls = CallOrder(group_name, _ops.process_set_id(process_set))  # Note [c10d names]
         self._group_name, self._group_desc = group_name, "undefined"
         self._coalesced = None   # Works issued between _start_coalescing and _end_coalescing
 

@@ -121,12 +121,14 @@ def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight()
 
 @pytest.mark.parametrize("mode, error", [("deadlock", "HvdliteDeadlockError"),
                                          ("mismatch", "HvdliteMismatchError"),
+                                         ("join", "HvdliteInvalidArgumentError"),
                                          ("c10d-mismatch", "HvdliteMismatchError"),
                                          ("c10d-deadlock", "HvdliteDeadlockError")])
 def test_unnamed_collectives_line_up_again_after_a_rank_skipped_one(mode, error):
-    """Note [unnamed names after a failure]: 3 ranks, rank 1 skips an unnamed collective;
-    every rank gets the error, then unnamed all-reduce, allgather_object and broadcast_object
-    work on every rank (twice: the numbering starts over once per failure)."""
+    """Note [unnamed names after a failure]: 3 ranks, rank 1 skips an unnamed collective
+    (or, 'join', each rank in turn joins while the others all-gather); every rank gets the
+    error, then unnamed all-reduce, allgather_object and broadcast_object work on every rank
+    (twice: the numbering starts over once per failure)."""
     proc = run_mpi(3, "workers/core_realign.py", mode,
                    env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=150)
     failed = _lines(proc, "failed")

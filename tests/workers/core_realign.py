@@ -9,6 +9,10 @@ all-reduces, allgather_object and broadcast_object (numpy and hvdlite.torch) mus
 every rank, twice over (the same failure is not met twice).
 'mismatch': rank 1 skips an unnamed all-reduce of 2 elements and all-reduces 5, which takes
 the skipped one's name: every rank gets HvdliteMismatchError; then the same checks.
+'join': Horovod's test_horovod_join_allgather at 3 ranks: each rank in turn joins first while
+the others all-gather (refused after join(), on the others only) and then join; an unnamed
+allgather_object follows each turn. The joined rank gets no error, yet numbers afresh like
+the others (from its join). Then the same checks.
 'c10d-mismatch': the "hvdlite" torch.distributed backend (its own numbering, Note [c10d
 names]): rank 1 skips a dist.all_reduce and broadcasts, which takes its name: every rank gets
 the mismatch error; then dist.all_reduce, all_gather_object and broadcast_object_list, and
@@ -70,6 +74,27 @@ if mode in ("deadlock", "mismatch"):
         report(e, start)
     else:
         raise AssertionError(f"rank {hvd.rank()}: the skipped collective did not fail")
+    unnamed_collectives_work("after")
+    unnamed_collectives_work("again")
+    print(f"rank {hvd.rank()} done", flush=True)
+    hvd.shutdown()
+elif mode == "join":
+    hvd.init()
+    unnamed_collectives_work("before")
+    start, first_error = time.monotonic(), None
+    for first in range(hvd.size()):
+        if hvd.rank() != first:
+            try:
+                hvd.allgather(np.ones((2, 3)))
+            except hvd.HvdliteError as e:
+                first_error = first_error or e
+            else:
+                raise AssertionError(f"rank {hvd.rank()}: allgather after join() worked")
+        last = hvd.join()
+        check(last != first, f"join() returned {last}, the first rank to join")
+        got = hvd.allgather_object(last)
+        check(got == [last] * hvd.size(), f"allgather_object after turn {first}: {got}")
+    report(first_error, start)
     unnamed_collectives_work("after")
     unnamed_collectives_work("again")
     print(f"rank {hvd.rank()} done", flush=True)

@@ -14,22 +14,24 @@ from ..exceptions import HvdliteInvalidArgumentError
 # is 'allreduce.noname.n' on every rank that calls them in the same order. A rank that skips
 # one (a test failed on that rank only, an exception between two collectives) stays one
 # behind forever, and every later unnamed collective waits for a name the others never
-# submit. The ranks learn that they disagree only through an error every member of the set
-# gets in the same negotiation round: HvdliteDeadlockError (each member waits on what the
-# others never submitted) or a mismatch (each submitted the name with other arguments).
-# The core tags such an error with that round's number, which the members count alike
-# (csrc/engine/controller.h). Where the error reaches Python (the core's exception
-# translator, on whichever thread waits), the set's numbering starts over: its counters
-# are dropped, and names counted from then on carry the round, 'allreduce.noname.r<round>.n',
-# so every member's next unnamed collective has the same name again, whatever each had
-# counted before, and none collides with an older request still pending. A rank meets the
-# error once per waited request (several threads, grouped calls): only a later round than
-# the last one starts the numbering over again. Counters kept elsewhere (a TensorFlow graph's
-# while it is built, a c10d group's: NameCounters) start over the same way. The normal path
-# pays nothing: the round is part of the counter's prefix, fixed when the counter is made.
-# Numbering realigns in program order, where a rank sees the error: an unnamed call a rank
-# submits after the failing round but before its wait raises (another thread, an async call
-# not yet waited for) is still counted in the old numbering on that rank.
+# submit. The ranks learn that they disagree only through a failure every member of the set
+# agrees on in one negotiation round: a deadlock (each member waits on what the others never
+# submitted) or an error response (a mismatch: each submitted the name with other arguments;
+# a joined rank, which submitted nothing, sees the response too). Rounds are counted alike on
+# every member (csrc/engine/controller.h), and the core stamps every request it completes
+# with the round of the set's last such failure (Outcome::agreed_round). When a wait returns
+# an outcome stamped with a failure this rank has not met yet (csrc/bindings.cc,
+# realign_names), the set's numbering starts over: its counters are dropped, and names
+# counted from then on carry the round, 'allreduce.noname.r<round>.n', so every member's next
+# unnamed collective has the same name again, whatever each had counted before, and none
+# collides with an older request still pending. On a member whose request failed, that wait
+# is the failed request's own (the error follows); on a joined member it is its join's.
+# Counters kept elsewhere (a TensorFlow graph's while it is built, a c10d group's:
+# NameCounters) start over the same way. The normal path pays one integer comparison per
+# wait, in C++; the round is part of a counter's prefix, fixed when the counter is made.
+# Numbering realigns in program order, where a rank's wait returns: an unnamed call a rank
+# submits after the failing round but before that wait (another thread, an async call not
+# yet waited for) is still counted in the old numbering on that rank.
 
 class NameCounters(dict):
     """Counters of unnamed calls, (kind, process set) -> (prefix, count), kept by their
@@ -83,8 +85,8 @@ def _drop_counters(process_set: int) -> None:
 def restart_numbering(process_set: int, round_: int) -> None:
     """The members of ``process_set`` all got an error in negotiation round ``round_``: its
     unnamed calls are numbered afresh from here on (Note [unnamed names after a failure]).
-    The core's exception translator calls this; a round not later than the last one is
-    ignored (the same failure, met again)."""
+    csrc/bindings.cc calls this when a wait returns an outcome stamped with a failure this
+    rank has not met; a round not later than the last one is ignored."""
     with _counter_lock:
         if _restarted_at.get(process_set, -1) >= round_:
             return

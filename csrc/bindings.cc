@@ -540,6 +540,32 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
 // detector) for the whole wait, not per slice.
 constexpr auto kSignalCheck = std::chrono::milliseconds(100);
 
+// The last agreed failure (Outcome::agreed_round) handed to Python per process set, for the
+// engine in use (a new engine's rounds count from 0 again). Guarded by the GIL.
+struct HandedFailures {
+  std::weak_ptr<Engine> engine;
+  std::unordered_map<int, int64_t> round;
+};
+HandedFailures g_handed;
+
+// Note [unnamed names after a failure] (src/hvdlite/policy/names.py): once a wait returns an
+// outcome completed after a failure every member of its set agreed on, and Python has not
+// been told of that failure yet, the set's unnamed calls are numbered afresh from its round.
+// The first such wait on a rank is its failed request's own (whose error follows), or, on a
+// member that had no request of that name (a joined rank), the next one to finish. The normal
+// path (no failure yet) costs one comparison. GIL held.
+void realign_names(const std::shared_ptr<Engine>& eng, const Outcome& o) {
+  if (o.agreed_round < 0) return;
+  if (g_handed.engine.lock() != eng) {
+    g_handed.engine = eng;
+    g_handed.round.clear();
+  }
+  int64_t& handed = g_handed.round.try_emplace(o.agreed_set, -1).first->second;
+  if (o.agreed_round <= handed) return;
+  handed = o.agreed_round;
+  nb::module_::import_("hvdlite.policy.names").attr("restart_numbering")(o.agreed_set, o.agreed_round);
+}
+
 // Waits for `handle` with the GIL released but for the checks; timeout_s < 0: no limit.
 // Throws nb::python_error for a signal handler's exception, Error(Timeout) at the limit.
 Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
@@ -583,6 +609,7 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
     Outcome o;
     try {
       o = wait_interruptibly(*eng, handles[i], -1);
+      realign_names(eng, o);
     } catch (nb::python_error&) {
       {
         nb::gil_scoped_release release;
@@ -769,6 +796,7 @@ struct DeviceOutput {
 nb::tuple wait(int64_t handle, Stream stream, std::optional<double> timeout) {
   std::shared_ptr<Engine> ctx = context_ref();
   Outcome o = wait_interruptibly(*ctx, handle, timeout ? *timeout : -1);
+  realign_names(ctx, o);
   {
     nb::gil_scoped_release release;
     ctx.reset();  // may be the last reference if hvdlite was shut down meanwhile

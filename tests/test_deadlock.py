@@ -9,6 +9,9 @@
 - A rank that computes for longer than that before submitting trips nothing.
 - signal.alarm's handler raises out of a wait that cannot finish yet, within 3 s; the Work can
   be waited on again; wait(timeout=) raises HvdliteTimeoutError; shutdown is then clean.
+- After a rank skipped an unnamed collective (a deadlock error, or a mismatch where the next
+  call took its name), unnamed collectives line up again on every rank: numpy, hvdlite.torch
+  and the "hvdlite" torch.distributed backend (tests/workers/core_realign.py).
 """
 import re
 
@@ -114,3 +117,27 @@ def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight()
     assert 1.9 <= got["torch-alarm"][0] <= 3, got    # and the torch adapter's
     shutdown = _lines(proc, "shutdown")
     assert sorted(shutdown) == [0, 1] and all(s <= 5 for s, _ in shutdown.values()), proc.stdout
+
+
+@pytest.mark.parametrize("mode, error", [("deadlock", "HvdliteDeadlockError"),
+                                         ("mismatch", "HvdliteMismatchError"),
+                                         ("join", "HvdliteInvalidArgumentError"),
+                                         ("c10d-mismatch", "HvdliteMismatchError"),
+                                         ("c10d-deadlock", "HvdliteDeadlockError")])
+def test_unnamed_collectives_line_up_again_after_a_rank_skipped_one(mode, error):
+    """Note [unnamed names after a failure]: 3 ranks, rank 1 skips an unnamed collective
+    (or, 'join', each rank in turn joins while the others all-gather); every rank gets the
+    error, then unnamed all-reduce, allgather_object and broadcast_object work on every rank
+    (twice: the numbering starts over once per failure)."""
+    proc = run_mpi(3, "workers/core_realign.py", mode,
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=150)
+    failed = _lines(proc, "failed")
+    assert sorted(failed) == [0, 1, 2], proc.stdout
+    for seconds, message in failed.values():
+        assert message.startswith(error), message
+        if error == "HvdliteDeadlockError":
+            assert seconds <= GRACE + 5, seconds
+    for round_ in ("after", "again"):
+        assert sorted(r for r in range(3) if f"rank {r} aligned {round_}" in proc.stdout) == \
+            [0, 1, 2], proc.stdout
+    assert proc.stdout.count("done") == 3, proc.stdout

@@ -100,6 +100,8 @@ class Controller {
     return *negotiate(pending, shutdown_requested, options);
   }
   bool round_open() const { return open_; }
+  // How many rounds have ended: the same on every member after each (a round's number).
+  int64_t rounds() const { return round_; }
 
   // After a round that declared a deadlock: every member sends what it waits for and has
   // pending, and gets the error message describing all of them. Collective.

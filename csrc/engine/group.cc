@@ -211,6 +211,8 @@ void Group::join() {
 
 void Group::complete(TensorEntry* entry, Outcome outcome) {
   entry->done = true;
+  outcome.agreed_set = members_.set_id;
+  outcome.agreed_round = last_agreed_failure_.load(std::memory_order_relaxed);
   if (entry->device) {
     try {
       entry->device->after(outcome.status == Status::Success);
@@ -357,6 +359,11 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
 
 void Group::execute(const std::vector<Response>& responses) {
   if (responses.empty()) return;
+  // Every member gets the same responses: an error among them is a failure they all agree
+  // on, also where this member has no request of that name (a joined rank).
+  if (std::any_of(responses.begin(), responses.end(), [](const Response& r) { return !r.ok(); })) {
+    note_agreed_failure();
+  }
   const RankActivity::Executing executing(handles_.activity());
   std::unordered_map<std::string, TensorEntry*> by_name;
   TensorEntry* join_entry = nullptr;
@@ -457,6 +464,10 @@ DeviceCollectives* Group::device_collectives() {
   return device_.get();
 }
 
+void Group::note_agreed_failure() {
+  last_agreed_failure_.store(controller_.rounds(), std::memory_order_relaxed);
+}
+
 void Group::fail_waited_for() {
   RankWaits mine;
   std::vector<TensorEntry*> waited;
@@ -472,6 +483,7 @@ void Group::fail_waited_for() {
     }
   }
   const std::string message = controller_.agree_on_deadlock(mine);
+  note_agreed_failure();
   for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, message});
   EntryList still;
   for (auto& e : pending_) {

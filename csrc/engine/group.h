@@ -118,11 +118,17 @@ class Group {
   // Gives the token back; wakes the loop thread when rounds are left to run.
   void release_driver();
   void execute(const std::vector<Response>& responses);
+  // The round just ended failed requests on every member (an error response, a deadlock),
+  // whether or not this member had them (a joined rank): every outcome completed from now on
+  // carries that round (Outcome::agreed_round).
+  void note_agreed_failure();
+  // Completes the request; the outcome carries this set and the last agreed failure.
   void complete(TensorEntry* entry, Outcome outcome);
   void fail_pending(Status status, const std::string& reason);
 
   Membership members_;
   std::unique_ptr<Transport> transport_;
+  std::atomic<int64_t> last_agreed_failure_{-1};  // the round (note_agreed_failure)
   Config config_;  // this group's own copy: autotune (group 0 only) changes it as it runs
   HandleTable& handles_;
   AdminHandler admin_;

@@ -43,6 +43,12 @@ struct Outcome {
   std::vector<int64_t> received_splits;  // alltoall
   int last_joined_rank = -1;             // join
   int process_set_id = -1;               // add_process_set: the new set's id
+  // The process set whose group completed the request, and the negotiation round of the
+  // last failure all its members agreed on before then (an error response, a deadlock; -1:
+  // none yet). Python numbers the set's unnamed calls afresh from there (Note [unnamed
+  // names after a failure] in src/hvdlite/policy/names.py).
+  int agreed_set = -1;
+  int64_t agreed_round = -1;
 };
 
 class HandleTable {

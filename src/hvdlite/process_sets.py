@@ -16,6 +16,7 @@ from typing import List, Optional, Sequence, Union
 import weakref
 
 from . import _core, config
+from .policy.names import forget_process_set
 
 
 class ProcessSet:
@@ -123,6 +124,7 @@ def _init_process_sets(process_sets) -> None:
                              f"{index} is a duplicate: {ps}")
         seen.add(tuple(ps.ranks))
         ps.process_set_id = _core.add_process_set(ps.ranks)
+        forget_process_set(ps.process_set_id)
         _added.add(ps)
 
 
@@ -144,6 +146,7 @@ def add_process_set(process_set: Union[ProcessSet, Sequence[int]]) -> ProcessSet
         raise ValueError("hvdlite has not been initialized; use hvdlite.init().")
     _require_dynamic("adding")
     process_set.process_set_id = _core.add_process_set(process_set.ranks)
+    forget_process_set(process_set.process_set_id)   # the id may be a removed set's
     _added.add(process_set)
     return process_set
 

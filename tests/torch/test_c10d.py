@@ -7,6 +7,9 @@
   gloo (bitwise at 2 ranks, where both add the same two numbers; rtol 1e-6 at 3) and one
   process trained on the global batch (checked on every rank by tests/workers/c10d_ddp.py);
 - FSDP2 (fully_shard) trains on it like on one process (tests/workers/c10d_fsdp.py);
+- under torch.compile: compiled DDP equals compiled DDP on gloo (bitwise, float64, 2 ranks) and
+  one process on the global batch, and compiled FSDP2 and a compiled model under hvdlite's
+  DistributedOptimizer train like one process (tests/workers/c10d_compile.py);
 - Lightning's Trainer (DDPStrategy(process_group_backend="hvdlite")) and Hugging Face
   Accelerate each train a tiny model on it (tests/workers/c10d_lightning.py, c10d_accelerate.py);
 - point-to-point (send/recv/isend/irecv, any source, tags, a subgroup, dtypes, non-contiguous
@@ -67,6 +70,23 @@ def test_ddp_hvdlite_equals_gloo(np_, tmp_path):
                 rtol = 2e-3 if mode == "fp16_hook" else 1e-6
                 torch.testing.assert_close(a, b, rtol=rtol, atol=rtol * 1e-1,
                                            msg=f"{mode}: parameter {i}")
+
+
+@pytest.mark.timeout(900)
+def test_compiled_ddp_equals_gloo_and_compiled_fsdp2_and_optimizer_train(tmp_path):
+    """Note [c10d calls under torch.compile]: torch.compile(DDP(model)) over hvdlite, with a
+    buffer DDP broadcasts before every forward; compiled FSDP2 and DistributedOptimizer beside
+    it. torch.compile takes tens of seconds per model on a loaded 2-core machine."""
+    runs = {}
+    for backend, modes in (("hvdlite", "ddp,fsdp2,hvd_optimizer"), ("gloo", "ddp")):
+        out = tmp_path / f"{backend}.pt"
+        proc = run_mpi(2, "workers/c10d_compile.py", backend, out,
+                       tmp_path / f"{backend}.store", modes, timeout=420)
+        assert proc.stdout.count(f"compile {backend} ok") == 2, proc.stdout[-5000:]
+        runs[backend] = torch.load(out)
+    assert sorted(runs["hvdlite"]) == ["ddp", "fsdp2", "hvd_optimizer"], sorted(runs["hvdlite"])
+    for i, (a, b) in enumerate(zip(runs["hvdlite"]["ddp"], runs["gloo"]["ddp"])):
+        assert torch.equal(a, b), f"compiled DDP: parameter {i} is not bitwise gloo's"
 
 
 def test_fsdp2_trains_like_one_process():

@@ -18,6 +18,19 @@ def test_calls_are_numbered_per_group_in_call_order():
     assert pair.next("broadcast") == ("c10d.1.0", "broadcast (call 0 of group '1')")
 
 
+def test_a_groups_calls_are_numbered_afresh_after_a_failure_in_its_process_set():
+    """Note [unnamed names after a failure]: the group's set (4) restarts, the world's not."""
+    from hvdlite.policy.names import reset_name_counters, restart_numbering
+    group, world = CallOrder("5", 4), CallOrder("0", 0)
+    assert group.next("allreduce")[0] == "c10d.5.0"
+    assert world.next("allreduce")[0] == "c10d.0.0"
+    restart_numbering(4, 31)
+    assert group.next("allreduce") == ("c10d.5.r31.0",
+                                       "allreduce (call r31.0 of group '5')")
+    assert world.next("allreduce")[0] == "c10d.0.1"
+    reset_name_counters()
+
+
 def test_threads_issuing_calls_never_share_a_number():
     calls, names = CallOrder("g"), []
 

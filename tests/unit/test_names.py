@@ -2,7 +2,9 @@
 
 import pytest
 
-from hvdlite.policy.names import auto_name, group_names, parameter_names, reset_name_counters
+from hvdlite.policy.names import (auto_name, call_number, forget_process_set, group_names,
+                                  kept_counters, parameter_names, reset_name_counters,
+                                  restart_numbering)
 
 
 def test_generated_names_count_per_kind_and_set():
@@ -14,6 +16,51 @@ def test_generated_names_count_per_kind_and_set():
     assert auto_name("allreduce", "given") == "given"
     reset_name_counters()
     assert auto_name("allreduce") == "allreduce.noname.0"
+
+
+def test_numbering_starts_over_after_an_agreed_failure():
+    """Note [unnamed names after a failure]: after restart_numbering(set, round) every kind
+    of the set counts from 0 again, with the round in the name; other sets keep counting."""
+    reset_name_counters()
+    assert auto_name("allreduce") == "allreduce.noname.0"
+    assert auto_name("allreduce") == "allreduce.noname.1"      # this rank: one ahead
+    assert auto_name("broadcast") == "broadcast.noname.0"
+    assert auto_name("allreduce", process_set=1) == "allreduce.noname.0"
+    restart_numbering(0, 57)
+    assert auto_name("allreduce") == "allreduce.noname.r57.0"
+    assert auto_name("broadcast") == "broadcast.noname.r57.0"
+    assert auto_name("allreduce", process_set=1) == "allreduce.noname.1"   # not that set
+    restart_numbering(0, 57)    # the same failure met again (another waited request)
+    restart_numbering(0, 12)    # an older one
+    assert auto_name("allreduce") == "allreduce.noname.r57.1"
+    restart_numbering(0, 80)
+    assert auto_name("allreduce") == "allreduce.noname.r80.0"
+    reset_name_counters()       # a new job: Horovod's names again
+    assert auto_name("allreduce") == "allreduce.noname.0"
+
+
+def test_counters_kept_elsewhere_start_over_too():
+    reset_name_counters()
+    graph = kept_counters()     # a TensorFlow graph's, a c10d group's
+    assert call_number("c10d.0", 0, graph) == "0"
+    assert call_number("c10d.0", 0, graph) == "1"
+    assert call_number("c10d.0", 3, graph) == "0"
+    restart_numbering(0, 9)
+    assert call_number("c10d.0", 0, graph) == "r9.0"
+    assert call_number("c10d.0", 3, graph) == "1"
+    reset_name_counters()
+
+
+def test_a_new_process_set_counts_from_zero_whatever_its_id_counted_before():
+    reset_name_counters()
+    assert auto_name("allreduce", process_set=2) == "allreduce.noname.0"
+    restart_numbering(2, 500)   # a removed set's failure; the id comes back for a new set
+    assert auto_name("allreduce", process_set=2) == "allreduce.noname.r500.0"
+    forget_process_set(2)
+    assert auto_name("allreduce", process_set=2) == "allreduce.noname.0"
+    restart_numbering(2, 3)     # the new set's own rounds count from 0
+    assert auto_name("allreduce", process_set=2) == "allreduce.noname.r3.0"
+    reset_name_counters()
 
 
 def test_own_counters_and_group_names():

@@ -5,7 +5,10 @@ A c10d collective has no name, while hvdlite's engine matches requests across ra
 Every rank issues a group's collectives in the same order (c10d requires it, as gloo does),
 so the n-th collective of group ``g`` is named ``c10d.g.n`` (its members ``c10d.g.n.i``).
 Ranks that disagree on the n-th call (shape, dtype, op, root) get the engine's mismatch error
-for that name, and the error says which c10d call it was.
+for that name, and the error says which c10d call it was. After an error every member of the
+group's process set got (a mismatch, a deadlock), the numbering starts over as hvdlite's own
+unnamed calls do (Note [unnamed names after a failure] in src/hvdlite/policy/names.py): the
+n-th call from then on is ``c10d.g.r<round>.n`` on every rank.
 
 Note [group timeouts]
 As gloo's, a group's timeout bounds every wait for one of its collectives (blocking calls, and
@@ -15,9 +18,9 @@ completes if they do submit it later.
 """
 
 import datetime
-import itertools
 
 from hvdlite.exceptions import HvdliteError, HvdliteUnsupportedError
+from hvdlite.policy.names import call_number, kept_counters
 from hvdlite.policy.reduce_ops import Average, Max, Min, Product, Sum
 
 #: c10d's reduce ops, by their enum names, as the core's
@@ -25,15 +28,18 @@ REDUCE_OPS = {"SUM": Sum, "AVG": Average, "MIN": Min, "MAX": Max, "PRODUCT": Pro
 
 
 class CallOrder:
-    """The calls of one group, numbered in the order this rank issues them."""
+    """The calls of one group, numbered in the order this rank issues them; ``process_set``:
+    the id of the group's process set."""
 
-    def __init__(self, label):
+    def __init__(self, label, process_set=0):
         self.label = label
-        self._count = itertools.count()   # next() is atomic under the GIL
+        self._key = f"c10d.{label}"
+        self._set = process_set
+        self._counters = kept_counters()
 
     def next(self, kind):
         """(the engine's name for the next call, the call as errors name it)."""
-        seq = next(self._count)
+        seq = call_number(self._key, self._set, self._counters)
         return f"c10d.{self.label}.{seq}", f"{kind} (call {seq} of group {self.label!r})"
 
 

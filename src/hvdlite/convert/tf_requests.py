@@ -23,7 +23,7 @@ from hvdlite.policy.options import is_compressed
 from hvdlite.process_sets import global_process_set
 
 from . import dlpack_arrays, tf_errors, tf_tensors
-from .tf_tensors import (aligned_empty_like, as_array, grad_names, graph_counters,
+from .tf_tensors import (aligned_empty_like, as_array, counters_of, grad_names,
                          outermost_function_graph, result_arrays, scaled, tape_may_record)
 
 
@@ -76,7 +76,7 @@ def op_name(kind, name=None, process_set=None):
     if tf.executing_eagerly():
         return None
     graph = outermost_function_graph(tf.compat.v1.get_default_graph())
-    counters = graph_counters.setdefault(graph, {})
+    counters = counters_of(graph)
     return policy.auto_name(f"tf.{kind}", None, check_arg(_ops.process_set_id, process_set),
                             counters)
 

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from hvdlite.exceptions import HvdliteError, raise_replaced
+from hvdlite.policy.names import kept_counters
 
 from . import dlpack_arrays, tf_check_status
 
@@ -22,6 +23,16 @@ except ImportError:  # pragma: no cover
 
 
 graph_counters = weakref.WeakKeyDictionary()  # outermost graph -> its name counters
+
+
+def counters_of(graph):
+    """The name counters of ``graph`` (an outermost graph), made on first use; they start
+    over with the job-wide ones (Note [unnamed names after a failure] in
+    src/hvdlite/policy/names.py)."""
+    counters = graph_counters.get(graph)
+    if counters is None:
+        counters = graph_counters.setdefault(graph, kept_counters())
+    return counters
 
 
 def outermost_function_graph(graph):
@@ -176,8 +187,7 @@ def grad_names(names):
     if names is None or tf.executing_eagerly():
         return None
     graph = outermost_function_graph(tf.compat.v1.get_default_graph())
-    counter = graph_counters.setdefault(graph, {}).setdefault(("grad", names[0]),
-                                                               itertools.count())
+    counter = counters_of(graph).setdefault(("grad", names[0]), itertools.count())
     k = next(counter)
     return [f"{n}.grad{k or ''}" for n in names]
 

@@ -4,12 +4,63 @@ variable, and the names of an optimizer's parameters (``named_parameters``)."""
 
 import itertools
 import threading
+import weakref
 from typing import List, Optional
 
 from ..exceptions import HvdliteInvalidArgumentError
 
-_name_counters = {}
+# Note [unnamed names after a failure]
+# Unnamed collectives are named in call order: the n-th unnamed all-reduce of process set s
+# is 'allreduce.noname.n' on every rank that calls them in the same order. A rank that skips
+# one (a test failed on that rank only, an exception between two collectives) stays one
+# behind forever, and every later unnamed collective waits for a name the others never
+# submit. The ranks learn that they disagree only through a failure every member of the set
+# agrees on in one negotiation round: a deadlock (each member waits on what the others never
+# submitted) or an error response (a mismatch: each submitted the name with other arguments;
+# a joined rank, which submitted nothing, sees the response too). Rounds are counted alike on
+# every member (csrc/engine/controller.h), and the core stamps every request it completes
+# with the round of the set's last such failure (Outcome::agreed_round). When a wait returns
+# an outcome stamped with a failure this rank has not met yet (csrc/bindings.cc,
+# realign_names), the set's numbering starts over: its counters are dropped, and names
+# counted from then on carry the round, 'allreduce.noname.r<round>.n', so every member's next
+# unnamed collective has the same name again, whatever each had counted before, and none
+# collides with an older request still pending. On a member whose request failed, that wait
+# is the failed request's own (the error follows); on a joined member it is its join's.
+# Counters kept elsewhere (a TensorFlow graph's while it is built, a c10d group's:
+# NameCounters) start over the same way. The normal path pays one integer comparison per
+# wait, in C++; the round is part of a counter's prefix, fixed when the counter is made.
+# Numbering realigns in program order, where a rank's wait returns: an unnamed call a rank
+# submits after the failing round but before that wait (another thread, an async call not
+# yet waited for) is still counted in the old numbering on that rank.
+
+class NameCounters(dict):
+    """Counters of unnamed calls, (kind, process set) -> (prefix, count), kept by their
+    owner (a TensorFlow graph, a c10d group): they start over with the job-wide ones."""
+
+
+_name_counters = NameCounters()    # the job-wide counters
+_kept_elsewhere = weakref.WeakValueDictionary()  # id -> every other NameCounters alive
+_restarted_at = {}                 # process set -> the round its numbering last started over at
 _counter_lock = threading.Lock()
+
+
+def _prefix(process_set: int) -> str:
+    restarted = _restarted_at.get(process_set)
+    return "" if restarted is None else f"r{restarted}."
+
+
+def call_number(kind: str, process_set: int = 0, counters: Optional[dict] = None) -> str:
+    """The number of this rank's next unnamed ``kind`` call in ``process_set``: ``n``, or
+    ``r<round>.n`` once the set's numbering started over (Note [unnamed names after a
+    failure]). ``counters``: a NameCounters to count in instead of the job-wide ones."""
+    counters = _name_counters if counters is None else counters
+    key = (kind, process_set)
+    entry = counters.get(key)
+    if entry is None:
+        with _counter_lock:
+            entry = counters.setdefault(key, (_prefix(process_set), itertools.count()))
+    prefix, count = entry
+    return f"{prefix}{next(count)}"   # next() is atomic under the GIL
 
 
 def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
@@ -17,14 +68,46 @@ def auto_name(kind: str, name: Optional[str] = None, process_set: int = 0,
     """``name``, or a generated one: ranks that call ops in the same order get equal names.
 
     Counted per process set: the members of a set agree on its order only. ``counters``:
-    where to count instead of the job-wide counters (TensorFlow counts per graph).
+    a NameCounters to count in instead of the job-wide ones (TensorFlow counts per graph).
     """
     if name is not None:
         return valid_name(name)
+    return f"{kind}.noname.{call_number(kind, process_set, counters)}"
+
+
+def _drop_counters(process_set: int) -> None:
+    """Every counter of ``process_set``, job-wide and kept elsewhere, gone (the lock held)."""
+    for counters in (_name_counters, *_kept_elsewhere.values()):
+        for key in [k for k in counters if k[1] == process_set]:
+            del counters[key]
+
+
+def restart_numbering(process_set: int, round_: int) -> None:
+    """The members of ``process_set`` all got an error in negotiation round ``round_``: its
+    unnamed calls are numbered afresh from here on (Note [unnamed names after a failure]).
+    csrc/bindings.cc calls this when a wait returns an outcome stamped with a failure this
+    rank has not met; a round not later than the last one is ignored."""
     with _counter_lock:
-        counters = _name_counters if counters is None else counters
-        counter = counters.setdefault((kind, process_set), itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+        if _restarted_at.get(process_set, -1) >= round_:
+            return
+        _restarted_at[process_set] = round_
+        _drop_counters(process_set)
+
+
+def forget_process_set(process_set: int) -> None:
+    """A process set was just added: its unnamed calls count from 0 on every member, whatever
+    a removed set with the same id counted (and whatever round it restarted at)."""
+    with _counter_lock:
+        _restarted_at.pop(process_set, None)
+        _drop_counters(process_set)
+
+
+def kept_counters() -> NameCounters:
+    """A new NameCounters for an owner that counts its own unnamed calls."""
+    counters = NameCounters()
+    with _counter_lock:
+        _kept_elsewhere[id(counters)] = counters
+    return counters
 
 
 def valid_name(name) -> str:
@@ -44,6 +127,7 @@ def reset_name_counters() -> None:
     """init() calls this so that a re-initialised job starts its generated names afresh."""
     with _counter_lock:
         _name_counters.clear()
+        _restarted_at.clear()
 
 
 def group_names(base: Optional[str], n: int) -> Optional[List[str]]:

@@ -53,12 +53,48 @@ BACKEND = startup.BACKEND
 _CORE_DTYPES = {getattr(torch, name) for name in SUPPORTED_DTYPES if hasattr(torch, name)}
 
 
+# Note [c10d calls under torch.compile]
+# Dynamo treats every torch.distributed.ProcessGroup as an opaque object
+# (torch.distributed.device_mesh registers the class, subclasses included, with a few members
+# it may read: size, rank, group_name...), and attribute access to any other member is a hard
+# error (UnsafeScriptObjectError), never a graph break. gloo's collectives are C++, which
+# dynamo never sees. This group's are Python frames, and C++ enters them while dynamo's frame
+# callback is set: in torch.compile(DistributedDataParallel(model)), DDP's forward runs
+# (skipped by dynamo, not compiled) under the compiled module's call, and its reducer's
+# C++ (_rebuild_buckets after the first backward, buffer broadcasts) calls the group's
+# broadcast and waits on the Work; dynamo then compiles each such frame as one of its own
+# and stops at the first `self._calls`. So the entry points of the group and of its Works
+# run with dynamo off (torch.compiler.disable, recursive): the frame and whatever it calls
+# run eagerly, as gloo's C++ does, and compiled code that calls one breaks the graph there.
+# The entry points are the methods overriding torch's, and the public ones the class itself
+# defines (getRank, getSize...: c10d's C++ calls them through its trampoline); the helpers
+# they call are not wrapped (a wrapper costs about a microsecond, nested ones as much again).
+
+def _eager(cls):
+    """``cls`` with its entry points wrapped in ``torch.compiler.disable`` (Note [c10d calls
+    under torch.compile]): every method that overrides one of its torch bases' (ProcessGroup's,
+    Work's), and every public method of its own."""
+    ours = [b for b in cls.__mro__ if b.__module__.startswith("hvdlite.")]
+    torch_names = {n for b in cls.__mro__ if b not in ours and b is not object for n in vars(b)}
+    own_public = {n for n in vars(cls) if not n.startswith("_")}
+    for name in sorted(torch_names | own_public):
+        if name.startswith("__"):
+            continue
+        owner = next((b for b in cls.__mro__ if name in vars(b)), None)
+        member = vars(owner)[name]
+        if owner in ours and inspect.isfunction(member) and \
+                not hasattr(member, "_torchdynamo_disable"):
+            setattr(cls, name, torch.compiler.disable(member))
+    return cls
+
+
 class GroupTimeoutError(HvdliteTimeoutError, dist.DistBackendError):
     """A collective of an hvdlite group outlived its timeout (the group's, as
     ``init_process_group(timeout=...)`` / ``new_group(timeout=...)`` set it, or the call's):
     an hvdlite timeout and, as c10d's backends raise them, a ``DistBackendError``."""
 
 
+@_eager
 class HvdliteWork(CallWork, dist._Work):
     """A c10d Work over one hvdlite Work (src/hvdlite/c10d/call_work.py): its future is torch's,
     its timeout error a ``DistBackendError``."""
@@ -74,10 +110,12 @@ class HvdliteWork(CallWork, dist._Work):
         pass  # CPU only: nothing is pending on a stream
 
 
+@_eager
 class _PeerToPeerWork(PeerCallWork, HvdliteWork):
     """A send or recv's Work, as c10d sees it."""
 
 
+@_eager
 class _AllOf(CoalescedWork, HvdliteWork):
     """A coalescing block's Work, as c10d sees it."""
 
@@ -196,6 +234,7 @@ def _op(op, what):
 # ---------------------------------------------------------------------------------------
 # the process group
 
+@_eager
 class HvdliteProcessGroup(dist.ProcessGroup):
     """A c10d process group whose collectives run on hvdlite's engine (see the module
     docstring). ``process_set``: the hvdlite ProcessSet of its ranks (None: every rank)."""
@@ -210,7 +249,7 @@ class HvdliteProcessGroup(dist.ProcessGroup):
         self._ranks = (list(range(hvdlite.size())) if process_set is None
                        else list(process_set.ranks))
         self._label = group_name
-        self._calls = CallOrder(group_name)   # Note [c10d names]
+        self._calls = CallOrder(group_name, _ops.process_set_id(process_set))  # Note [c10d names]
         self._group_name, self._group_desc = group_name, "undefined"
         self._coalesced = None   # Works issued between _start_coalescing and _end_coalescing
 

@@ -58,7 +58,7 @@ def test_srun_without_the_plugin_names_both_numbers_and_the_flag():
 
 
 def test_mpich_is_told_its_own_plugin():
-    with pytest.raises(HvdliteLaunchError, match=r"MPI \(MPICH Version:\s+4.3.0\).*"
+    with pytest.raises(HvdliteLaunchError, match=r"MPI \(MPICH Version: 4.3.0\).*"
                                                  r"`srun --mpi=pmi2`"):
         check_world_size(1, SRUN_STEP, MPICH)
 

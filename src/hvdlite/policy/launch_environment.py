@@ -8,6 +8,11 @@ program built against another MPI (Open MPI's mpirun, MPICH's library). The laun
 variables still say N: :func:`expected_world_size` reads them, :func:`check_world_size`
 compares them with the world MPI_Init gave, on every rank, right after init.
 
+Measured under Slurm 22.05 (docs/slurm.md): the Open MPI 5 wheel runs under ``srun
+--mpi=pmix`` and gives singletons under ``--mpi=none`` and ``--mpi=pmi2``; MPICH 5.0 (its
+wheel) runs under ``--mpi=pmi2``, gives singletons under ``--mpi=none`` and aborts in MPI_Init
+under ``--mpi=pmix`` ("Runtime environment uses unsupported PMI version PMIx").
+
 Note [which launcher variable]
 What each launcher sets for every process it starts (measured on this project's machines):
 
@@ -68,9 +73,10 @@ def _who(variable: str) -> str:
 
 
 def _library_name(mpi_library: str) -> str:
-    """'Open MPI v5.0.11, package: ...' -> 'Open MPI v5.0.11'."""
+    """'Open MPI v5.0.11, package: ...' -> 'Open MPI v5.0.11'; 'MPICH Version:  5.0.2\n...'
+    -> 'MPICH Version: 5.0.2'."""
     first = mpi_library.strip().splitlines()[0] if mpi_library.strip() else ""
-    return first.split(",")[0].strip() or "this MPI"
+    return " ".join(first.split(",")[0].split()) or "this MPI"
 
 
 def _advice(variable: str, mpi_library: str) -> str:

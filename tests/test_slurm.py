@@ -8,6 +8,7 @@ daemons cannot run (not root, no Slurm and no apt-get to install it) every test 
 the script's reason. Every command has a hard timeout, and Slurm's own time limit ends a job
 that outlives it.
 """
+import importlib.util
 import os
 import re
 import shutil
@@ -25,6 +26,15 @@ WORKER = os.path.join(HERE, "workers", "slurm_topology.py")
 DIGITS = os.path.join(REPO, "examples", "pytorch_digits.py")
 EPOCHS = "2"
 SIZES = [2, 4]
+
+
+def _torch_installed():
+    # The other MPIs' environments (scripts/setup_other_mpi.sh) have no torch.
+    spec = importlib.util.find_spec("torch")
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+needs_torch = pytest.mark.skipif(not _torch_installed(), reason="the example uses torch")
 
 
 def _free_port():
@@ -117,6 +127,7 @@ def test_srun_runs_collectives_with_the_jobs_topology(slurm, np_):
         [(str(r), str(np_)) for r in range(np_)], out
 
 
+@needs_torch
 @pytest.mark.parametrize("np_", SIZES)
 def test_srun_runs_the_torch_example(slurm, np_):
     _trained(srun(slurm, np_, sys.executable, DIGITS, "--epochs", EPOCHS), np_)
@@ -136,6 +147,7 @@ def test_hvdlite_run_in_salloc_takes_the_allocation(slurm, np_):
         [(str(r), str(np_)) for r in range(np_)], out
 
 
+@needs_torch
 @pytest.mark.parametrize("np_", SIZES)
 def test_hvdlite_run_in_salloc_runs_the_torch_example(slurm, np_):
     _trained(salloc(slurm, np_, *_hvdlite_run(), sys.executable, DIGITS, "--epochs", EPOCHS), np_)
@@ -152,6 +164,7 @@ def _doc_batch_script():
     return scripts[0]
 
 
+@needs_torch
 @pytest.mark.parametrize("np_", SIZES)
 def test_sbatch_of_the_documented_script(slurm, np_, tmp_path):
     script = tmp_path / "digits.sh"
@@ -206,6 +219,7 @@ def test_srun_with_another_plugin_than_open_mpis_is_an_error(slurm):
                      "MPI's world has 1") == 2, out
 
 
+@needs_torch
 @pytest.mark.parametrize("np_", SIZES)
 def test_torchrun_style_master_addr_and_port_in_an_allocation(slurm, np_):
     # sbatch scripts written for torchrun export MASTER_ADDR / MASTER_PORT but not RANK /

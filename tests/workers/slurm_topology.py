@@ -1,6 +1,9 @@
 """Under Slurm (srun, or hvdlite-run inside an allocation): the job's topology is what the
 launcher set up, and collectives work. ``argv[1]``: the expected size (one node: every rank
-is local). Prints "slurm worker ok" per rank; a failed check raises (the excepthook then
+is local); ``argv[2]``: ``srun`` where srun started the ranks itself (then Slurm's task
+numbers are MPI's ranks; under hvdlite-run they are not: MPICH's Hydra starts its proxy with
+a one-task srun step even on one node, and its ranks inherit that step's SLURM_PROCID=0,
+SLURM_NTASKS=1). Prints "slurm worker ok" per rank; a failed check raises (the excepthook then
 ends the job)."""
 import os
 import sys
@@ -11,12 +14,13 @@ import hvdlite as hvd
 from worker_checks import check
 
 N = int(sys.argv[1])
+started_by_srun = sys.argv[2:] == ["srun"]
 hvd.init()
 R = hvd.rank()
 topology = (hvd.size(), hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size())
 check(topology == (N, R, N, 0, 1),
       f"rank {R}: (size, local rank, local size, cross rank, cross size) = {topology}")
-if "SLURM_STEP_ID" in os.environ:   # srun started this rank: Slurm's numbers are MPI's
+if started_by_srun:
     check(int(os.environ["SLURM_PROCID"]) == R and int(os.environ["SLURM_NTASKS"]) == N,
           f"rank {R}: SLURM_PROCID={os.environ['SLURM_PROCID']}, SLURM_NTASKS="
           f"{os.environ['SLURM_NTASKS']}")

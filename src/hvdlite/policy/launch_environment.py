@@ -27,8 +27,10 @@ What each launcher sets for every process it starts (measured on this project's 
   them.
 
 The launcher that started this process directly wins: mpirun inside an srun step (hvdlite-run
-in ``srun -n 1``; Open MPI's and Hydra's daemons started through srun on other nodes) passes
-the step's SLURM_* variables on to ranks it numbered itself. A one-task step says nothing
+in ``srun -n 1``; Open MPI's and Hydra's daemons started through srun) passes the step's
+SLURM_* variables on to ranks it numbered itself. Measured: MPICH's Hydra inside ``salloc``
+starts its proxy with a one-task srun step even on one node, so its ranks have SLURM_STEP_ID,
+SLURM_NTASKS=1 and SLURM_PROCID=0 beside PMI_SIZE=N. A one-task step says nothing
 either (``srun -n 1 some-launcher -np 4`` is legitimate). An elastic job's world changes size
 by design (added ranks are spawned): the caller skips the check there.
 """

@@ -71,7 +71,7 @@ LOST_REPORT_GRACE_SECONDS = 2.0
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
 USAGE = (f"{PROG} -np N [-H host:slots,... | --hostfile FILE] [options] "
-         f"python script.py [args...]  (-np and the hosts: a Slurm allocation's by default)")
+         f"python script.py [args...]")
 
 GUARD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_guard.py")
 

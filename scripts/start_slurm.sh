@@ -10,6 +10,9 @@
 # is under one directory, $HVDLITE_SLURM_DIR (default: build/slurm in this checkout),
 # wiped at every start, so a second start is as clean as the first; Debian's own /etc/slurm
 # and /etc/munge are not used. Clients find this cluster through SLURM_CONF.
+# Settings: HVDLITE_SLURM_DIR, HVDLITE_SLURM_SLOTS (4), HVDLITE_SLURMCTLD_PORT (6817),
+# HVDLITE_SLURMD_PORT (6818; tests/test_slurm.py picks free ones), HVDLITE_SLURM_WAIT_SECONDS
+# (60: how long the node may take to become idle).
 # Exit status: 0 with the node idle; 77 where the daemons cannot run here (not root, no
 # Slurm and no way to install it); 1 when they were started and did not come up.
 set -euo pipefail
@@ -127,8 +130,10 @@ $(tail -5 "$dir/log/slurmctld.log" 2>/dev/null)
 $(tail -5 "$dir/log/slurmd.log" 2>/dev/null)"
 fi
 
+stop="bash $PWD/scripts/stop_slurm.sh"
+[ -z "${HVDLITE_SLURM_DIR:-}" ] || stop="HVDLITE_SLURM_DIR=$dir $stop"
 cat <<DONE
 start_slurm.sh: Slurm is up: node $host idle with $slots slots (partition debug), state in $dir
   export SLURM_CONF=$conf     # for sinfo, srun, salloc, sbatch
-  bash scripts/stop_slurm.sh   # stops munged, slurmctld and slurmd
+  $stop     # stops munged, slurmctld and slurmd
 DONE

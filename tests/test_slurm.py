@@ -171,9 +171,13 @@ def test_sbatch_of_the_documented_script(slurm, np_, tmp_path):
     script.write_text(_doc_batch_script())
     output = tmp_path / "digits.out"
     # One node here: sbatch's options override the script's #SBATCH lines.
-    run(slurm, "sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={np_}", "--cpus-per-task=1",
-        f"--time={JOB_MINUTES}", f"--output={output}", f"--chdir={REPO}", str(script),
-        extra_env={"EPOCHS": EPOCHS})
+    try:
+        run(slurm, "sbatch", "--wait", "--nodes=1", f"--ntasks-per-node={np_}",
+            "--cpus-per-task=1", f"--time={JOB_MINUTES}", f"--output={output}",
+            f"--chdir={REPO}", str(script), extra_env={"EPOCHS": EPOCHS})
+    except AssertionError as e:   # the job's own output is in its file
+        job = output.read_text() if output.exists() else "(no output file)"
+        raise AssertionError(f"{e}\n--- the job's output ---\n{job[-20000:]}") from None
     _trained(output.read_text(), np_)
 
 

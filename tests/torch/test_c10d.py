@@ -56,8 +56,8 @@ def test_master_addr_and_port_without_rank_and_world_size():
     assert proc.stdout.count("master only ok") == 2, proc.stdout[-5000:]
     proc = run_mpi(2, "workers/c10d_master_only.py", "elsewhere", timeout=150,
                    env={"MASTER_ADDR": "192.0.2.1", "MASTER_PORT": port})
-    assert proc.stdout.count("refused: init_process_group('hvdlite'): MASTER_ADDR=192.0.2.1 is "
-                             "not the host of rank 0") == 2, proc.stdout[-5000:]
+    assert proc.stdout.count("refused: init_process_group('hvdlite'): MASTER_ADDR=192.0.2.1 (the "
+                             "store's host) is not the host of rank 0") == 2, proc.stdout[-5000:]
 
 
 def _ddp(np_, backend, tmp_path):

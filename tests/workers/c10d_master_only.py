@@ -38,7 +38,8 @@ else:
     try:
         dist.init_process_group("hvdlite")
     except HvdliteInvalidArgumentError as e:
-        check(f"MASTER_ADDR={os.environ['MASTER_ADDR']} is not the host of rank 0" in str(e), str(e))
+        check(f"MASTER_ADDR={os.environ['MASTER_ADDR']} (the store's host) is not the host of "
+              f"rank 0" in str(e), str(e))
         print(f"refused: {e}", flush=True)
     else:
         check(False, "init_process_group accepted a MASTER_ADDR that is not rank 0's host")

@@ -16,8 +16,11 @@ choosing the rendezvous, so the adapter wraps init_process_group: for an "hvdlit
 backend with no init_method and no store, unless all four are set, the rendezvous is
 hvdlite://. Rank and world size are the engine's (a RANK or WORLD_SIZE that is set must
 agree: it goes into the URL, which check_url checks); where MASTER_ADDR and MASTER_PORT are
-both set, rank 0 hosts torch's store there, and MASTER_ADDR must be rank 0's host (the
-ranks are the MPI launcher's, not torchrun's), else every rank gets an error saying so.
+both set, the URL is hvdlite://MASTER_ADDR:MASTER_PORT and rank 0 hosts torch's store
+there. That host must be rank 0's (the ranks are the MPI launcher's, not torchrun's), else
+every rank gets an error saying so. Only the URL places the store: a plain hvdlite:// given
+by the caller ignores MASTER_ADDR / MASTER_PORT (a script may have set them for a gloo group
+of its own earlier, whose port may still be taken).
 With all four set, torch's env:// runs (adopt_default_group checks its rank against the
 engine's). Every other call reaches torch's function unchanged.
 """
@@ -137,12 +140,34 @@ def needs_hvdlite_rendezvous(arguments, environ=os.environ):
 
 
 def rendezvous_url(environ=os.environ):
-    """``hvdlite://``, with the RANK / WORLD_SIZE that are set, for check_url to hold
-    against the engine's."""
+    """``hvdlite://``, at MASTER_ADDR:MASTER_PORT where both are set, with the RANK /
+    WORLD_SIZE that are set, for check_url to hold against the engine's."""
     given = [f"{key}={environ[name]}" for name, key in (("RANK", "rank"),
                                                         ("WORLD_SIZE", "world_size"))
              if name in environ]
-    return "hvdlite://" + ("?" + "&".join(given) if given else "")
+    master = master_address(environ)
+    where = ""
+    if master is not None:
+        host, port = master
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return f"hvdlite://{where}" + ("?" + "&".join(given) if given else "")
+
+
+def store_address(url):
+    """(host, port) where an ``hvdlite://HOST:PORT`` URL places rank 0's store, else None
+    (the engine picks)."""
+    parsed = urlparse(url)
+    if not parsed.netloc:
+        return None
+    try:
+        host, port = parsed.hostname, parsed.port
+    except ValueError:
+        host = port = None
+    if not host or not port:
+        raise HvdliteInvalidArgumentError(
+            f"init_process_group(init_method={url!r}): expected hvdlite://HOST:PORT (where "
+            f"rank 0's store listens) or hvdlite:// alone")
+    return host, port
 
 
 def master_address(environ=os.environ):
@@ -179,8 +204,9 @@ NOT_RANK_0S_HOST = "!"   # rank 0 shares this (and its host's name) where MASTER
 
 def master_address_not_here(master_addr, rank0_host):
     return HvdliteInvalidArgumentError(
-        f"init_process_group({BACKEND!r}): MASTER_ADDR={master_addr} is not the host of rank 0 "
-        f"({rank0_host}), which hosts torch's store under hvdlite-run or mpirun (the ranks are "
-        f"the MPI launcher's, not torchrun's). Set MASTER_ADDR to the first host of the job "
+        f"init_process_group({BACKEND!r}): MASTER_ADDR={master_addr} (the store's host) is not "
+        f"the host of rank 0 ({rank0_host}), which hosts torch's store under hvdlite-run, mpirun "
+        f"or srun (the ranks are the MPI launcher's, not torchrun's). Set MASTER_ADDR to the "
+        f"first host of the job "
         f"(in a Slurm batch script: $(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head "
         f"-n 1)), or unset MASTER_ADDR and MASTER_PORT and hvdlite picks the address")

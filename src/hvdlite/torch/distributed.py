@@ -655,7 +655,7 @@ def _rendezvous(url, timeout=None, **kwargs):
     startup.check_url(url)
     rank, size = hvdlite.rank(), hvdlite.size()
     timeout = timeout or datetime.timedelta(minutes=30)
-    master = startup.master_address()   # an sbatch script's MASTER_ADDR / MASTER_PORT
+    master = startup.store_address(url)   # hvdlite://MASTER_ADDR:MASTER_PORT
     store, address = None, ""
     if rank == 0:
         host, port = master or (startup.store_host(), 0)

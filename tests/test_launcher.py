@@ -242,6 +242,53 @@ def test_bad_hostfiles(tmp_path, capsys, content, message):
     assert f"hvdlite-run: error: " in err and message in err, err
 
 
+SLURM_JOB = {"SLURM_JOB_ID": "12", "SLURM_JOB_NODELIST": "node[01-02]",
+             "SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_NTASKS": "4"}
+
+
+def test_a_slurm_allocation_gives_hosts_and_np(monkeypatch, capsys):
+    # Two nodes no ssh could reach: inside the allocation the MPI reaches them through Slurm.
+    for name, value in SLURM_JOB.items():
+        monkeypatch.setenv(name, value)
+    assert launch.main(["--dry-run", "python", "x.py"]) == 0
+    out = capsys.readouterr().out
+    assert ("hvdlite-run: hosts from Slurm job 12 (SLURM_JOB_NODELIST=node[01-02], "
+            "SLURM_TASKS_PER_NODE=2(x2)): node01:2,node02:2\n"
+            "hvdlite-run: -np 4: the task count of Slurm job 12 (SLURM_NTASKS=4)\n") in out, out
+    command = out.split("hvdlite-run: would run: ", 1)[1].split()
+    assert command[1:3] == ["-np", "4"] and command[-2:] == ["python", "x.py"], out
+
+    assert launch.main(["--dry-run", "-np", "3", "python", "x.py"]) == 0
+    assert "hvdlite-run: -np 3: given" in capsys.readouterr().out
+    # -H wins over the allocation.
+    assert launch.main(["--dry-run", "-np", "2", "-H", "localhost:2", "python", "x.py"]) == 0
+    out = capsys.readouterr().out
+    assert "hvdlite-run: hosts: localhost:2" in out and "Slurm" not in out, out
+
+
+@pytest.mark.parametrize("variables, argv, message", [
+    ({}, ["-np", "5"], "-np 5 is more than the 4 slots of Slurm job 12 (SLURM_JOB_NODELIST="
+                       "node[01-02], SLURM_TASKS_PER_NODE=2(x2)); ask Slurm for 5 tasks"),
+    ({"SLURM_JOB_NODELIST": ""}, [], "Slurm job 12 has no usable hosts: SLURM_JOB_NODELIST is empty"),
+    ({"SLURM_TASKS_PER_NODE": "2"}, [], "names 2 host(s) but SLURM_TASKS_PER_NODE=2 gives 1"),
+])
+def test_slurm_allocation_errors(monkeypatch, capsys, variables, argv, message):
+    for name, value in dict(SLURM_JOB, **variables).items():
+        monkeypatch.setenv(name, value)
+    assert launch.main(["--dry-run", *argv, "python", "x.py"]) == 2
+    err = capsys.readouterr().err
+    assert f"hvdlite-run: error: " in err and message in err, err
+
+
+def test_dry_run_outside_slurm(monkeypatch, capsys):
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    assert launch.main(["--dry-run", "-np", "2", "python", "x.py"]) == 0
+    out = capsys.readouterr().out
+    assert "hvdlite-run: -np 2: given\nhvdlite-run: hosts: this machine only\n" in out, out
+
+
 def test_unreachable_host_is_one_line(capsys):
     assert launch.main(["-np", "2", "-H", "hvdlite-no-such-host.invalid:2", "python", "x.py"]) == 2
     err = capsys.readouterr().err

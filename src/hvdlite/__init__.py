@@ -6,7 +6,7 @@ tensors. Names and signatures follow Horovod.
 """
 
 from .exceptions import (HvdliteDeadlockError, HvdliteError, HvdliteInternalError,
-                         HvdliteInvalidArgumentError, HvdliteMismatchError,
+                         HvdliteInvalidArgumentError, HvdliteLaunchError, HvdliteMismatchError,
                          HvdliteNotInitializedError, HvdliteOutOfMemoryError, HvdliteRanksLostError,
                          HvdliteShutdownError, HvdliteTimeoutError, HvdliteUnsupportedError)
 from .policy import Adasum, Average, Max, Min, Product, Sum

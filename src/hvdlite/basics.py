@@ -10,7 +10,9 @@ import threading
 
 from . import _core, _device, mpi_library, policy, config, work, process_sets as _process_sets
 from .contract import elastic_env as _elastic_settings
+from .policy import launch_environment
 from .contract.markers import ABORT_MARKER, GUARDED_ENV
+from .exceptions import HvdliteLaunchError
 
 _atexit_registered = False
 _hook_lock = threading.Lock()
@@ -51,6 +53,13 @@ def init(comm=None, process_sets=None):
     _device.tell_core()  # the nvidia-* wheels' libraries, for CUDA tensors
     mpi_library.load()   # the MPI library and its plugin (Note [one wheel, any MPI])
     _core.init()
+    if not _elastic_settings.is_elastic_job():   # an elastic world changes size by design
+        try:
+            launch_environment.check_world_size(
+                _core.size(), os.environ, _core.build_info().get("mpi_library_version", ""))
+        except HvdliteLaunchError:
+            _core.shutdown()   # a singleton engine: nothing of another rank's waits on it
+            raise
     _process_sets._init_process_sets(process_sets)
 
 

@@ -61,6 +61,13 @@ class HvdliteDeadlockError(HvdliteError):
     then stopped, and later collectives raise the same error."""
 
 
+class HvdliteLaunchError(HvdliteError):
+    """The job was launched so that hvdlite cannot run it as one job: the launcher started N
+    processes but MPI's world holds another number (``srun`` without the MPI's plugin gives
+    N worlds of one process each). Raised by ``init()`` on every rank, naming both numbers
+    and how to launch instead (src/hvdlite/policy/launch_environment.py)."""
+
+
 class HvdliteTimeoutError(HvdliteError, TimeoutError):
     """``wait(timeout=...)`` ran out of time. The request is still in flight: wait again, or
     let it finish in the background."""

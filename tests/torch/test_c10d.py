@@ -50,6 +50,19 @@ def test_c10d_collectives(np_, how):
     assert "Mismatched shapes for allreduce of tensor 'c10d.0." in proc.stdout
 
 
+def test_master_addr_and_port_without_rank_and_world_size():
+    # sbatch scripts written for torchrun: torch's env:// stopped at "environment variable
+    # RANK expected, but not set"; the ranks are the engine's and the store is on MASTER_PORT.
+    port = _free_port()
+    proc = run_mpi(2, "workers/c10d_master_only.py", "here", timeout=150,
+                   env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port})
+    assert proc.stdout.count("master only ok") == 2, proc.stdout[-5000:]
+    proc = run_mpi(2, "workers/c10d_master_only.py", "elsewhere", timeout=150,
+                   env={"MASTER_ADDR": "192.0.2.1", "MASTER_PORT": port})
+    assert proc.stdout.count("refused: init_process_group('hvdlite'): MASTER_ADDR=192.0.2.1 (the "
+                             "store's host) is not the host of rank 0") == 2, proc.stdout[-5000:]
+
+
 def _ddp(np_, backend, tmp_path):
     out = tmp_path / f"{backend}.pt"
     proc = run_mpi(np_, "workers/c10d_ddp.py", backend, out, tmp_path / f"{backend}.store",

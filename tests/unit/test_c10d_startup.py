@@ -123,7 +123,68 @@ def test_init_process_group_gets_hvdlite_rendezvous_without_torchrun_variables()
     needs = startup.needs_hvdlite_rendezvous
     assert needs({"backend": "hvdlite"}, {})
     assert needs({"backend": "hvdlite", "init_method": None}, {"MASTER_ADDR": "h"})
-    assert not needs({"backend": "hvdlite"}, {"MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    # An sbatch script written for torchrun: MASTER_ADDR / MASTER_PORT without RANK /
+    # WORLD_SIZE (torch's env:// would stop at "environment variable RANK expected").
+    assert needs({"backend": "hvdlite"}, {"MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    assert needs({"backend": "hvdlite"}, {"MASTER_ADDR": "h", "MASTER_PORT": "1", "RANK": "0"})
+    assert not needs({"backend": "hvdlite"}, {"MASTER_ADDR": "h", "MASTER_PORT": "1",
+                                              "RANK": "0", "WORLD_SIZE": "2"})
     assert not needs({"backend": "hvdlite", "init_method": "env://"}, {})
     assert not needs({"backend": "hvdlite", "store": object()}, {})
     assert not needs({"backend": "gloo"}, {})
+
+
+def test_the_rendezvous_url_carries_the_store_address_rank_and_size_that_are_set():
+    assert startup.rendezvous_url({}) == "hvdlite://"
+    assert startup.rendezvous_url({"RANK": "1", "MASTER_ADDR": "h"}) == "hvdlite://?rank=1"
+    assert startup.rendezvous_url({"WORLD_SIZE": "2"}) == "hvdlite://?world_size=2"
+    assert startup.rendezvous_url({"MASTER_ADDR": "node1", "MASTER_PORT": "29500",
+                                   "RANK": "0"}) == "hvdlite://node1:29500?rank=0"
+    assert startup.rendezvous_url({"MASTER_ADDR": "::1", "MASTER_PORT": "29500"}) == \
+        "hvdlite://[::1]:29500"
+
+
+def test_only_the_url_places_the_store():
+    # A plain hvdlite:// ignores MASTER_ADDR / MASTER_PORT (c10d_bench sets them for gloo).
+    assert startup.store_address("hvdlite://") is None
+    assert startup.store_address("hvdlite://?rank=1") is None
+    assert startup.store_address("hvdlite://node1:29500?rank=1") == ("node1", 29500)
+    assert startup.store_address("hvdlite://[::1]:29500") == ("::1", 29500)
+    for url in ("hvdlite://node1", "hvdlite://node1:99999", "hvdlite://node1:x"):
+        with pytest.raises(HvdliteInvalidArgumentError, match="expected hvdlite://HOST:PORT"):
+            startup.store_address(url)
+
+
+def test_master_addr_and_port_place_the_store():
+    assert startup.master_address({}) is None
+    assert startup.master_address({"MASTER_ADDR": "node1"}) is None
+    assert startup.master_address({"MASTER_ADDR": "node1", "MASTER_PORT": "29500"}) == \
+        ("node1", 29500)
+    for port in ("", "x", "0", "70000"):
+        with pytest.raises(HvdliteInvalidArgumentError,
+                           match=r"MASTER_ADDR='node1' / MASTER_PORT=.* do not make an address "
+                                 r"for rank 0's store"):
+            startup.master_address({"MASTER_ADDR": "node1", "MASTER_PORT": port})
+
+
+def test_this_hosts_names_are_told_from_others():
+    import socket
+    assert startup.is_this_host("127.0.0.1") and startup.is_this_host("localhost")
+    assert startup.is_this_host(socket.gethostname())
+    assert not startup.is_this_host("192.0.2.1")           # TEST-NET-1: nobody's
+    assert not startup.is_this_host("no-such-host.invalid")
+
+
+def test_a_master_addr_that_is_not_rank_0s_host_fails_every_rank(ranks, monkeypatch):
+    fake = ranks(2)
+    monkeypatch.setattr(startup, "ops", fake)
+    monkeypatch.setattr(hvdlite, "rank", fake.rank)
+
+    def rank(r):
+        shared = f"{startup.NOT_RANK_0S_HOST}node9:node1" if r == 0 else ""
+        with pytest.raises(HvdliteInvalidArgumentError,
+                           match=r"MASTER_ADDR=node9 \(the store's host\) is not the host "
+                                 r"of rank 0 \(node1\)"):
+            startup.share_address(shared)
+        return "raised"
+    assert fake.run_ranks(rank) == ["raised", "raised"]

@@ -12,7 +12,9 @@ call *means* is decided here, one concept per module:
   the gradients a step reduces (None stays None);
 - :mod:`.groups`: which gradients ``groups=`` puts in one grouped all-reduce;
 - :mod:`.local_gradients`: gradients kept local, and how they are scaled;
-- :mod:`.options`: which options of ``DistributedOptimizer`` beyond Horovod combine.
+- :mod:`.options`: which options of ``DistributedOptimizer`` beyond Horovod combine;
+- :mod:`.launch_environment`: how many processes the launcher started (srun, mpirun,
+  mpiexec), checked against MPI's world at init.
 """
 
 from .dtypes import FLOATING, SUPPORTED_DTYPES, WIRE_PACKABLE, check_dtype  # noqa: F401

@@ -21,6 +21,9 @@ What it adds to a plain ``mpirun -np N python train.py``:
   problem in one line;
 * ``horovodrun``'s common flags, with the same meaning (``--mpi`` is accepted, ``--gloo``
   refused), and ``--horovod`` to run a Horovod program as written (docs/horovod.md);
+* inside a Slurm allocation (``salloc``, ``sbatch``) without ``-H``/``--hostfile``, the
+  hosts and slots are the allocation's and ``-np`` defaults to its task count
+  (:mod:`.slurm_allocation`); ``--dry-run`` shows what was decided and runs nothing;
 * every output line is prefixed with its rank (``[1]: text``; ``--no-prefix`` turns that off);
 * each rank runs under a small guard (:mod:`.rank_guard`) so that no rank outlives the job,
   even when hvdlite-run itself is SIGKILLed, and so that the launcher knows which rank ended
@@ -43,10 +46,11 @@ import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from . import dialect as dialects
-from . import elastic
+from . import elastic, slurm_allocation
 from .hosts import HostError, check_ssh, is_local, parse_host_list, parse_hostfile, total_slots
 from .output import Exit, OutputRouter, failure_summary, how_exited
 from .threads import in_thread
+from .slurm_allocation import Allocation, AllocationError
 
 PROG = "hvdlite-run"
 
@@ -137,13 +141,16 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print hvdlite's version and exit")
     p.add_argument("--check-build", action="store_true",
                    help="print how hvdlite was built (MPI, frameworks, NCCL) and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the hosts, -np and the mpirun command it would run, and exit")
     p.add_argument("-np", "-n", "--np", "--num-proc", dest="np", type=_positive_int,
-                   metavar="N", help="number of ranks (processes) to start (required)")
+                   metavar="N", help="number of ranks (processes) to start (required, except "
+                                     "in a Slurm allocation: its task count)")
 
     hosts = p.add_argument_group("hosts")
     hosts.add_argument("-H", "--host", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
                        help="comma-separated hosts with slot counts, e.g. host1:4,host2:4 "
-                            "(default: this machine only)")
+                            "(default: the Slurm allocation's, else this machine only)")
     hosts.add_argument("--hostfile", "-hostfile", metavar="FILE",
                        help="hostfile: 'host slots=N' (Open MPI) or 'host:N' (MPICH) per line; "
                             "translated for the MPI in use")
@@ -367,10 +374,20 @@ def _forwarded_names(args: argparse.Namespace, env: Dict[str, str]) -> List[str]
     return list(dict.fromkeys(names))   # de-duplicate, keep order
 
 
-def resolve_hosts(args: argparse.Namespace) -> Optional[List[Tuple[str, Optional[int]]]]:
-    """The hosts of -H or --hostfile (None for this machine only), checked against -np."""
+def resolve_hosts(args: argparse.Namespace, allocation: Optional[Allocation] = None
+                  ) -> Optional[List[Tuple[str, Optional[int]]]]:
+    """The hosts of -H or --hostfile, else of the Slurm ``allocation`` (None for this machine
+    only), checked against -np."""
     if args.hosts is not None and args.hostfile is not None:
         raise UsageError("give the hosts with -H or with --hostfile, not both")
+    if allocation is not None and args.hosts is None and args.hostfile is None:
+        if args.np > allocation.slots and not args.oversubscribe:
+            raise UsageError(
+                f"-np {args.np} is more than the {allocation.slots} slots of Slurm job "
+                f"{allocation.job_id} ({allocation.described}); ask Slurm for {args.np} tasks "
+                f"(salloc -n {args.np}, #SBATCH --ntasks={args.np}), or pass --oversubscribe "
+                f"to run more ranks than slots")
+        return list(allocation.hosts)
     try:
         if args.hosts is not None:
             hosts, source = parse_host_list(args.hosts), f"-H {args.hosts}"
@@ -701,17 +718,41 @@ def run_job(cmd: List[str], env: Dict[str, str], router: OutputRouter,
     return rc
 
 
+def slurm_allocation_in_use(args: argparse.Namespace,
+                            environ=os.environ) -> Optional[Allocation]:
+    """The Slurm allocation that gives the hosts (and the default -np): the one this runs in,
+    unless the hosts are given another way."""
+    if args.hosts is not None or args.hostfile is not None or args.host_discovery_script:
+        return None
+    try:
+        return slurm_allocation.from_environment(environ)
+    except AllocationError as e:
+        raise UsageError(str(e))
+
+
 def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str, str],
                                                              Optional[dialects.Dialect], List[str]]:
-    """Check everything; (mpirun argv, env, dialect, notes to show with -v) or UsageError."""
+    """Check everything; (mpirun argv, env, dialect, notes: what was decided, shown with -v
+    and --dry-run) or UsageError."""
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if args.gloo:
         raise UsageError("--gloo: hvdlite runs on MPI only and has no Gloo controller; drop "
                          "--gloo (hvdlite-run starts every job through mpirun)")
+    allocation = slurm_allocation_in_use(args)
+    decided = []
+    if allocation is not None:
+        decided.append(f"hosts from Slurm job {allocation.job_id} ({allocation.described}): "
+                       + ",".join(f"{h}:{n}" for h, n in allocation.hosts))
     if args.np is None:
-        raise UsageError("-np N is required: how many ranks to start "
-                         f"(e.g. {PROG} -np 2 python train.py)")
+        if allocation is None:
+            raise UsageError("-np N is required: how many ranks to start "
+                             f"(e.g. {PROG} -np 2 python train.py)")
+        args.np = allocation.ntasks
+        decided.append(f"-np {args.np}: the task count of Slurm job {allocation.job_id} "
+                       f"({allocation.ntasks_from})")
+    else:
+        decided.append(f"-np {args.np}: given")
     if not args.command:
         raise UsageError("no command given: say what every rank runs "
                          f"(e.g. {PROG} -np {args.np} python train.py)")
@@ -739,10 +780,15 @@ def prepare(args: argparse.Namespace, workdir: str) -> Tuple[List[str], Dict[str
                                    dialect.no_fault_tolerance if dialect else "")
         except elastic.ElasticError as e:
             raise UsageError(str(e))
-    hosts = resolve_hosts(args)
-    notes = [f"mpirun from {source}: {mpirun} ("
-             + (dialect.describe() if dialect else "an MPI it does not know: plain mode") + ")"]
-    if hosts is not None:
+    hosts = resolve_hosts(args, allocation)
+    if allocation is None:
+        decided.append("hosts: " + (",".join(h if n is None else f"{h}:{n}" for h, n in hosts)
+                                    if hosts is not None else "this machine only"))
+    notes = decided + [f"mpirun from {source}: {mpirun} ("
+                       + (dialect.describe() if dialect else "an MPI it does not know: plain mode")
+                       + ")"]
+    # An allocation's hosts are reached through Slurm (mpirun starts its daemons with srun).
+    if hosts is not None and allocation is None:
         try:
             check_ssh([h for h, _ in hosts], args.ssh_port, args.ssh_identity_file)
         except HostError as e:
@@ -765,6 +811,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except UsageError as e:
             sys.stderr.write(f"usage: {USAGE}\n{PROG}: error: {e}\n")
             return 2
+        if args.dry_run:
+            sys.stdout.write("".join(f"{PROG}: {n}\n" for n in notes)
+                             + f"{PROG}: would run: {' '.join(shlex.quote(c) for c in cmd)}\n")
+            return 0
         if args.verbose:
             sys.stderr.write("".join(f"{PROG}: {n}\n" for n in notes)
                              + f"{PROG}: running: {' '.join(shlex.quote(c) for c in cmd)}\n")

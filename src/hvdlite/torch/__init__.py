@@ -27,9 +27,9 @@ from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # no
                             start_timeline, stop_timeline)
 from hvdlite.exceptions import (HorovodInternalError, HvdliteDeadlockError,  # noqa: F401
                                 HvdliteError, HvdliteInternalError, HvdliteTimeoutError,
-                                HvdliteInvalidArgumentError, HvdliteMismatchError,
-                                HvdliteNotInitializedError, HvdliteOutOfMemoryError,
-                                HvdliteShutdownError)
+                                HvdliteInvalidArgumentError, HvdliteLaunchError,
+                                HvdliteMismatchError, HvdliteNotInitializedError,
+                                HvdliteOutOfMemoryError, HvdliteShutdownError)
 
 from .compression import Compression, Compressor
 from .functions import (allgather_object, broadcast_object, broadcast_optimizer_state,
@@ -55,7 +55,7 @@ __all__ = [
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
     "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteOutOfMemoryError",
-    "HvdliteShutdownError", "HvdliteDeadlockError", "HvdliteTimeoutError",
+    "HvdliteShutdownError", "HvdliteDeadlockError", "HvdliteTimeoutError", "HvdliteLaunchError",
     "HorovodInternalError", "GradientAccumulationError",
     "Compression", "Compressor",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",

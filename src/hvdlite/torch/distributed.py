@@ -10,10 +10,11 @@ rendezvous. Under ``hvdlite-run`` or ``mpirun``::
 starts hvdlite's engine (or joins the one ``hvdlite.init()`` started) and takes rank and
 world size from it; ``hvdlite://`` also gives torch a real key-value store (a TCPStore on
 rank 0 whose address travels through the engine). ``dist.init_process_group("hvdlite")``
-with no init_method does the same where torchrun's ``MASTER_ADDR`` / ``MASTER_PORT`` are
-not set (Note [start-up without init_method] in src/hvdlite/c10d/startup.py); with
-torchrun-style variables set (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``)
-torch's ``env://`` is used, as long as the processes were started by MPI.
+with no init_method does the same unless all of torchrun's variables are set (``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``: then torch's ``env://`` is used, as long as
+the processes were started by MPI); where only ``MASTER_ADDR`` / ``MASTER_PORT`` are (sbatch
+scripts written for torchrun), rank 0's store listens there (Note [start-up without
+init_method] in src/hvdlite/c10d/startup.py).
 
 The process group is a Python subclass of ``torch.distributed.ProcessGroup`` (c10d's
 ``PyProcessGroup``): DDP's reducer and ``torch.distributed``'s functions call it; it hands
@@ -31,6 +32,7 @@ import datetime
 import functools
 import inspect
 import math
+import socket
 import threading
 
 import torch
@@ -692,11 +694,15 @@ def _rendezvous(url, timeout=None, **kwargs):
     startup.check_url(url)
     rank, size = hvdlite.rank(), hvdlite.size()
     timeout = timeout or datetime.timedelta(minutes=30)
+    master = startup.store_address(url)   # hvdlite://MASTER_ADDR:MASTER_PORT
     store, address = None, ""
     if rank == 0:
-        host = startup.store_host()
-        store = dist.TCPStore(host, 0, size, True, timeout, wait_for_workers=False)
-        address = f"{host}:{store.port}"
+        host, port = master or (startup.store_host(), 0)
+        if master is not None and not startup.is_this_host(host):
+            address = f"{startup.NOT_RANK_0S_HOST}{host}:{socket.gethostname()}"
+        else:
+            store = dist.TCPStore(host, port, size, True, timeout, wait_for_workers=False)
+            address = f"{host}:{store.port}"
     host, port = startup.share_address(address)
     if rank != 0:
         store = dist.TCPStore(host, port, size, False, timeout)
@@ -737,7 +743,7 @@ def _wrap_torch(name):
 def _init_process_group(torch_init, call):
     """Note [start-up without init_method] (src/hvdlite/c10d/startup.py)."""
     if startup.needs_hvdlite_rendezvous(call.arguments):
-        call.arguments["init_method"] = "hvdlite://"
+        call.arguments["init_method"] = startup.rendezvous_url()
     return torch_init(*call.args, **call.kwargs)
 
 

@@ -15,6 +15,7 @@
 #include "algorithms/collectives.h"
 #include "algorithms/shm_collectives_nranks.h"
 #include "observability/timeline.h"
+#include "transport/peer_channel.h"
 
 namespace hvdlite {
 namespace {
@@ -279,6 +280,8 @@ bool Group::check_stalls_idle() {
 }
 
 bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_at) {
+  // Point-to-point moves while a thread waits on a collective (Note [point-to-point progress]).
+  PeerChannel::progress_all();
   RoundOptions options;
   options.patient = caller;
   options.leave_at = leave_at;

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/rank_computing.h"
 #include "hvdlite.h"
 
 namespace hvdlite {
@@ -43,6 +44,7 @@ void PeerChannel::progress_all() {
 }
 
 bool PeerTransfer::wait_until(std::chrono::steady_clock::time_point until) {
+  HvdliteThread::Scope waiting;  // its polling is hvdlite's CPU time (Note [computing ranks])
   // Spin briefly (a reply a few microseconds away), then yield, then sleep a little longer each
   // time, up to half a millisecond: a rank waiting on a slow peer leaves the core to it.
   auto nap = std::chrono::microseconds(20);

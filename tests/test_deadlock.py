@@ -133,6 +133,20 @@ def test_a_deadlock_after_the_computing_thread_ends_is_named_within_the_grace_pe
     assert proc.stdout.count("done") == 2, proc.stdout
 
 
+def test_an_optimizer_step_against_another_collective_is_a_deadlock():
+    # The gradient was submitted from backward's hook, whose thread then sits idle: the rank
+    # is blocked in the step's synchronize, not computing.
+    proc = run_mpi(2, "workers/core_deadlock.py", "optimizer",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1], proc.stdout
+    for seconds, message in got.values():
+        assert GRACE - 0.5 <= seconds <= 2 * GRACE, got
+        assert ("rank 0 waits for 'weight' (submitted by rank 0), rank 1 waits for 'other' "
+                "(submitted by rank 1)") in message, message
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
 def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight():
     proc = run_mpi(2, "workers/core_deadlock.py", "alarm", timeout=120)
     got = {what: _lines(proc, what).get(0) for what in

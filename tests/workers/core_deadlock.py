@@ -18,6 +18,8 @@ pure Python loop) for longer than the grace period before it submits 'x', which 
 on before it submits 'y'; no error.
 'thread-computing-then-stuck': the same, but rank 1's main thread then waits on 'z', which
 nobody else submits: a deadlock, named once the computing has ended.
+'optimizer': after a step on both ranks, rank 0's optimizer step waits for the gradient its
+backward submitted, rank 1 waits on 'other': a deadlock, named within the grace period.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
 handler raises out of the wait; the request stays in flight and the Work completes when
 waited for again. Then wait(timeout=...) raises HvdliteTimeoutError and a later wait
@@ -172,6 +174,37 @@ elif mode == "thread-computing-then-stuck":
         waiter.join()
     else:
         expect_deadlock_since_start("x")
+    check_next_collective_works()
+elif mode == "optimizer":
+    # Rank 0's backward submits its gradient from autograd's hook, then its optimizer step
+    # waits for it; rank 1 waits on 'other' instead. Nothing computes any more (the hook's
+    # thread sits idle after backward): a deadlock, named within the grace period. One step
+    # on both ranks first, so that torch's first-step work is not in the timing.
+    import torch
+    import hvdlite.torch as hvd_torch
+    torch.set_num_threads(1)
+    hvd.init()
+    model = torch.nn.Linear(4, 2, bias=False)
+    opt = hvd_torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+
+    def step():
+        opt.zero_grad()
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()
+
+    step()
+    hvd.barrier()
+    start = time.monotonic()
+    if hvd.rank() == 0:
+        try:
+            step()
+        except hvd.HvdliteDeadlockError as e:
+            print(f"rank 0 deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+        else:
+            raise AssertionError("the step completed")
+    else:
+        expect_deadlock("other")
     check_next_collective_works()
 elif mode == "alarm":
     hvd.init()

@@ -137,7 +137,7 @@ def test_an_optimizer_step_against_another_collective_is_a_deadlock():
     # The gradient was submitted from backward's hook, whose thread then sits idle: the rank
     # is blocked in the step's synchronize, not computing.
     proc = run_mpi(2, "workers/core_deadlock.py", "optimizer",
-                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=180)
     got = _lines(proc, "deadlock")
     assert sorted(got) == [0, 1], proc.stdout
     for seconds, message in got.values():

@@ -29,7 +29,7 @@ struct Registry {
   int64_t ended_ns = 0;               // guarded by mu
   // rank_computing()'s last sample, guarded by mu too
   bool sampled = false;
-  bool computing = true;
+  bool computing = false;
   std::chrono::steady_clock::time_point at;
   int64_t process_ns = 0;
 };

@@ -56,8 +56,10 @@ class HvdliteThread {
 
 // Whether the process's threads outside hvdlite used more than kIdleShare of a core over the
 // last window (grace_s / 4, 50 ms to 1 s; grace_s: HVDLITE_DEADLOCK_TIME_SECONDS). Sampled
-// when the last sample is a window old, else the last answer; the first call answers true (no
-// window seen yet). Thread-safe.
+// when the last sample is a window old, else the last answer. The first call, with no window
+// seen yet, answers false: wrong for one window at most, too short to make a grace period (the
+// next window's answer ends the detectors' streak), while true would delay every deadlock by
+// a window. Thread-safe.
 bool rank_computing(double grace_s);
 
 }  // namespace hvdlite

@@ -27,6 +27,7 @@
 
 #include "algorithms/collectives.h"
 #include "engine/engine.h"
+#include "engine/rank_computing.h"
 #include "algorithms/half_convert.h"
 #include "device/cuda_runtime.h"
 #include "device/device_outputs.h"
@@ -576,6 +577,7 @@ Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
           ? clock::time_point::max()
           : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
   Engine::Blocked blocked(eng, handle);
+  HvdliteThread::Scope waiting;  // the checks between slices too (Note [computing ranks])
   while (true) {
     std::optional<Outcome> o;
     {
@@ -1260,6 +1262,10 @@ NB_MODULE(_core, m) {
         t.wait(timeout ? *timeout : -1.0);
       }, nb::arg("timeout") = nb::none())
       .def_prop_ro("source", &PeerTransferHandle::source);
+  // hvdlite's Python threads (the completion thread, c10d's completers) call it when they
+  // start: their CPU time is never taken for the rank computing (Note [computing ranks]).
+  m.def("mark_hvdlite_thread", [] { HvdliteThread::mark_for_life(); },
+        "Counts the calling thread's CPU time as hvdlite's until it ends.");
   m.def("peer_send", [](nb::object array, int peer, int tag, int process_set) {
     return start_peer("send", std::move(array), peer, tag, process_set);
   }, nb::arg("array"), nb::arg("peer"), nb::arg("tag"), nb::arg("process_set"),

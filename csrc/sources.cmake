@@ -15,6 +15,7 @@ set(HVDLITE_CORE_SOURCES
   engine/late_ranks.cc
   engine/message.cc
   engine/names.cc
+  engine/rank_computing.cc
   engine/response_cache.cc
   engine/validate.cc
   algorithms/collectives.cc

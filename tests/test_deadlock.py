@@ -105,6 +105,51 @@ def test_a_rank_computing_longer_than_the_grace_period_trips_nothing():
     assert proc.stdout.count("done") == 2, proc.stdout
 
 
+@pytest.mark.parametrize("grace", [GRACE, None])
+def test_a_thread_waiting_while_the_main_thread_computes_trips_nothing(grace):
+    # Issue 31's repro: rank 1's second thread waits on 'y' while its main thread computes for
+    # 8 s before submitting 'x'; rank 0 waits on 'x' and then submits 'y'. With a 3 s grace
+    # and with the default one, it finishes at about 8 s.
+    env = {} if grace is None else {"HVDLITE_DEADLOCK_TIME_SECONDS": grace}
+    proc = run_mpi(2, "workers/core_deadlock.py", "thread-computing", 8, env=env, timeout=120)
+    got = _lines(proc, "thread-ok")
+    assert sorted(got) == [0, 1], proc.stdout
+    assert all(7.5 <= seconds <= 8 + 5 for seconds, _ in got.values()), got
+    assert "Deadlock" not in proc.stdout, proc.stdout
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
+def test_a_deadlock_after_the_computing_thread_ends_is_named_within_the_grace_period():
+    # The same, but rank 1's main thread then waits on 'z', which nobody else submits: every
+    # wait fails once the computing ended (at 2 * GRACE) and the grace period passed.
+    proc = run_mpi(2, "workers/core_deadlock.py", "thread-computing-then-stuck", 2 * GRACE,
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=120)
+    got = {f"{rank} {what}": seconds for rank, what in ((0, "x"), (1, "y"), (1, "z"))
+           for seconds, _ in [_lines(proc, f"deadlock-{what}").get(rank, (None, None))]}
+    assert None not in got.values(), proc.stdout
+    for seconds in got.values():
+        assert 3 * GRACE - 0.5 <= seconds <= 2 * GRACE + 2 * GRACE + 1, got
+    for rank, what in ((0, "x"), (1, "y"), (1, "z")):
+        message = _lines(proc, f"deadlock-{what}")[rank][1]
+        assert ("rank 0 waits for 'x' (submitted by rank 0), rank 1 waits for 'y' (submitted by "
+                "rank 1) and 'z' (submitted by rank 1)") in message, message
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
+def test_an_optimizer_step_against_another_collective_is_a_deadlock():
+    # The gradient was submitted from backward's hook, whose thread then sits idle: the rank
+    # is blocked in the step's synchronize, not computing.
+    proc = run_mpi(2, "workers/core_deadlock.py", "optimizer",
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=180)
+    got = _lines(proc, "deadlock")
+    assert sorted(got) == [0, 1], proc.stdout
+    for seconds, message in got.values():
+        assert GRACE - 0.5 <= seconds <= 2 * GRACE, got
+        assert ("rank 0 waits for 'weight' (submitted by rank 0), rank 1 waits for 'other' "
+                "(submitted by rank 1)") in message, message
+    assert proc.stdout.count("done") == 2, proc.stdout
+
+
 def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight():
     proc = run_mpi(2, "workers/core_deadlock.py", "alarm", timeout=120)
     got = {what: _lines(proc, what).get(0) for what in

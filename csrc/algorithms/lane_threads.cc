@@ -3,6 +3,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "engine/rank_computing.h"
+
 namespace hvdlite {
 
 LaneThreads::~LaneThreads() { stop(); }
@@ -29,6 +31,7 @@ void LaneThreads::start(int count, std::function<void(int)> task, std::function<
     }
     for (int k = 1; k <= count; ++k) {
       threads_.emplace_back([this, k, now] {
+        HvdliteThread::mark_for_life();  // Note [computing ranks]
         if (priority_ == Priority::Idle) {
           sched_param param{};
           param.sched_priority = 0;

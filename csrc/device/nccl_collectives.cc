@@ -17,6 +17,7 @@
 #include "device/device_outputs.h"
 #include "device/nccl_library.h"
 #include "engine/config.h"
+#include "engine/rank_computing.h"
 
 namespace hvdlite {
 namespace device {
@@ -698,6 +699,7 @@ class NcclCollectives : public DeviceCollectives {
   }
 
   void watch() {
+    HvdliteThread::mark_for_life();  // Note [computing ranks]
     std::unique_lock<std::mutex> lk(watch_mu_);
     while (!watch_stop_) {
       watch_cv_.wait_for(lk, std::chrono::milliseconds(10));

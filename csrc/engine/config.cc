@@ -137,8 +137,10 @@ const std::vector<Setting>& settings() {
         "when every member of a process set has been blocked waiting this long on requests that "
         "no other member submitted (nothing can ever run), each waited-for request fails on every "
         "rank with HvdliteDeadlockError, naming what each rank waits for; a rank that is "
-        "computing never trips it. Ranks waiting on each other across process sets, every rank "
-        "stuck for twice this time, get it too, and hvdlite stops; 0 disables both"},
+        "computing never trips it (blocked: a thread waits in hvdlite while the process's threads "
+        "outside hvdlite use under 5% of a core's CPU time; a thread that sleeps or waits on I/O "
+        "or a lock is not computing). Ranks waiting on each other across process sets, every "
+        "rank stuck for twice this time, get it too, and hvdlite stops; 0 disables both"},
        [](Config& c, const std::string& t, const std::string& v) { c.deadlock_s = parse_number(v, t, kMaxSeconds); }},
       {{"HVDLITE_TIMELINE", "HOROVOD_TIMELINE", "",
         "write a Chrome trace (chrome://tracing, Perfetto) of every collective to this file"},

@@ -11,6 +11,7 @@
 #include "algorithms/reduce.h"
 #include "algorithms/ring_allreduce.h"
 #include "observability/timeline.h"
+#include "transport/peer_channel.h"
 #include "engine/validate.h"
 
 namespace hvdlite {
@@ -484,6 +485,7 @@ bool Controller::wait_for_round(const EntryList& pending, bool patient,
       continue;
     }
     check_stalls(pending);
+    PeerChannel::progress_all();  // a thread may wait on this round while a transfer is due
     if (clock::now() >= leave_at) return false;
     if (transport_.control_waits_sleep()) continue;  // it sleeps until the peers ring
     std::this_thread::sleep_for(std::min(sleep, max_sleep));

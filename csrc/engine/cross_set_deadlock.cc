@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "engine/deadlock.h"
+#include "engine/rank_computing.h"
 #include "engine/validate.h"
 #include "observability/side_message.h"
 
@@ -114,7 +115,9 @@ bool CrossSetDeadlock::owns(const std::vector<uint8_t>& bytes) {
 }
 
 void CrossSetDeadlock::observe(Clock::time_point now) {
-  const bool stuck = activity_.stuck();
+  // Not while another thread computes (Note [computing ranks]): the same window as the
+  // per-group detector's, a quarter of HVDLITE_DEADLOCK_TIME_SECONDS.
+  const bool stuck = activity_.stuck() && !rank_computing(stuck_s_ / 2);
   const uint64_t progress = activity_.progress();
   if (stuck && stuck_ && progress == progress_) return;  // the streak goes on
   stuck_ = stuck;

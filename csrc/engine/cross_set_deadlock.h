@@ -3,8 +3,8 @@
 // in process set [0, 1] while rank 1 waits for 'y' in the global set, neither group has all
 // its members blocked on its own requests, and rank 1 never even joins set [0, 1]'s round:
 // both would wait for ever. The watch looks at whole ranks instead (rank_activity.h): a rank
-// is stuck while a thread waits on a request, nothing runs and nothing is submitted or
-// completed. When every rank of the job has been stuck, all at once, for twice
+// is stuck while a thread waits on a request, nothing runs, nothing is submitted or completed
+// and the process does not compute in another thread (Note [computing ranks]). When every rank of the job has been stuck, all at once, for twice
 // HVDLITE_DEADLOCK_TIME_SECONDS, no request can ever finish (a rank's threads all wait; the
 // per-group detector's assumption too), and hvdlite stops with Status::Deadlock on every rank,
 // naming what each rank waits for and which ranks have not submitted it.

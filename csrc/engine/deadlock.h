@@ -4,7 +4,8 @@
 // ever run (unless another thread submits). The ranks cannot see each other's threads, but
 // they meet every negotiation round, so each rank adds two bits to word 0 of the round (ANDed
 // over the members):
-//   kBlocked    a thread of this rank waits on one of its pending requests
+//   kBlocked    a thread of this rank waits on one of its pending requests, and the process
+//               is not computing elsewhere (Note [computing ranks] in rank_computing.h)
 //   kGraceOver  kBlocked, and every round since this rank saw the streak begin was like it
 //               for HVDLITE_DEADLOCK_TIME_SECONDS
 // A streak begins with the first round whose AND says every member was blocked and which ran
@@ -12,7 +13,8 @@
 // blocked. The round whose AND carries kGraceOver is the same on every rank, so every rank
 // declares the deadlock in the same round; the members then exchange what each waits for
 // (describe_deadlock) and fail exactly those requests with Status::Deadlock. A rank that is
-// computing is not blocked, and a frozen rank holds every round up: neither trips it.
+// computing, in any thread, is not blocked, and a frozen rank holds every round up: neither
+// trips it.
 #pragma once
 
 #include <chrono>

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/rank_computing.h"
+
 namespace hvdlite {
 namespace {
 
@@ -156,6 +158,7 @@ std::shared_ptr<Group> Engine::owner_of(int64_t handle) {
 }
 
 Outcome Engine::wait(int64_t handle) {
+  HvdliteThread::Scope waiting;  // its CPU time is hvdlite's (Note [computing ranks])
   Blocked blocked(*this, handle);
   std::shared_ptr<Group> group = owner_of(handle);
   if (group) group->help(handle);
@@ -163,6 +166,7 @@ Outcome Engine::wait(int64_t handle) {
 }
 
 std::optional<Outcome> Engine::wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
+  HvdliteThread::Scope waiting;
   std::shared_ptr<Group> group = owner_of(handle);
   if (group) group->help(handle, until);
   return handles_.wait_until(handle, until);
@@ -186,6 +190,7 @@ void Engine::watch(int64_t handle) {
 }
 
 std::optional<int64_t> Engine::next_watched(std::chrono::steady_clock::time_point until) {
+  HvdliteThread::Scope waiting;
   int64_t oldest = 0;
   {
     std::lock_guard<std::mutex> lk(watched_mu_);

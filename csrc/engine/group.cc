@@ -14,7 +14,9 @@
 
 #include "algorithms/collectives.h"
 #include "algorithms/shm_collectives_nranks.h"
+#include "engine/rank_computing.h"
 #include "observability/timeline.h"
+#include "transport/peer_channel.h"
 
 namespace hvdlite {
 namespace {
@@ -229,6 +231,7 @@ void Group::complete(TensorEntry* entry, Outcome outcome) {
 }
 
 void Group::run_loop() {
+  HvdliteThread::mark_for_life();  // Note [computing ranks]
   bool busy = false;  // this thread's last round left requests pending
   while (true) {
     if (!busy) {
@@ -281,6 +284,8 @@ bool Group::check_stalls_idle() {
 }
 
 bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_at) {
+  // Point-to-point moves while a thread waits on a collective (Note [point-to-point progress]).
+  PeerChannel::progress_all();
   RoundOptions options;
   options.patient = caller;
   options.leave_at = leave_at;
@@ -309,6 +314,8 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
       }
     }
   }
+  // Not while another thread computes (Note [computing ranks]).
+  if (options.blocked && rank_computing(config_.deadlock_s)) options.blocked = false;
   try {
     // GPU tensors: their staging copies must have landed before negotiation may pack them.
     // A piecewise staging is waited for by whoever reads it (the all-reduce, piece by piece).

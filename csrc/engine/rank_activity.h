@@ -1,8 +1,9 @@
 // What this rank is doing, over all its groups, for the cross-set deadlock watch
 // (cross_set_deadlock.h): whether a thread waits on a request, whether a collective runs, and
 // a counter that moves whenever anything happens (a request submitted, run or completed). A
-// rank is stuck while a thread waits, nothing runs and the counter stands still. Kept by the
-// handle table, through which every request of every group is made and completed.
+// rank is stuck while a thread waits, nothing runs, the counter stands still and the process
+// does not compute elsewhere (the watch asks rank_computing.h). Kept by the handle table,
+// through which every request of every group is made and completed.
 #pragma once
 
 #include <atomic>

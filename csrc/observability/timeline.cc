@@ -9,6 +9,7 @@
 #include <cstring>
 #include <set>
 
+#include "engine/rank_computing.h"
 #include "hvdlite.h"
 
 namespace hvdlite {
@@ -206,6 +207,7 @@ std::string Timeline::format(const std::vector<Event>& events) {
 }
 
 void Timeline::write_loop() {
+  HvdliteThread::mark_for_life();  // Note [computing ranks]
   {
     // The process track's name: which rank this file shows.
     std::string meta = "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +

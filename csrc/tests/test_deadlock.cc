@@ -2,13 +2,16 @@
 // members' bits and the clock, the message, and the engine over the loopback transport (ranks
 // as threads): ranks waiting on different names fail with Status::Deadlock on every rank and
 // the next collective works; a rank that computes past the grace period trips nothing; a wait
-// that gives up at its time limit leaves the request in flight.
+// that gives up at its time limit leaves the request in flight; a process counts as computing
+// from CPU time outside hvdlite's threads alone (Note [computing ranks]).
+#include <atomic>
 #include <map>
 #include <thread>
 
 #include "engine/cross_set_deadlock.h"
 #include "engine/deadlock.h"
 #include "engine/engine.h"
+#include "engine/rank_computing.h"
 #include "harness.h"
 #include "loopback.h"
 
@@ -224,6 +227,44 @@ TEST(engine_rank_computing_past_the_grace_period_trips_nothing) {
       CHECK(eng.wait(early).status == Status::Success);
     }
   });
+}
+
+// rank_computing()'s answers, one per window (grace 1 s: 250 ms windows), while a second
+// thread spins outside hvdlite, spins inside a Scope (as a wait's polling does), or sleeps.
+enum class Second { Spins, SpinsInHvdlite, Sleeps };
+std::vector<bool> computing_while(Second what) {
+  constexpr double kGrace = 1.0;
+  std::atomic<bool> stop{false};
+  std::thread t([&] {
+    if (what == Second::SpinsInHvdlite) {
+      HvdliteThread::Scope waiting;
+      while (!stop.load()) {
+      }
+    } else if (what == Second::Spins) {
+      while (!stop.load()) {
+      }
+    } else {
+      while (!stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the thread has started
+  rank_computing(kGrace);  // the window starts here
+  std::vector<bool> out;
+  for (int i = 0; i < 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(260));
+    out.push_back(rank_computing(kGrace));
+  }
+  stop = true;
+  t.join();
+  return out;
+}
+
+TEST(rank_computing_counts_cpu_time_outside_hvdlite_threads_only) {
+  const std::vector<bool> all(4, true), none(4, false);
+  CHECK(computing_while(Second::Spins) == all);
+  CHECK(computing_while(Second::SpinsInHvdlite) == none);
+  CHECK(computing_while(Second::Sleeps) == none);
+  CHECK(computing_while(Second::Spins) == all);  // the Scope's thread left no trace
 }
 
 TEST(engine_wait_until_leaves_the_request_in_flight) {

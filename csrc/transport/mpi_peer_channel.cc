@@ -13,6 +13,7 @@
 // whose message is first and leaves it when an earlier receive waits for that rank.
 #include "transport/mpi_peer_channel.h"
 
+#include <algorithm>
 #include <climits>
 #include <list>
 #include <mutex>
@@ -59,18 +60,26 @@ std::string peer_name(int peer) {
   return peer == PeerChannel::kAnySource ? "any rank" : "rank " + std::to_string(peer);
 }
 
-// One receive, shared by its transfer and (until matched) the channel's list.
-struct Receive {
-  void* buf;
+// One transfer, shared by its PeerTransfer and (while outstanding) the channel's lists. Every
+// field past the first four is guarded by the channel's lock.
+struct Transfer {
+  bool is_send;
+  void* buf;  // a send's is only read
   size_t bytes;
   int peer, tag;
-  bool matched = false;       // written under the channel's lock
+  enum class State { Unmatched, Posted, Finished } state = State::Unmatched;
   int source = -1;
   size_t message_bytes = 0;
   std::vector<uint8_t> scratch;  // a message of the wrong size lands here
   MPI_Request request = MPI_REQUEST_NULL;
   std::string error;          // set when the transfer failed
   Status status = Status::InvalidArgument;  // of `error`: a size mismatch unless MPI failed
+
+  std::string what() const {
+    return std::string(is_send ? "send to " : "recv from ") +
+           peer_name(is_send || state == State::Unmatched ? peer : source) + " (tag " +
+           std::to_string(tag) + ")";
+  }
 };
 
 class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<MpiPeerChannel> {
@@ -95,26 +104,85 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
   std::unique_ptr<PeerTransfer> send(const void* buf, size_t bytes, int peer, int tag) override;
   std::unique_ptr<PeerTransfer> recv(void* buf, size_t bytes, int peer, int tag) override;
 
-  // One progress pass over the unmatched receives, in posting order (the Note).
-  void match() {
+  void progress() override {
     std::lock_guard<std::mutex> lk(mu_);
+    if ((unmatched_.empty() && posted_.empty()) || mpi_finalized()) return;
+    match();
+    test_posted();
+  }
+
+  // True once `t` finished; throws its error. A progress pass first (the Note in the header).
+  bool finished(Transfer& t) {
+    progress_all();
+    std::lock_guard<std::mutex> lk(mu_);
+    if (t.state != Transfer::State::Finished) {
+      check_not_finalized(t.is_send ? "send" : "recv");
+      return false;
+    }
+    if (!t.error.empty()) throw Error(t.status, t.error);
+    return true;
+  }
+
+  // The transfer's owner gives up on it (PeerTransfer::abandon).
+  bool abandon(const std::shared_ptr<Transfer>& t) {
+    std::lock_guard<std::mutex> lk(mu_);
+    switch (t->state) {
+      case Transfer::State::Finished:
+        return false;
+      case Transfer::State::Unmatched:  // withdrawn: no message will ever land in it
+        unmatched_.remove(t);
+        finish(*t);
+        return false;
+      case Transfer::State::Posted:
+        break;
+    }
+    posted_.erase(std::find(posted_.begin(), posted_.end(), t));
+    const bool in_use = !mpi_finalized();
+    // A send still goes out on its own, a matched message still lands in the buffer (the
+    // caller keeps that alive; a scratch buffer is kept here, with the channel).
+    if (in_use) MPI_Request_free(&t->request);
+    if (in_use && !t->scratch.empty()) abandoned_.push_back(t);
+    finish(*t);
+    return in_use;
+  }
+
+  void start(const std::shared_ptr<Transfer>& t) {
+    std::lock_guard<std::mutex> lk(mu_);
+    (t->state == Transfer::State::Posted ? posted_.push_back(t) : unmatched_.push_back(t));
+    outstanding.fetch_add(1, std::memory_order_relaxed);
+  }
+
+ private:
+  void finish(Transfer& t) {
+    t.state = Transfer::State::Finished;
+    outstanding.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  void fail(Transfer& t, int rc, const char* call) {
+    t.status = failure_status(rc);
+    t.error = t.what() + ": " + call + " failed: " + mpi_error(rc);
+  }
+
+  // Posts the unmatched receives whose message has come, in posting order (Note [matched
+  // probes for user receives]).
+  void match() {
     // Receives earlier in this pass that found nothing: a message that arrives while the pass
     // runs is theirs, not a later receive's that could also take it.
-    std::vector<const Receive*> waiting;
-    auto earlier_takes = [&](const Receive& r, int source) {
-      for (const Receive* q : waiting) {
+    std::vector<const Transfer*> waiting;
+    auto earlier_takes = [&](const Transfer& r, int source) {
+      for (const Transfer* q : waiting) {
         if (q->tag == r.tag && (q->peer == kAnySource || q->peer == source)) return true;
       }
       return false;
     };
     for (auto it = unmatched_.begin(); it != unmatched_.end();) {
-      Receive& r = **it;
+      Transfer& r = **it;
       int source = r.peer;
       int rc = MPI_SUCCESS;
       if (r.peer == kAnySource) {
         source = MPI_ANY_SOURCE;
         bool same_tag = false;
-        for (const Receive* q : waiting) same_tag = same_tag || q->tag == r.tag;
+        for (const Transfer* q : waiting) same_tag = same_tag || q->tag == r.tag;
         if (same_tag) {
           // Some sources are an earlier receive's: look at the first message before taking it.
           int arrived = 0;
@@ -137,10 +205,8 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
       MPI_Status status;
       if (rc == MPI_SUCCESS) rc = MPI_Improbe(source, r.tag, comm_, &found, &message, &status);
       if (rc != MPI_SUCCESS) {
-        r.matched = true;
-        r.status = failure_status(rc);
-        r.error = "recv from " + peer_name(r.peer) + " (tag " + std::to_string(r.tag) +
-                  "): MPI_Improbe failed: " + mpi_error(rc);
+        fail(r, rc, "MPI_Improbe");
+        finish(r);
         it = unmatched_.erase(it);
         continue;
       }
@@ -162,38 +228,46 @@ class MpiPeerChannel : public PeerChannel, public std::enable_shared_from_this<M
                   " bytes but the receiving tensor has " + std::to_string(r.bytes) +
                   " bytes; send and recv need tensors of the same size";
       }
+      r.state = Transfer::State::Posted;
       const int rc2 = MPI_Imrecv(into, count, MPI_BYTE, &message, &r.request);
       if (rc2 != MPI_SUCCESS) {
-        r.status = failure_status(rc2);
-        r.error = "recv from rank " + std::to_string(r.source) + ": MPI_Imrecv failed: " + mpi_error(rc2);
+        fail(r, rc2, "MPI_Imrecv");
         r.request = MPI_REQUEST_NULL;
+        finish(r);
+      } else {
+        posted_.push_back(*it);
       }
-      r.matched = true;
       it = unmatched_.erase(it);
     }
   }
 
-  void add(const std::shared_ptr<Receive>& r) {
-    std::lock_guard<std::mutex> lk(mu_);
-    unmatched_.push_back(r);
-  }
-  bool matched(const Receive& r) {
-    std::lock_guard<std::mutex> lk(mu_);
-    return r.matched;
-  }
-  // Takes an unmatched receive off the list; false when a message matched it already.
-  bool withdraw(const std::shared_ptr<Receive>& r) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (r->matched) return false;
-    unmatched_.remove(r);
-    return true;
+  // Tests every posted request (sends and matched receives) once.
+  void test_posted() {
+    for (size_t i = 0; i < posted_.size();) {
+      Transfer& t = *posted_[i];
+      int done = 0;
+      const int rc = MPI_Test(&t.request, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) {
+        fail(t, rc, "MPI_Test");
+        t.request = MPI_REQUEST_NULL;
+        done = 1;
+      }
+      if (!done) {
+        ++i;
+        continue;
+      }
+      finish(t);
+      posted_[i] = std::move(posted_.back());
+      posted_.pop_back();
+    }
   }
 
- private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1, max_tag_ = 32767;
   std::mutex mu_;
-  std::list<std::shared_ptr<Receive>> unmatched_;  // guarded by mu_, in posting order
+  std::list<std::shared_ptr<Transfer>> unmatched_;  // guarded by mu_: receives, in posting order
+  std::vector<std::shared_ptr<Transfer>> posted_;   // guarded by mu_: requests in MPI's hands
+  std::vector<std::shared_ptr<Transfer>> abandoned_;  // guarded by mu_: scratch MPI may write
 };
 
 int as_count(size_t bytes, const char* what, int peer) {
@@ -206,110 +280,49 @@ int as_count(size_t bytes, const char* what, int peer) {
   return static_cast<int>(bytes);
 }
 
-class MpiSend : public PeerTransfer {
+class MpiTransfer : public PeerTransfer {
  public:
-  MpiSend(std::shared_ptr<MpiPeerChannel> channel, int peer, int tag, MPI_Request request)
-      : channel_(std::move(channel)), peer_(peer), tag_(tag), request_(request) {}
-  ~MpiSend() override { abandon(); }
+  MpiTransfer(std::shared_ptr<MpiPeerChannel> channel, std::shared_ptr<Transfer> t)
+      : channel_(std::move(channel)), t_(std::move(t)) {}
+  ~MpiTransfer() override { abandon(); }
 
-  bool abandon() override {
-    // Dropped unfinished (a Work nobody waited on): the message still goes out on its own.
-    std::lock_guard<std::mutex> lk(mu_);
-    if (request_ == MPI_REQUEST_NULL || mpi_finalized()) return false;
-    MPI_Request_free(&request_);
-    return true;
-  }
-
-  bool test() override {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!error_.empty()) throw Error(status_, error_);
-    if (request_ == MPI_REQUEST_NULL) return true;
-    check_not_finalized("send");
-    int done = 0;
-    const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) {
-      status_ = failure_status(rc);
-      error_ = "send to rank " + std::to_string(peer_) + " (tag " + std::to_string(tag_) +
-               ") failed: " + mpi_error(rc);
-      request_ = MPI_REQUEST_NULL;
-      throw Error(status_, error_);
-    }
-    return done != 0;
-  }
-  int source() const override { return channel_->rank(); }
+  bool abandon() override { return channel_->abandon(t_); }
+  bool test() override { return channel_->finished(*t_); }
+  // Read once finished (the channel writes it under its lock before then).
+  int source() const override { return t_->is_send ? channel_->rank() : t_->source; }
 
  private:
   std::shared_ptr<MpiPeerChannel> channel_;  // its communicator outlives the request
-  int peer_, tag_;
-  std::mutex mu_;
-  MPI_Request request_;
-  Status status_ = Status::Internal;
-  std::string error_;
-};
-
-class MpiRecv : public PeerTransfer {
- public:
-  MpiRecv(std::shared_ptr<MpiPeerChannel> channel, std::shared_ptr<Receive> r)
-      : channel_(std::move(channel)), r_(std::move(r)) {}
-  ~MpiRecv() override { abandon(); }
-
-  bool abandon() override {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (channel_->withdraw(r_) || r_->request == MPI_REQUEST_NULL || mpi_finalized()) return false;
-    MPI_Request_free(&r_->request);  // a matched message still lands in the buffer
-    return true;
-  }
-
-  bool test() override {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (!channel_->matched(*r_) || r_->request != MPI_REQUEST_NULL) check_not_finalized("recv");
-    if (!channel_->matched(*r_)) {
-      channel_->match();
-      if (!channel_->matched(*r_)) return false;
-    }
-    if (r_->request != MPI_REQUEST_NULL) {
-      int done = 0;
-      MPI_Status status;
-      const int rc = MPI_Test(&r_->request, &done, &status);
-      if (rc != MPI_SUCCESS) {
-        r_->status = failure_status(rc);
-        r_->error = "recv from rank " + std::to_string(r_->source) + " (tag " +
-                    std::to_string(r_->tag) + ") failed: " + mpi_error(rc);
-        r_->request = MPI_REQUEST_NULL;
-      } else if (!done) {
-        return false;
-      }
-    }
-    if (!r_->error.empty()) throw Error(r_->status, r_->error);
-    return true;
-  }
-  int source() const override { return r_->source; }
-
- private:
-  std::shared_ptr<MpiPeerChannel> channel_;
-  std::shared_ptr<Receive> r_;
-  std::mutex mu_;
+  std::shared_ptr<Transfer> t_;
 };
 
 std::unique_ptr<PeerTransfer> MpiPeerChannel::send(const void* buf, size_t bytes, int peer, int tag) {
   check_peer("send", peer, tag, max_tag_);
   const int count = as_count(bytes, "send", peer);
-  MPI_Request request = MPI_REQUEST_NULL;
-  check_mpi(MPI_Isend(buf, count, MPI_BYTE, peer, tag, comm_, &request),
+  auto t = std::make_shared<Transfer>();
+  t->is_send = true;
+  t->buf = const_cast<void*>(buf);
+  t->bytes = bytes;
+  t->peer = peer;
+  t->tag = tag;
+  t->state = Transfer::State::Posted;
+  check_mpi(MPI_Isend(buf, count, MPI_BYTE, peer, tag, comm_, &t->request),
             "send to rank " + std::to_string(peer) + ": MPI_Isend");
-  return std::make_unique<MpiSend>(shared_from_this(), peer, tag, request);
+  start(t);
+  return std::make_unique<MpiTransfer>(shared_from_this(), std::move(t));
 }
 
 std::unique_ptr<PeerTransfer> MpiPeerChannel::recv(void* buf, size_t bytes, int peer, int tag) {
   check_peer("recv", peer, tag, max_tag_);
   as_count(bytes, "recv", peer);
-  auto r = std::make_shared<Receive>();
-  r->buf = buf;
-  r->bytes = bytes;
-  r->peer = peer;
-  r->tag = tag;
-  add(r);
-  return std::make_unique<MpiRecv>(shared_from_this(), std::move(r));
+  auto t = std::make_shared<Transfer>();
+  t->is_send = false;
+  t->buf = buf;
+  t->bytes = bytes;
+  t->peer = peer;
+  t->tag = tag;
+  start(t);
+  return std::make_unique<MpiTransfer>(shared_from_this(), std::move(t));
 }
 
 }  // namespace
@@ -320,7 +333,9 @@ std::shared_ptr<PeerChannel> make_mpi_peer_channel(MPI_Comm base) {
   if (provided < MPI_THREAD_MULTIPLE) return nullptr;  // the same on every rank
   MPI_Comm comm = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(base, &comm), "MPI_Comm_dup (point-to-point channel)");
-  return std::make_shared<MpiPeerChannel>(comm);
+  auto channel = std::make_shared<MpiPeerChannel>(comm);
+  PeerChannel::enlist(channel);
+  return channel;
 }
 
 }  // namespace hvdlite

@@ -2,14 +2,49 @@
 
 #include <sched.h>
 
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "engine/rank_computing.h"
 #include "hvdlite.h"
 
 namespace hvdlite {
+namespace {
+
+std::mutex g_channels_mu;
+std::vector<std::weak_ptr<PeerChannel>> g_channels;  // guarded by g_channels_mu
+
+}  // namespace
+
+std::atomic<int64_t> PeerChannel::outstanding{0};
+
+void PeerChannel::enlist(const std::shared_ptr<PeerChannel>& channel) {
+  std::lock_guard<std::mutex> lk(g_channels_mu);
+  // Channels of groups that are gone leave the list here, when the next one joins.
+  std::vector<std::weak_ptr<PeerChannel>> live;
+  for (auto& c : g_channels) {
+    if (!c.expired()) live.push_back(std::move(c));
+  }
+  live.push_back(channel);
+  g_channels = std::move(live);
+}
+
+void PeerChannel::progress_all() {
+  if (outstanding.load(std::memory_order_relaxed) == 0) return;
+  std::vector<std::shared_ptr<PeerChannel>> channels;
+  {
+    std::lock_guard<std::mutex> lk(g_channels_mu);
+    for (const auto& c : g_channels) {
+      if (auto live = c.lock()) channels.push_back(std::move(live));
+    }
+  }
+  for (const auto& c : channels) c->progress();
+}
 
 bool PeerTransfer::wait_until(std::chrono::steady_clock::time_point until) {
+  HvdliteThread::Scope waiting;  // its polling is hvdlite's CPU time (Note [computing ranks])
   // Spin briefly (a reply a few microseconds away), then yield, then sleep a little longer each
   // time, up to half a millisecond: a rank waiting on a slow peer leaves the core to it.
   auto nap = std::chrono::microseconds(20);

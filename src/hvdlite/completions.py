@@ -82,6 +82,7 @@ def _end_thread():
 
 def _run():
     global _thread
+    _core.mark_hvdlite_thread()  # its waits are not the rank computing (Note [computing ranks])
     while True:
         try:
             handle = _core.next_watched(_POLL_SECONDS)

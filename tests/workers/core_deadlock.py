@@ -13,6 +13,13 @@ shutdown() and init() collectives work.
 'cross-set-slow': rank 1 in the set's order, computing first: no error.
 'slow': rank 1 computes (sleeps) for longer than the grace period before submitting; no
 error.
+'thread-computing': rank 1 waits on 'y' in a second thread while its main thread computes (a
+pure Python loop) for longer than the grace period before it submits 'x', which rank 0 waits
+on before it submits 'y'; no error.
+'thread-computing-then-stuck': the same, but rank 1's main thread then waits on 'z', which
+nobody else submits: a deadlock, named once the computing has ended.
+'optimizer': after a step on both ranks, rank 0's optimizer step waits for the gradient its
+backward submitted, rank 1 waits on 'other': a deadlock, named within the grace period.
 'alarm': rank 0 waits for a collective that rank 1 submits only 6 s later; signal.alarm(2)'s
 handler raises out of the wait; the request stays in flight and the Work completes when
 waited for again. Then wait(timeout=...) raises HvdliteTimeoutError and a later wait
@@ -21,6 +28,7 @@ completes. Then rank 0 is interrupted in a synchronous all-reduce nobody else ev
 """
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -36,6 +44,15 @@ class Alarm(Exception):
 
 def on_alarm(signum, frame):
     raise Alarm()
+
+
+def compute(seconds):
+    """A pure Python busy loop (holding the GIL) for ``seconds``."""
+    until, x = time.monotonic() + seconds, 0
+    while time.monotonic() < until:
+        for i in range(10000):
+            x = (x * 31 + i) % 1000003
+    return x
 
 
 def check_next_collective_works(process_set=None, name="after"):
@@ -114,6 +131,80 @@ elif mode == "slow":
     start = time.monotonic()
     check_next_collective_works(name="slow")
     print(f"rank {hvd.rank()} slow-ok {time.monotonic() - start:.2f}", flush=True)
+    check_next_collective_works()
+elif mode == "thread-computing":
+    # Rank 1 waits on 'y' in a second thread while its main thread computes (a pure Python
+    # loop) for argv[2] seconds and then submits 'x'; rank 0 waits on 'x', then submits 'y'.
+    # Rank 1 computes all along, so it is never blocked (Note [computing ranks]): no error.
+    hvd.init()
+    hvd.barrier()
+    start = time.monotonic()
+    if hvd.rank() == 1:
+        waiter = threading.Thread(target=check_next_collective_works, kwargs={"name": "y"})
+        waiter.start()
+        compute(float(sys.argv[2]))
+        check_next_collective_works(name="x")
+        waiter.join()
+    else:
+        check_next_collective_works(name="x")
+        check_next_collective_works(name="y")
+    print(f"rank {hvd.rank()} thread-ok {time.monotonic() - start:.2f}", flush=True)
+    check_next_collective_works()
+elif mode == "thread-computing-then-stuck":
+    # As above, but rank 1's main thread, once it has computed for argv[2] seconds, waits on
+    # 'z', which no other rank submits: from then on every thread of every rank waits, and the
+    # deadlock is named (on 'x' and on rank 1's 'y' and 'z') within the grace period.
+    hvd.init()
+    hvd.barrier()
+    start = time.monotonic()
+
+    def expect_deadlock_since_start(name):
+        try:
+            hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name=name)
+        except hvd.HvdliteDeadlockError as e:
+            print(f"rank {hvd.rank()} deadlock-{name} {time.monotonic() - start:.2f} {e}", flush=True)
+        else:
+            raise AssertionError(f"{name} completed")
+
+    if hvd.rank() == 1:
+        waiter = threading.Thread(target=expect_deadlock_since_start, args=("y",))
+        waiter.start()
+        compute(float(sys.argv[2]))
+        expect_deadlock_since_start("z")
+        waiter.join()
+    else:
+        expect_deadlock_since_start("x")
+    check_next_collective_works()
+elif mode == "optimizer":
+    # Rank 0's backward submits its gradient from autograd's hook, then its optimizer step
+    # waits for it; rank 1 waits on 'other' instead. Nothing computes any more (the hook's
+    # thread sits idle after backward): a deadlock, named within the grace period. One step
+    # on both ranks first, so that torch's first-step work is not in the timing.
+    import torch
+    import hvdlite.torch as hvd_torch
+    torch.set_num_threads(1)
+    hvd.init()
+    model = torch.nn.Linear(4, 2, bias=False)
+    opt = hvd_torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+
+    def step():
+        opt.zero_grad()
+        model(torch.ones(3, 4)).sum().backward()
+        opt.step()
+
+    step()
+    hvd.barrier()
+    start = time.monotonic()
+    if hvd.rank() == 0:
+        try:
+            step()
+        except hvd.HvdliteDeadlockError as e:
+            print(f"rank 0 deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+        else:
+            raise AssertionError("the step completed")
+    else:
+        expect_deadlock("other")
     check_next_collective_works()
 elif mode == "alarm":
     hvd.init()

@@ -21,6 +21,7 @@ import queue
 import threading
 import time
 
+from hvdlite import _core
 from hvdlite.exceptions import HvdliteTimeoutError
 
 from .calls import named_error, seconds, timed_out
@@ -43,6 +44,7 @@ class Completer:
         self._queue.put(work)
 
     def run(self):
+        _core.mark_hvdlite_thread()  # its waits are not the rank computing
         while True:
             self._queue.get().settle()
 
@@ -53,6 +55,9 @@ class PollingCompleter(Completer):
     queue while none is."""
 
     def run(self):
+        # its polling is not the rank computing (Note [computing ranks] in
+        # csrc/engine/rank_computing.h)
+        _core.mark_hvdlite_thread()
         works, nap = [], 1e-5
         while True:
             try:

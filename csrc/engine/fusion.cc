@@ -299,7 +299,8 @@ void AllreduceExecutor::run_adasum(Batch& batch) {
   }
   if (traced) times.packed = Clock::now();
   // Compressed data is scaled on its way back to full precision instead.
-  adasum_allreduce(transport_, data, counts, batch.wire, converted ? 1.0 : r.postscale, scratch_);
+  adasum_allreduce(transport_, data, counts, batch.wire, converted ? 1.0 : r.postscale, scratch_,
+                   use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes));
   if (traced) times.reduced = Clock::now();
   if (!alone) {
     for (const Member& m : batch.members) {

@@ -10,6 +10,7 @@
 
 #include "algorithms/adasum.h"
 #include "algorithms/half.h"
+#include "algorithms/shm_allreduce.h"
 #include "engine/fusion.h"
 #include "harness.h"
 #include "loopback.h"
@@ -103,7 +104,7 @@ struct Run {
 
 // Each rank's tensors, rounded to the dtype; `fused`: one all-reduce of them all, else one per
 // tensor.
-Run run_adasum(const Codec& c, int n, bool fused, double postscale = 1.0) {
+Run run_adasum(const Codec& c, int n, bool fused, double postscale = 1.0, bool shared = true) {
   size_t total = 0;
   for (size_t k : kCounts) total += k;
   Run run;
@@ -125,12 +126,12 @@ Run run_adasum(const Codec& c, int n, bool fused, double postscale = 1.0) {
     auto t = fabric.world(r);
     std::vector<uint8_t> scratch;
     if (fused) {
-      adasum_allreduce(*t, run.bytes[r].data(), kCounts, c.dtype, postscale, scratch);
+      adasum_allreduce(*t, run.bytes[r].data(), kCounts, c.dtype, postscale, scratch, shared);
       return;
     }
     size_t at = 0;
     for (size_t k : kCounts) {
-      adasum_allreduce(*t, run.bytes[r].data() + at * c.size, {k}, c.dtype, postscale, scratch);
+      adasum_allreduce(*t, run.bytes[r].data() + at * c.size, {k}, c.dtype, postscale, scratch, shared);
       at += k;
     }
   });
@@ -149,8 +150,10 @@ Vec tensor_of(const Codec& c, const std::vector<uint8_t>& bytes, size_t k) {
 // reference tree, and every rank holds the same bits.
 TEST(adasum_matches_float64_reference) {
   for (const Codec& c : kCodecs) {
-    for (int n : {1, 2, 4, 8}) {
-      Run run = run_adasum(c, n, /*fused=*/true, /*postscale=*/0.5);
+    for (int n : {1, 2, -2, 4, 8}) {  // -2: two ranks point to point
+      const bool shared = n > 0;
+      n = std::abs(n);
+      Run run = run_adasum(c, n, /*fused=*/true, /*postscale=*/0.5, shared);
       for (int r = 1; r < n; ++r) CHECK(run.bytes[r] == run.bytes[0]);
       int levels = 0;
       while ((1 << levels) < n) ++levels;
@@ -193,6 +196,44 @@ TEST(adasum_fused_equals_unfused) {
         CHECK(ef <= ea + 2.0 * c.eps);
       }
     }
+  }
+}
+
+// Slices of several pieces (Note [Adasum pipeline]: 2 MiB), tensors cut by piece boundaries.
+TEST(adasum_in_pieces_matches_reference) {
+  const std::vector<size_t> counts = {1300001, 3, 700001};
+  // At 2 ranks through the shared area's queues (Note [Adasum through shared memory]) and
+  // point to point; at 4 point to point.
+  for (auto [n, shared] : {std::pair{2, true}, std::pair{2, false}, std::pair{4, true}}) {
+    std::vector<std::vector<float>> data(n);
+    std::vector<std::vector<Vec>> inputs(counts.size(), std::vector<Vec>(n));
+    for (int r = 0; r < n; ++r) {
+      std::mt19937_64 gen(500 + r);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      for (size_t k = 0; k < counts.size(); ++k) {
+        for (size_t i = 0; i < counts[k]; ++i) {
+          const float v = float(normal(gen) + std::cos(double(i)) * (r + 1));
+          data[r].push_back(v);
+          inputs[k][r].push_back(double(v));
+        }
+      }
+    }
+    Fabric fabric(n);
+    run_ranks(n, [&](int r) {
+      auto t = fabric.world(r);
+      std::vector<uint8_t> scratch;
+      CHECK(n != 2 || shm_allreduce_available(*t));  // the loopback has an area, as MPI
+      adasum_allreduce(*t, data[r].data(), counts, DataType::Float32, 2.0, scratch, shared);
+    });
+    size_t at = 0;
+    for (size_t k = 0; k < counts.size(); ++k) {
+      Vec want = reference_tree(inputs[k]);
+      Vec got(data[0].begin() + at, data[0].begin() + at + counts[k]);
+      for (double& w : want) w *= 2.0;
+      CHECK(relative_error(got, want) <= 1e-6);
+      at += counts[k];
+    }
+    for (int r = 1; r < n; ++r) CHECK(data[r] == data[0]);
   }
 }
 

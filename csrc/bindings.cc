@@ -25,6 +25,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "algorithms/adasum.h"
 #include "algorithms/collectives.h"
 #include "engine/engine.h"
 #include "engine/rank_computing.h"
@@ -351,9 +352,18 @@ void attach_result_outputs(EntryList& entries, const std::optional<std::vector<n
 }
 
 void check_reduction(const Request& r, int op_code, double prescale, double postscale) {
-  if (op_code != 0 && op_code != 1 && op_code != 3 && op_code != 4 && op_code != 5) {
+  const bool adasum = op_code == static_cast<int>(ReduceOp::Adasum);
+  if (adasum && r.op != OpType::Allreduce) {
+    throw Error(Status::InvalidArgument, std::string(op_name(r.op)) + " of tensor '" + r.name +
+                "': Adasum is an all-reduce only (use Average, Sum, Min, Max or Product)");
+  }
+  if (op_code < 0 || op_code > 5) {
     throw Error(Status::InvalidArgument, "tensor '" + r.name + "': unsupported reduce op code " +
-                std::to_string(op_code) + " (use Average, Sum, Min, Max or Product)");
+                std::to_string(op_code) + " (use Average, Sum, Adasum, Min, Max or Product)");
+  }
+  if (adasum && !adasum_supports(r.dtype)) {
+    throw Error(Status::InvalidArgument, "tensor '" + r.name + "' is " + dtype_name(r.dtype) +
+                ": Adasum reduces float16, bfloat16, float32 and float64 tensors only");
   }
   if (r.dtype == DataType::Bool && (op_code == 0 || prescale != 1.0 || postscale != 1.0)) {
     throw Error(Status::InvalidArgument, "tensor '" + r.name + "' is bool: Average and scale "

@@ -45,8 +45,9 @@ enum class OpType : uint8_t {
   AddProcessSet, RemoveProcessSet,
 };
 
-// Numbered as in Horovod's Python API (Adasum = 2 is not supported).
-enum class ReduceOp : uint8_t { Average = 0, Sum = 1, Min = 3, Max = 4, Product = 5 };
+// Numbered as in Horovod's Python API. Adasum is not element-wise: it has an algorithm of its
+// own (algorithms/adasum.h), which every other all-reduce path leaves to.
+enum class ReduceOp : uint8_t { Average = 0, Sum = 1, Adasum = 2, Min = 3, Max = 4, Product = 5 };
 
 // How floating-point all-reduce data travels on the wire.
 enum class Compression : uint8_t { None = 0, FP16 = 1, BF16 = 2 };

@@ -18,6 +18,7 @@ set(HVDLITE_CORE_SOURCES
   engine/rank_computing.cc
   engine/response_cache.cc
   engine/validate.cc
+  algorithms/adasum.cc
   algorithms/collectives.cc
   algorithms/exchange_allreduce.cc
   algorithms/half_convert.cc

@@ -37,6 +37,7 @@ void reduce_typed(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op)
     case ReduceOp::Min: for (size_t i = 0; i < n; ++i) d[i] = min_keeping_nan(d[i], s[i]); break;
     case ReduceOp::Max: for (size_t i = 0; i < n; ++i) d[i] = max_keeping_nan(d[i], s[i]); break;
     case ReduceOp::Product: for (size_t i = 0; i < n; ++i) d[i] = d[i] * s[i]; break;
+    case ReduceOp::Adasum: break;  // not element-wise: algorithms/adasum.h, never here
   }
 }
 

@@ -44,6 +44,7 @@ int nccl_op(ReduceOp op) {
     case ReduceOp::Min: return kNcclMin;
     case ReduceOp::Max: return kNcclMax;
     case ReduceOp::Product: return kNcclProd;
+    case ReduceOp::Adasum: break;  // never reaches NCCL (nccl_can_run)
   }
   return kNcclSum;
 }
@@ -767,6 +768,8 @@ bool nccl_can_run(const Request& r) {
   // No kernel of ours scales or converts on the device: those stay on the host path.
   if (r.prescale != 1.0 || r.postscale != 1.0 || r.compression != Compression::None) return false;
   if (r.dtype == DataType::Bool || nccl_dtype(r.dtype) < 0) return false;
+  // Adasum is no NCCL reduction: its CUDA tensors are staged and reduced on the host.
+  if (r.reduce_op == ReduceOp::Adasum) return false;
   // NCCL's average of integers truncates differently from the host path's: keep one answer.
   return r.reduce_op != ReduceOp::Average || is_floating(r.dtype);
 }

@@ -355,8 +355,10 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
   for (auto& e : pending) {
     const Request& r = e->request;
     const Request& f = first->request;
-    // (NCCL's tensors live on the device: the host cannot pack them.)
+    // (NCCL's tensors live on the device: the host cannot pack them. Adasum is no
+    // element-wise reduction the merge could apply.)
     if (e->state != TensorEntry::State::CacheHit || r.op != OpType::Allreduce || r.nccl ||
+        r.reduce_op == ReduceOp::Adasum ||
         r.compression != Compression::None || r.dtype != f.dtype || r.reduce_op != f.reduce_op ||
         r.prescale != f.prescale || r.postscale != f.postscale) {
       eligible = false;

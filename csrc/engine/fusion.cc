@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "algorithms/adasum.h"
 #include "algorithms/exchange_allreduce.h"
 #include "algorithms/reduce.h"
 #include "algorithms/ring_allreduce.h"
@@ -142,6 +143,7 @@ void AllreduceExecutor::complete_prereduced(const std::vector<TensorEntry*>& ent
 }
 
 void AllreduceExecutor::run(Batch& batch) {
+  if (batch.key.reduce_op == ReduceOp::Adasum) return run_adasum(batch);
   const Response& r = batch.key;
   const size_t ws = dtype_size(batch.wire);
   const bool converted = batch.wire != r.dtype;
@@ -249,6 +251,71 @@ void AllreduceExecutor::run(Batch& batch) {
     for (const Member& m : batch.members) {
       if (!m.entry) continue;
       if (in_place(m)) trace_fused_member(*m.entry, times, "ZERO_COPY_SPAN", nullptr);
+      else if (converted) trace_fused_member(*m.entry, times, "COMPRESS", "DECOMPRESS");
+      else trace_fused_member(*m.entry, times, "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER");
+    }
+  }
+  for (const Member& m : batch.members) {
+    if (m.entry) complete_(m.entry, Outcome{});
+  }
+}
+
+// Adasum's batches keep their members in order, back to back, in one contiguous buffer:
+// the algorithm halves it wherever half the elements fall and needs each tensor's
+// boundaries (Note [Adasum per tensor]). A lone member is reduced in its output; several
+// are packed (Horovod's fusion buffer), as are members that travel compressed. Never in
+// pieces: a piece would cut a tensor's dot product in two.
+void AllreduceExecutor::run_adasum(Batch& batch) {
+  const Response& r = batch.key;
+  const size_t ws = dtype_size(batch.wire);
+  const bool converted = batch.wire != r.dtype;
+  const bool traced = Timeline::get().active();
+  BatchTimes times;
+  times.adasum = true;
+  if (traced) times.start = Clock::now();
+  std::vector<size_t> counts;
+  counts.reserve(batch.members.size());
+  for (const Member& m : batch.members) {
+    counts.push_back(m.count);
+    if (m.entry && m.entry->device) m.entry->device->before_read();
+  }
+  // A joined rank (no entry) contributes zeros: a zero vector keeps the coefficient 1 on
+  // both sides, so the others' result is theirs alone.
+  const bool alone = batch.members.size() == 1 && !converted && batch.members[0].entry;
+  void* data;
+  if (alone) {
+    TensorEntry* e = batch.members[0].entry;
+    if (e->input != e->output || r.prescale != 1.0) copy_scaled(e->output, e->input, batch.count, r.dtype, r.prescale);
+    data = e->output;
+  } else {
+    if (fusion_buffer_.size() < batch.count * ws) fusion_buffer_.resize(batch.count * ws);
+    for (const Member& m : batch.members) {
+      void* dst = fusion_buffer_.data() + m.offset * ws;
+      if (!m.entry) std::memset(dst, 0, m.count * ws);
+      else if (!converted) copy_scaled(dst, m.entry->input, m.count, r.dtype, r.prescale);
+      else convert_scaled(dst, batch.wire, m.entry->input, r.dtype, m.count, r.prescale);
+    }
+    data = fusion_buffer_.data();
+  }
+  if (traced) times.packed = Clock::now();
+  // Compressed data is scaled on its way back to full precision instead.
+  adasum_allreduce(transport_, data, counts, batch.wire, converted ? 1.0 : r.postscale, scratch_,
+                   use_shared_memory(batch.count * ws, transport_, config_.shm_allreduce_min_bytes));
+  if (traced) times.reduced = Clock::now();
+  if (!alone) {
+    for (const Member& m : batch.members) {
+      if (!m.entry) continue;
+      const void* src = fusion_buffer_.data() + m.offset * ws;
+      if (!converted) copy_scaled(m.entry->output, src, m.count, r.dtype, 1.0);
+      else convert_scaled(m.entry->output, r.dtype, src, batch.wire, m.count, r.postscale);
+    }
+  }
+  round_bytes_ += batch.count * ws;
+  if (traced) {
+    times.unpacked = Clock::now();
+    for (const Member& m : batch.members) {
+      if (!m.entry) continue;
+      if (alone) trace_fused_member(*m.entry, times, "ZERO_COPY_SPAN", nullptr);
       else if (converted) trace_fused_member(*m.entry, times, "COMPRESS", "DECOMPRESS");
       else trace_fused_member(*m.entry, times, "MEMCPY_IN_FUSION_BUFFER", "MEMCPY_OUT_FUSION_BUFFER");
     }

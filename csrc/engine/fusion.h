@@ -49,6 +49,7 @@ class AllreduceExecutor {
     size_t count = 0;
   };
   void run(Batch& batch);
+  void run_adasum(Batch& batch);  // Note [Adasum per tensor] in algorithms/adasum.h
   struct Watched;
   // Calls `step` on each watched member's share of host bytes [p, p + bytes).
   static void visit(const std::vector<Watched>& watched, const char* p, size_t bytes,

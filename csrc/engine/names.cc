@@ -50,6 +50,7 @@ const char* reduce_op_name(ReduceOp op) {
   switch (op) {
     case ReduceOp::Average: return "Average";
     case ReduceOp::Sum: return "Sum";
+    case ReduceOp::Adasum: return "Adasum";
     case ReduceOp::Min: return "Min";
     case ReduceOp::Max: return "Max";
     case ReduceOp::Product: return "Product";

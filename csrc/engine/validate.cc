@@ -1,5 +1,7 @@
 #include "engine/validate.h"
 
+#include "algorithms/adasum.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -92,6 +94,13 @@ Response validate(const std::vector<const Request*>& reqs, const Membership& mem
         err = scales();
         if (err.empty()) err = check_same("compression", [](const Request& r) { return std::string(compression_name(r.compression)); });
         if (err.empty()) err = check_same("shapes", shape_of);
+        if (err.empty() && first.reduce_op == ReduceOp::Adasum && !adasum_rank_count_ok(size)) {
+          resp.error_status = Status::InvalidArgument;  // the same on every rank: not a mismatch
+          resp.error = "Adasum all-reduce of tensor '" + first.name + "'" + members.where() +
+                       ": Adasum needs a power-of-two number of ranks (as in Horovod), and " +
+                       members.name() + " has " + std::to_string(size);
+          return resp;
+        }
         break;
       case OpType::Reducescatter:
         err = scales();

@@ -376,7 +376,9 @@ void trace_fused_member(TensorEntry& entry, const BatchTimes& t, const char* pac
   const std::string& name = entry.request.name;
   tl.span(name, "WAIT_FOR_DATA", entry.trace.decided, t.start);
   tl.span(name, pack_phase, t.start, t.packed);
-  if (t.hierarchical) {
+  if (t.adasum) {
+    tl.span(name, "MPI_ADASUM_ALLREDUCE", t.packed, t.reduced);
+  } else if (t.hierarchical) {
     tl.span(name, "HIERARCHICAL_INTRA_REDUCE_SCATTER", t.packed, t.stages.scattered);
     tl.span(name, "HIERARCHICAL_CROSS_ALLREDUCE", t.stages.scattered, t.stages.crossed);
     tl.span(name, "HIERARCHICAL_INTRA_ALLGATHER", t.stages.crossed, t.reduced);

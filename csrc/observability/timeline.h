@@ -131,6 +131,7 @@ struct BatchTimes {
   bool hierarchical = false;
   bool exchange = false;
   bool shared_memory = false;
+  bool adasum = false;  // algorithms/adasum.h (Horovod's activity name: MPI_ADASUM_ALLREDUCE)
   HierarchyTimes stages;
 };
 // One member of a fusion batch; pack_phase names how its data reached the ring.

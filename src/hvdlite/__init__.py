@@ -13,7 +13,8 @@ from .policy import Adasum, Average, Max, Min, Product, Sum
 from .work import Work
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from .basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
-                     gloo_enabled, init, is_homogeneous, is_initialized, local_rank, local_size,
+                     gloo_enabled, gpu_available, init, is_homogeneous, is_initialized,
+                     local_rank, local_size,
                      mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                      rocm_built, shutdown, size, start_timeline, stop_timeline)
 from .numpy_api import (allgather, allgather_async, allgather_object, allreduce, allreduce_,

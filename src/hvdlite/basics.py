@@ -218,6 +218,13 @@ def cuda_built() -> bool:
     return bool(_device.libraries()["cuda_runtime"]["loaded"])
 
 
+def gpu_available(ext_base_name=None, verbose=False) -> bool:
+    """Horovod's query (its tests skip GPU cases by it): whether GPU tensors of the framework
+    ``ext_base_name`` can be reduced, i.e. :func:`cuda_built` (every adapter takes CUDA
+    tensors once a CUDA runtime loads)."""
+    return cuda_built()
+
+
 def is_homogeneous() -> bool:
     """True when every host runs the same number of ranks."""
     return size() % local_size() == 0 and cross_size() * local_size() == size()
@@ -227,4 +234,4 @@ def is_homogeneous() -> bool:
 BASICS = ("init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
           "cross_rank", "cross_size", "mpi_built", "mpi_enabled", "mpi_threads_supported",
           "nccl_built", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built", "ccl_built",
-          "ddl_built", "is_homogeneous")
+          "ddl_built", "gpu_available", "is_homogeneous")

@@ -26,7 +26,7 @@ from typing import Callable, List, Optional, Sequence
 
 from . import _core
 from .policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer_arg,  # noqa: F401
-                      group_names, resolve_op, valid_name, wire_code)
+                      check_adasum_ranks, group_names, resolve_op, valid_name, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
 from .process_sets import process_set_id
 from .work import Result, Work, reap_orphans, wait_all as _wait_all  # noqa: F401
@@ -81,8 +81,11 @@ def grouped_allreduce_async(tensors: Sequence, outputs: Optional[Sequence] = Non
     if len(outputs) != len(tensors):
         raise HvdliteInvalidArgumentError(
             f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
+    op = resolve_op(op)
+    if op == Adasum:
+        check_adasum_ranks(op, _set_id(process_set))
     handles = _core.enqueue_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
-                                      resolve_op(op), float(prescale_factor),
+                                      op, float(prescale_factor),
                                       float(postscale_factor), wire_code(compression),
                                       wake=wake, **_set_kw(process_set), **_stream_kw(stream))
     return Work(handles, (tensors, outputs), finish, stream=stream)
@@ -101,10 +104,13 @@ def grouped_allreduce(tensors: Sequence, outputs: Optional[Sequence] = None,
         raise HvdliteInvalidArgumentError(
             f"grouped_allreduce got {len(tensors)} tensors but {len(outputs)} outputs")
     reap_orphans()
+    op = resolve_op(op)
+    if op == Adasum:
+        check_adasum_ranks(op, _set_id(process_set))
     # Small all-reduces take a few microseconds in all: the common arguments skip the
     # general conversions (process set, wire format).
     _core.run_allreduce(_names(names, len(tensors), "allreduce", process_set), tensors, outputs,
-                        resolve_op(op), float(prescale_factor), float(postscale_factor),
+                        op, float(prescale_factor), float(postscale_factor),
                         0 if compression is None else wire_code(compression),
                         0 if process_set is None else _set_id(process_set), **_stream_kw(stream))
 
@@ -116,8 +122,11 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
     lists: the lone small all-reduce, whose whole cost is a few microseconds."""
     name = auto_name("allreduce", None, _set_id(process_set)) if name is None else valid_name(name)
     reap_orphans()
+    op = resolve_op(op)
+    if op == Adasum:
+        check_adasum_ranks(op, _set_id(process_set))
     _core.run_allreduce_one(name, tensor, tensor if output is None else output,
-                            resolve_op(op), float(prescale_factor), float(postscale_factor),
+                            op, float(prescale_factor), float(postscale_factor),
                             0 if compression is None else wire_code(compression),
                             0 if process_set is None else _set_id(process_set),
                             **_stream_kw(stream))

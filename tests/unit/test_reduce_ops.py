@@ -28,9 +28,21 @@ def test_default_and_deprecated_average():
         resolve_op(Sum, average=True)
 
 
+def test_adasum_resolves_and_its_rank_rule_names_the_size(monkeypatch):
+    assert resolve_op(Adasum) == Adasum == 2
+    monkeypatch.setattr(reduce_ops._core, "size", lambda: 3)
+    monkeypatch.setattr(reduce_ops._core, "process_set_size", lambda set_id: 6)
+    with pytest.raises(HvdliteUnsupportedError, match="myop: op=Adasum needs a power-of-two "
+                                                      "number of ranks.*the job has 3"):
+        reduce_ops.check_adasum_ranks(Adasum, 0, "myop")
+    with pytest.raises(NotImplementedError, match="process set 2 has 6"):
+        reduce_ops.check_adasum_ranks(Adasum, 2, "myop")
+    reduce_ops.check_adasum_ranks(Sum, 0, "myop")  # other ops: no rule
+    monkeypatch.setattr(reduce_ops._core, "size", lambda: 8)
+    reduce_ops.check_adasum_ranks(Adasum, 0, "myop")
+
+
 def test_bad_ops_name_the_call():
-    with pytest.raises(HvdliteUnsupportedError, match="myop: op=Adasum"):
-        resolve_op(Adasum, what="myop")
     with pytest.raises(HvdliteInvalidArgumentError, match="unknown reduce op 9"):
         resolve_op(9)
     with pytest.raises(HvdliteInvalidArgumentError, match="must be an integer"):

@@ -47,7 +47,8 @@ expect(HvdliteInvalidArgumentError, "root rank 99 is out of range", hvd.broadcas
 expect(HvdliteInvalidArgumentError, "splits", hvd.alltoall, np.ones(5), splits=[1] * (N + 1))
 expect(HvdliteInvalidArgumentError, "not divisible", hvd.alltoall, np.ones(N + 1))
 expect(HvdliteInvalidArgumentError, "bool", hvd.allreduce, np.ones(2, bool))  # Average of bool
-expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2), op=hvd.Adasum)
+# Adasum: floating-point tensors only (and a power of two of ranks: tests/test_adasum.py).
+expect(HvdliteInvalidArgumentError, "Adasum", hvd.allreduce, np.ones(2, np.int32), op=hvd.Adasum)
 expect(HvdliteInvalidArgumentError, "at least one dimension", hvd.reducescatter, np.float32(1.0))
 # A name that is not valid UTF-8 (a lone surrogate), by every way names come in.
 for call in (lambda n: hvd.allreduce(np.ones(2), name=n), lambda n: hvd.allreduce_async(np.ones(2), name=n),

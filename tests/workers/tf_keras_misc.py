@@ -244,9 +244,10 @@ expect_error(TypeError, lambda: hvd.DistributedOptimizer(keras.optimizers.SGD),
 expect_error(TypeError, lambda: hvd.DistributedOptimizer("sgd"), ["str"], "string optimizer")
 expect_error(ValueError, lambda: hvd.DistributedOptimizer(
     hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))), ["already"], "double wrapping")
-expect_error(NotImplementedError,  # hvdlite's HvdliteUnsupportedError, as Horovod raises
-             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum),
-             ["Adasum"], "Adasum")
+expect_error(ValueError,  # hvdlite's HvdliteInvalidArgumentError
+             lambda: hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), op=hvd.Adasum,
+                                              shard_optimizer_state=True),
+             ["Adasum"], "Adasum with sharded state")
 
 cvar = keras.Variable(np.ones(2, np.complex64), name="complex_w")
 opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))

@@ -173,8 +173,9 @@ for mode, wrap in MODES.items():
         expect_error(hvd.HvdliteInvalidArgumentError,
                      lambda: named_bad(tf.ones([2], tf.uint32)), ["odd_one", "uint32"],
                      "graph allgather uint32 names the graph tensor")
-    expect_error(hvd.HvdliteInvalidArgumentError, lambda: hvd.allreduce(tf.ones([2]), op=hvd.Adasum),
-                 ["Adasum"], "Adasum rejected")
+    expect_error(hvd.HvdliteInvalidArgumentError,
+                 lambda: hvd.allreduce(tf.ones([2], tf.int32), op=hvd.Adasum),
+                 ["Adasum"], "Adasum of integers rejected")
 
     # ---------------------------------------------------------------- tape: sparse gradients
     emb = tf.Variable(tf.ones([6, 2]))

@@ -361,7 +361,8 @@ expect_error(lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters()
                                               named_parameters=[p for _, p in named]),
              ValueError, "tuples")
 expect_error(lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                              op=hvd.Adasum), ValueError, "Adasum")
+                                              op=hvd.Adasum, shard_optimizer_state=True),
+             ValueError, "Adasum")
 expect_error(lambda: hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                               op=hvd.Sum, gradient_predivide_factor=2.0),
              ValueError, "gradient_predivide_factor")

@@ -308,7 +308,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense='', device_sparse=''
             rows are all-gathered).
         gradient_predivide_factor: with op=Average, scale by 1/f before the sum and f/size
             after it.
-        op: Average (default), Sum, Min, Max or Product.
+        op: Average (default), Sum, Min, Max, Product or Adasum (the gradients combined by
+            Adasum before the wrapped optimizer applies them, as in Horovod).
         backward_passes_per_step: accumulate this many calls locally; all-reduce and apply
             on every N-th call (``iterations`` still counts every call, as in Horovod).
         average_aggregated_gradients: divide the accumulated sum by N before applying.

@@ -26,6 +26,6 @@ from .names import (auto_name, group_names, member_names, named_entries,  # noqa
                     parameter_names, reset_name_counters, valid_name, variable_label,
                     with_labels)
 from .reduce_ops import (REDUCE_OP_NAMES, Adasum, Average, Max, Min, Product, Sum,  # noqa: F401
-                         check_predivide, gathered_rows_divisor, integer_arg, predivide,
+                         check_adasum_ranks, check_predivide, gathered_rows_divisor, integer_arg, predivide,
                          reduction, require_average_or_sum, resolve_op)
 from .wire import compressed, decompressed, wire_code, wire_format  # noqa: F401

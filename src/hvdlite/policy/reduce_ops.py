@@ -6,6 +6,7 @@ import operator
 import warnings
 from typing import Tuple
 
+from hvdlite import _core
 from hvdlite.exceptions import HvdliteInvalidArgumentError, HvdliteUnsupportedError
 from hvdlite.process_sets import set_size
 
@@ -21,7 +22,7 @@ REDUCE_OP_NAMES = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min",
                    Product: "Product"}
 
 
-_CORE_OPS = frozenset((Average, Sum, Min, Max, Product))  # the ops the core runs
+_CORE_OPS = frozenset((Average, Sum, Min, Max, Product))  # the element-wise ops the core runs
 
 
 def integer_arg(value, what: str, low: int = -2**63, high: int = 2**63 - 1) -> int:
@@ -56,13 +57,24 @@ def resolve_op(op=None, average=None, what: str = "allreduce") -> int:
     if op is None:
         op = Average
     op = integer_arg(op, f"{what}: op")
-    if op == Adasum:
-        raise HvdliteUnsupportedError(f"{what}: op=Adasum is not supported by hvdlite; use "
-                                      f"Average or Sum")
     if op not in REDUCE_OP_NAMES:
         raise HvdliteInvalidArgumentError(f"{what}: unknown reduce op {op!r}; use Average, "
-                                          f"Sum, Min, Max or Product")
+                                          f"Sum, Adasum, Min, Max or Product")
     return int(op)
+
+
+def check_adasum_ranks(op: int, set_id: int, what: str = "allreduce") -> None:
+    """Horovod's rule for Adasum: a power-of-two number of ranks (in the process set it runs
+    on; ``set_id`` 0 is the job). Raised on every rank alike, before anything is sent, so
+    the job goes on. (The core's coordinator refuses the same, for callers of ``_core``.)"""
+    if op != Adasum:
+        return
+    size = _core.process_set_size(set_id) if set_id else _core.size()
+    if size & (size - 1):
+        where = "the job" if not set_id else f"process set {set_id}"
+        raise HvdliteUnsupportedError(
+            f"{what}: op=Adasum needs a power-of-two number of ranks (as in Horovod), but "
+            f"{where} has {size}")
 
 
 def require_average_or_sum(op: int, what: str, why: str = "",

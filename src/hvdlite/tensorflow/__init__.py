@@ -27,7 +27,8 @@ Typical custom training loop::
 
 from hvdlite.policy import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
-                            ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                            ddl_built, gloo_built, gloo_enabled, gpu_available, init,
+                            is_homogeneous,
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)

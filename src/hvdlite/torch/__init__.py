@@ -21,7 +21,8 @@ contiguity.
 """
 
 from hvdlite.basics import (ccl_built, cross_rank, cross_size, cuda_built,  # noqa: F401
-                            ddl_built, gloo_built, gloo_enabled, init, is_homogeneous,
+                            ddl_built, gloo_built, gloo_enabled, gpu_available, init,
+                            is_homogeneous,
                             is_initialized, local_rank, local_size, mpi_built, mpi_enabled,
                             mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
                             start_timeline, stop_timeline)
@@ -51,7 +52,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "mpi_built", "nccl_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "cuda_built", "rocm_built",
-    "ccl_built", "ddl_built", "is_homogeneous", "start_timeline", "stop_timeline",
+    "ccl_built", "ddl_built", "gpu_available", "is_homogeneous", "start_timeline", "stop_timeline",
     "Average", "Sum", "Adasum", "Min", "Max", "Product",
     "HvdliteError", "HvdliteInternalError", "HvdliteInvalidArgumentError",
     "HvdliteMismatchError", "HvdliteNotInitializedError", "HvdliteOutOfMemoryError",

@@ -109,7 +109,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Average (or sum, min, max, multiply) ``tensor`` over all ranks; return a new tensor.
 
     The reduction is keyed by ``name`` (generated in call order if None). ``op`` is one of
-    Average (default), Sum, Min, Max, Product; ``prescale_factor``/``postscale_factor``
+    Average (default), Sum, Adasum, Min, Max, Product; ``prescale_factor``/``postscale_factor``
     multiply the tensor before/after the reduction. Differentiable.
     """
     return _allreduce_group([tensor], [name], resolve_op(op, average, "allreduce"),

@@ -24,7 +24,8 @@ from . import extended as _extended
 from ._wrap import (SynchronizeProtocol, parameter_names, refuse_extra_pass, remove_hooks,
                     watch_gradient, wrap)
 from .compression import Compression
-from .mpi_ops import Average, global_process_set, sparse_allreduce_async
+from .adasum_optimizer import _DistributedAdasumOptimizer
+from .mpi_ops import Adasum, Average, global_process_set, sparse_allreduce_async
 
 
 class _GradReduction:
@@ -243,7 +244,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         backward_passes_per_step: backward passes accumulated locally before the all-reduce;
             computing a gradient more often than this before ``step()`` raises
             :class:`GradientAccumulationError`.
-        op: ``Average`` (default), ``Sum``, ``Min``, ``Max`` or ``Product``.
+        op: ``Average`` (default), ``Sum``, ``Min``, ``Max``, ``Product`` or ``Adasum``.
+            With ``Adasum`` (at more than one rank) each rank steps on its own gradients and
+            the parameters' updates are combined by Adasum, as Horovod's Adasum optimizer
+            does (Note [Adasum optimizer] in :mod:`hvdlite.torch.adasum_optimizer`);
+            ``groups`` and ``sparse_as_dense`` then do not apply.
         gradient_predivide_factor: with ``op=Average``, scale gradients by ``1/f`` before the
             sum and by ``f/size`` after it.
         groups: an int (split the parameters into that many groups) or a list of lists of
@@ -277,8 +282,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                         f"shard_optimizer_state=True; local_sgd_warmup_steps and "
                         f"average_optimizer_state with local_steps=H)")
 
+    process_set = process_set or global_process_set
+    if op == Adasum and process_set.size() > 1:  # at one rank Horovod wraps as usual
+        policy.check_adasum_ranks(op, process_set.process_set_id or 0, "DistributedOptimizer")
+        dist = wrap(_DistributedAdasumOptimizer, optimizer)
+        dist._hvd_adasum_setup(named_parameters, compression, backward_passes_per_step,
+                               process_set)
+        return dist
     dist = wrap(_DistributedOptimizer, optimizer)
     dist._hvd_setup(named_parameters, compression, backward_passes_per_step, op,
-                    gradient_predivide_factor, groups, sparse_as_dense,
-                    process_set or global_process_set)
+                    gradient_predivide_factor, groups, sparse_as_dense, process_set)
     return dist

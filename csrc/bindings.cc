@@ -574,6 +574,7 @@ void realign_names(const std::shared_ptr<Engine>& eng, const Outcome& o) {
   int64_t& handed = g_handed.round.try_emplace(o.agreed_set, -1).first->second;
   if (o.agreed_round <= handed) return;
   handed = o.agreed_round;
+  if (o.agreed_set == 0) eng->restart_change_numbering(o.agreed_round);  // add/remove: the core's
   nb::module_::import_("hvdlite.policy.names").attr("restart_numbering")(o.agreed_set, o.agreed_round);
 }
 
@@ -605,6 +606,13 @@ Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
                   "in flight (wait for it again, or let it finish in the background)");
     }
   }
+}
+
+// Waits for an add/remove request as wait_interruptibly does, meeting its agreed failures.
+Outcome wait_for_change(const std::shared_ptr<Engine>& eng, int64_t handle) {
+  Outcome o = wait_interruptibly(*eng, handle, -1);
+  realign_names(eng, o);
+  return o;
 }
 
 // Enqueues the entries, then waits for every one, in one call: the calling thread runs the
@@ -1242,11 +1250,13 @@ NB_MODULE(_core, m) {
   // Interruptible (Note [interruptible waits]); the GIL is held but while waiting.
   m.def("add_process_set", [](const std::vector<int>& ranks) {
     std::shared_ptr<Engine> eng = context_ref();
-    return eng->add_process_set(ranks, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
+    const int id = eng->add_process_set(ranks, [&](int64_t h) { return wait_for_change(eng, h); });
+    g_handed.round.erase(id);  // a new set's rounds count from 0 (the id may be a removed set's)
+    return id;
   }, nb::arg("ranks"));
   m.def("remove_process_set", [](int id) {
     std::shared_ptr<Engine> eng = context_ref();
-    return eng->remove_process_set(id, [&](int64_t h) { return wait_interruptibly(*eng, h, -1); });
+    return eng->remove_process_set(id, [&](int64_t h) { return wait_for_change(eng, h); });
   }, nb::arg("id"));
   m.def("process_set_ids", [] { return context_ref()->process_set_ids(); });
   m.def("process_set_ranks", [](int id) { return context_ref()->process_set(id).ranks; }, nb::arg("id"));

@@ -5,7 +5,10 @@ gloo, and ``dist.all_reduce`` through the backend against ``hvd.allreduce_``, in
 
 Models: examples/torch_bench.py's (the digits CNN, batch 32 per rank, and the 6 x 1024 MLP,
 batch 32 per rank), trained with SGD with momentum, wrapped in DDP (default settings) and in
-FSDP2 (``fully_shard`` on each Linear / Conv2d layer, then on the model).
+FSDP2 (``fully_shard`` on each Linear / Conv2d layer, then on the model); with ``--compile``
+also ``torch.compile(DistributedDataParallel(model))`` ("DDP-compiled": compiled once per
+backend, the compilation in the first round's warm-up steps), reported beside DDP uncompiled
+on the same backend (``ratio_compiled_over_eager``).
 
 Each backend runs in a phase of its own, with the other not running: ``gloo`` with its group
 up and hvdlite not initialised, ``hvdlite`` between ``init_process_group("hvdlite")`` (which
@@ -45,7 +48,7 @@ import hvdlite.torch.distributed as hvd_dist  # noqa: E402
 COMM, RANK, SIZE = tb.COMM, tb.RANK, tb.SIZE
 BACKENDS = ("gloo", "hvdlite")
 REFERENCES = ("hvd", "no-comm", "DDP-alone")
-WRAPPERS = ("DDP", "FSDP2")
+WRAPPERS = ("DDP", "FSDP2", "DDP-compiled")
 
 
 def start(phase):
@@ -76,6 +79,22 @@ def fsdp2(build, reference):
             fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+
+_compiled = {}   # (phase, model name) -> the model whose compiled code is reused
+
+
+def compiled_ddp(build, reference, phase, name):
+    """(``torch.compile(DDP(model))`` on this phase's group, its optimizer), over one model per
+    phase and model name, so that later rounds reuse the code compiled in the first (dynamo
+    guards on the model)."""
+    if (phase, name) not in _compiled:
+        model = build()
+        model.load_state_dict(reference.state_dict())
+        _compiled[(phase, name)] = model, torch.optim.SGD(model.parameters(), lr=0.01,
+                                                           momentum=0.9)
+    model, opt = _compiled[(phase, name)]
+    return torch.compile(nn.parallel.DistributedDataParallel(model)), opt
 
 
 def allreduce_times(sizes, iters, warmup):
@@ -111,7 +130,10 @@ def main():
                         help="all-reduce sizes in bytes, comma-separated ('' skips the all-reduce "
                              "part; default 4 KiB to 64 MiB, with --quick 4 KiB and 1 MiB)")
     parser.add_argument("--iters", type=int, default=50, help="all-reduces per timing at 1 MiB")
-    parser.add_argument("--wrappers", default="DDP,FSDP2", help="DDP, FSDP2 or both")
+    parser.add_argument("--wrappers", default="DDP,FSDP2",
+                        help="comma-separated: DDP, FSDP2, DDP-compiled")
+    parser.add_argument("--compile", action="store_true",
+                        help="add DDP-compiled (torch.compile of the DDP model) to --wrappers")
     parser.add_argument("--no-references", dest="references", action="store_false",
                         help="skip the DistributedOptimizer, DDP-alone and no-comm phases")
     parser.add_argument("--quick", action="store_true", help="a few steps (smoke test)")
@@ -126,6 +148,8 @@ def main():
     builds = {"cnn": (tb.DigitsCNN, lambda: tb.cnn_batches(32, 8), args.steps * 5),
               "mlp": (lambda: tb.make_mlp(1024, 6), lambda: tb.mlp_batches(32, 4), args.steps)}
     wrappers = [w for w in args.wrappers.split(",") if w]
+    if args.compile and "DDP-compiled" not in wrappers:
+        wrappers.append("DDP-compiled")
     if set(wrappers) - set(WRAPPERS):
         parser.error(f"--wrappers: {sorted(set(wrappers) - set(WRAPPERS))} (choose from "
                      f"{', '.join(WRAPPERS)})")
@@ -161,6 +185,8 @@ def main():
                 for wrapper in wrappers:
                     if wrapper == "DDP":
                         m, o = nn.parallel.DistributedDataParallel(model), opt
+                    elif wrapper == "DDP-compiled":
+                        m, o = compiled_ddp(build, reference, phase, name)
                     else:
                         m, o = fsdp2(build, reference)
                     times.setdefault((name, wrapper, phase), []).append(
@@ -182,6 +208,15 @@ def main():
                    "best_gloo_ms": 1e3 * best["gloo"], "best_hvdlite_ms": 1e3 * best["hvdlite"],
                    "best_ratio_hvdlite_over_gloo": best["hvdlite"] / best["gloo"]}
             refs = ""
+            if wrapper == "DDP-compiled" and "DDP" in wrappers:
+                for b in BACKENDS:
+                    eager = statistics.median(times[(name, "DDP", b)])
+                    res[f"eager_{b}_ms"] = 1e3 * eager
+                    res[f"ratio_compiled_over_eager_{b}"] = med[b] / eager
+                refs = (f"; DDP uncompiled: gloo {res['eager_gloo_ms']:.2f} ms, hvdlite "
+                        f"{res['eager_hvdlite_ms']:.2f} ms (compiled / uncompiled: gloo "
+                        f"{res['ratio_compiled_over_eager_gloo']:.2f}, hvdlite "
+                        f"{res['ratio_compiled_over_eager_hvdlite']:.2f})")
             if args.references and wrapper == "DDP":
                 for ref in REFERENCES:
                     ref_med = statistics.median(times[(name, ref)])

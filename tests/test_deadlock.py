@@ -167,6 +167,7 @@ def test_signal_handlers_interrupt_waits_and_timeouts_leave_requests_in_flight()
 @pytest.mark.parametrize("mode, error", [("deadlock", "HvdliteDeadlockError"),
                                          ("mismatch", "HvdliteMismatchError"),
                                          ("join", "HvdliteInvalidArgumentError"),
+                                         ("add-set", "HvdliteDeadlockError"),
                                          ("c10d-mismatch", "HvdliteMismatchError"),
                                          ("c10d-deadlock", "HvdliteDeadlockError")])
 def test_unnamed_collectives_line_up_again_after_a_rank_skipped_one(mode, error):

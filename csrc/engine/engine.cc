@@ -258,7 +258,10 @@ std::vector<int> Engine::process_set_ids() const {
 int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t root) {
   auto e = std::make_unique<TensorEntry>();
   // Every rank changes the table in the same order, so the n-th change has the same name.
-  e->request.name = std::string("hvdlite.") + op_name(op) + "." + std::to_string(changes_++);
+  {
+    std::lock_guard<std::mutex> lk(changes_mu_);
+    e->request.name = std::string("hvdlite.") + op_name(op) + "." + changes_prefix_ + std::to_string(changes_++);
+  }
   e->request.op = op;
   e->request.dtype = DataType::UInt8;
   e->request.shape = std::move(shape);
@@ -266,6 +269,12 @@ int64_t Engine::submit_change(OpType op, std::vector<int64_t> shape, int32_t roo
   EntryList list;
   list.push_back(std::move(e));
   return enqueue(0, std::move(list))[0];
+}
+
+void Engine::restart_change_numbering(int64_t round) {
+  std::lock_guard<std::mutex> lk(changes_mu_);
+  changes_prefix_ = "r" + std::to_string(round) + ".";
+  changes_ = 0;
 }
 
 int Engine::add_process_set(const std::vector<int>& ranks, const Waiter& wait) {

@@ -108,6 +108,10 @@ class Engine {
   int add_process_set(const std::vector<int>& ranks, const Waiter& wait = nullptr);
   // Collective over the global set. False when no set has this id (or it is the global set).
   bool remove_process_set(int id, const Waiter& wait = nullptr);
+  // The add/remove requests are named in call order, 'hvdlite.<op>.<n>'; after a failure of
+  // the global set agreed in `round` they are numbered afresh, 'hvdlite.<op>.r<round>.<n>'
+  // (Note [unnamed names after a failure] in src/hvdlite/policy/names.py).
+  void restart_change_numbering(int64_t round);
 
   struct ProcessSetInfo {
     std::vector<int> ranks;  // global ranks of the members
@@ -157,7 +161,9 @@ class Engine {
   std::map<int, std::shared_ptr<Group>> groups_;  // guarded: the sets this rank is in
   std::deque<int> free_ids_;                      // guarded: removed ids, reused oldest first
   int next_id_ = 1;                               // guarded
-  std::atomic<int64_t> changes_{0};               // names the add/remove requests
+  std::mutex changes_mu_;
+  std::string changes_prefix_;                    // guarded by changes_mu_: "" or "r<round>."
+  int64_t changes_ = 0;                           // guarded by changes_mu_: names add/remove
 
   std::shared_ptr<Group> world_;  // set last: its thread may call back into the tables
 };

@@ -13,6 +13,9 @@ the skipped one's name: every rank gets HvdliteMismatchError; then the same chec
 the others all-gather (refused after join(), on the others only) and then join; an unnamed
 allgather_object follows each turn. The joined rank gets no error, yet numbers afresh like
 the others (from its join). Then the same checks.
+'add-set': rank 1 skips an add_process_set (named in the core's call order) and waits in an
+unnamed all-reduce: the deadlock error comes on every rank; then adding and removing a set
+works, and the same checks.
 'c10d-mismatch': the "hvdlite" torch.distributed backend (its own numbering, Note [c10d
 names]): rank 1 skips a dist.all_reduce and broadcasts, which takes its name: every rank gets
 the mismatch error; then dist.all_reduce, all_gather_object and broadcast_object_list, and
@@ -74,6 +77,28 @@ if mode in ("deadlock", "mismatch"):
         report(e, start)
     else:
         raise AssertionError(f"rank {hvd.rank()}: the skipped collective did not fail")
+    unnamed_collectives_work("after")
+    unnamed_collectives_work("again")
+    print(f"rank {hvd.rank()} done", flush=True)
+    hvd.shutdown()
+elif mode == "add-set":
+    hvd.init(process_sets="dynamic")
+    unnamed_collectives_work("before")
+    start = time.monotonic()
+    try:
+        if hvd.rank() != 1:
+            hvd.add_process_set([0, 2])              # rank 1 skips it ...
+        else:
+            hvd.allreduce(np.ones(2))                # ... and waits where no one else does
+    except hvd.HvdliteDeadlockError as e:
+        report(e, start)
+    else:
+        raise AssertionError(f"rank {hvd.rank()}: the skipped collective did not fail")
+    pair = hvd.add_process_set([0, 2])
+    if hvd.rank() != 1:
+        got = hvd.allreduce(np.ones(2), op=hvd.Sum, process_set=pair)
+        check((got == 2).all(), f"allreduce in the new set gave {got}")
+    check(hvd.remove_process_set(pair), "the new set was removed")
     unnamed_collectives_work("after")
     unnamed_collectives_work("again")
     print(f"rank {hvd.rank()} done", flush=True)

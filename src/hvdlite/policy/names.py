@@ -27,7 +27,8 @@ from ..exceptions import HvdliteInvalidArgumentError
 # collides with an older request still pending. On a member whose request failed, that wait
 # is the failed request's own (the error follows); on a joined member it is its join's.
 # Counters kept elsewhere (a TensorFlow graph's while it is built, a c10d group's:
-# NameCounters) start over the same way. The normal path pays one integer comparison per
+# NameCounters) start over the same way, and so does the core's numbering of process set
+# additions and removals ('hvdlite.add_process_set.<n>', in the global set). The normal path pays one integer comparison per
 # wait, in C++; the round is part of a counter's prefix, fixed when the counter is made.
 # Numbering realigns in program order, where a rank's wait returns: an unnamed call a rank
 # submits after the failing round but before that wait (another thread, an async call not
@@ -83,7 +84,7 @@ def _drop_counters(process_set: int) -> None:
 
 
 def restart_numbering(process_set: int, round_: int) -> None:
-    """The members of ``process_set`` all got an error in negotiation round ``round_``: its
+    """The members of ``process_set`` agreed on a failure in negotiation round ``round_``: its
     unnamed calls are numbered afresh from here on (Note [unnamed names after a failure]).
     csrc/bindings.cc calls this when a wait returns an outcome stamped with a failure this
     rank has not met; a round not later than the last one is ignored."""

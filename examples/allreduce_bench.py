@@ -30,6 +30,9 @@ on this machine): raw MPI against hvdlite's flat ring, hierarchical all-reduce a
 choice per size, with the bytes sent across hosts; examples/hierarchical_bench.py, which also
 runs across real hosts.
 
+``--op adasum`` adds Adasum (``op=hvd.Adasum``) to part 1: at each size hvdlite's Adasum is
+timed right after its Sum, in the same phases, and a table gives Adasum time / Sum time.
+
 A fourth part, ``--parts timeline``, measures what the timeline costs: the latency call and
 the ResNet-50 step with the timeline off and on (``hvd.start_timeline``, rank 0 writing), the
 two alternating --rounds times in the last hvdlite phase; ratio = on / off (1.0: no cost).
@@ -561,10 +564,21 @@ def run(args):
                         raise AssertionError(
                             f"hvdlite all-reduce of {nelem} floats is wrong at {bad.size} "
                             f"elements, first at {bad[0]}: {buf[bad[0]]} != {n * (n + 1) / 2}")
+                    if args.op == "adasum":   # parallel vectors: Adasum averages them
+                        buf.fill(rank + 1)
+                        hvd.allreduce_(buf, op=hvd.Adasum, name=name + ".adasum")
+                        bad = np.flatnonzero(buf != (n + 1) / 2)
+                        if bad.size:
+                            raise AssertionError(
+                                f"hvdlite Adasum of {nelem} floats is wrong at {bad.size} "
+                                f"elements, first at {bad[0]}: {buf[bad[0]]} != {(n + 1) / 2}")
                     buf.fill(0.0)
                     checked.add(nbytes)
-                rec.run(("sweep", nbytes), {"hvdlite": lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)},
-                        warmup, target, min_iters, max_iters)
+                calls = {"hvdlite": lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name)}
+                if args.op == "adasum":   # timed right after Sum, in the same phase
+                    calls["hvdlite_adasum"] = lambda: hvd.allreduce_(buf, op=hvd.Adasum,
+                                                                     name=name + ".adasum")
+                rec.run(("sweep", nbytes), calls, warmup, target, min_iters, max_iters)
                 if last:
                     count_paths(fmt_size(nbytes), lambda: hvd.allreduce_(buf, op=hvd.Sum, name=name), 10)
                 buf = None
@@ -647,6 +661,9 @@ def run(args):
             row["speedup_vs_mpi"] = row["mpi"]["median_s"] / h if row["mpi"] else None
             row["speedup_vs_gloo"] = row["gloo"]["median_s"] / h if row["gloo"] else None
             row["other_load"] = stats["other_load"]
+            if stats.get("hvdlite_adasum"):
+                row["hvdlite_adasum"] = stats["hvdlite_adasum"]
+                row["adasum_over_sum"] = stats["hvdlite_adasum"]["median_s"] / h
             if copy_GBps and n == 2 and nbytes >= copy_bytes:   # smaller ones fit in caches
                 bound = memory_bound_s(nbytes, copy_GBps)
                 row["memory_bound_s"] = bound
@@ -663,6 +680,15 @@ def run(args):
             log(f"{fmt_size(row['bytes']):>9} | {cell(row['hvdlite'])} | {cell(row['mpi'])} | "
                 f"{cell(row['gloo'])} | {sp(row['speedup_vs_mpi'])} {sp(row['speedup_vs_gloo'])} | "
                 f"{fmt_load(row['other_load'])} | {its}")
+        if args.op == "adasum":
+            log("\n   Adasum (op=hvd.Adasum, in place; hvdlite's CPU algorithm over the transport) "
+                "against hvdlite's Sum, timed back to back in the same phases: ratio = Adasum "
+                "time / Sum time (target at 64 MiB, 2 ranks: <= 2)")
+            for row in results["sizes"]:
+                if "hvdlite_adasum" in row:
+                    log(f"  {fmt_size(row['bytes']):>8}: Sum {fmt_time(row['hvdlite']['median_s'])}, "
+                        f"Adasum {fmt_time(row['hvdlite_adasum']['median_s'])}, ratio "
+                        f"{row['adasum_over_sum']:.2f}")
         bound_rows = [r for r in results["sizes"] if "memory_bound_s" in r and r["bytes"] >= 64 * MiB]
         if bound_rows:
             log("\n   memory-traffic bound (2.5 N bytes per rank at the copy bandwidth): "
@@ -775,6 +801,10 @@ def main(argv=None):
                    "the temporary directory)")
     p.add_argument("--no-mpi", action="store_true", help="skip the mpi4py baseline (and gloo, which meets through it)")
     p.add_argument("--no-gloo", action="store_true", help="skip the torch gloo baseline")
+    p.add_argument("--op", choices=("sum", "adasum"), default="sum",
+                   help="adasum: the sweep also times hvdlite's Adasum (op=hvd.Adasum) right "
+                        "after its Sum at each size, and prints their ratio (a power-of-two "
+                        "number of ranks)")
     args = p.parse_args(argv)
     if args.sizes:
         args.sizes = [int(s) for s in args.sizes]

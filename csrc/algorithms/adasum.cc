@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <utility>
 
@@ -322,34 +321,37 @@ std::vector<size_t> counts_within(const std::vector<size_t>& counts, size_t begi
 // area's queues (shm_allreduce.h's two-rank halves) instead of point-to-point messages, which
 // through MPI's shared-memory transport cost several times the copy. Rank 0 keeps the first
 // half (rounded down), rank 1 the rest, as in the general case. The exchange is the queues'
-// reduce-scatter half run as a Sum onto zeros: each rank's own segment is stood in for by a
-// zeroed scratch, so it ends holding the peer's values of that segment exactly (0 + x = x),
-// while the segment it does not own is read from its buffer in place. Then the combination
-// (the same kernels, in float64), and the all-gather half puts each rank's final segment into
-// the other's buffer.
+// all-gather half over a buffer made of spans: segment 0 is what rank 0 gives (its second
+// half), segment 1 what rank 1 gives (its first half); each rank's own segment points at the
+// half it gives, the other at its scratch, so the queues copy each given half straight into
+// the peer's scratch. Then the combination (the same kernels, in float64), and the all-gather
+// half again, over the buffer itself, puts each rank's final half into the other's buffer.
 void adasum_two_ranks_shared(Transport& t, char* data, const std::vector<size_t>& counts, size_t total,
                              DataType dtype, double postscale, std::vector<uint8_t>& scratch) {
   const int me = t.rank();
   const bool left = me == 0;
   const size_t es = dtype_size(dtype);
-  Segments segs;
-  segs.offset = {0, total / 2};
-  segs.count = {total / 2, total - total / 2};
-  const size_t keep = segs.count[me];
-  char* own = data + segs.offset[me] * es;
+  const size_t first_half = total / 2, second_half = total - first_half;
+  const size_t keep = left ? first_half : second_half;
+  char* own = data + (left ? 0 : first_half) * es;
   char* peers = reinterpret_cast<char*>(scratch.data());
-  std::memset(peers, 0, keep * es);
-  const std::vector<Span> spans = left ? std::vector<Span>{{peers, segs.count[0]}, {data + segs.offset[1] * es, segs.count[1]}}
-                                       : std::vector<Span>{{data, segs.count[0]}, {peers, segs.count[1]}};
+  Segments given;  // segment r: what rank r gives
+  given.offset = {0, second_half};
+  given.count = {second_half, first_half};
+  const std::vector<Span> spans = left ? std::vector<Span>{{data + first_half * es, second_half}, {peers, first_half}}
+                                       : std::vector<Span>{{peers, second_half}, {data, first_half}};
   const ShmPort port = ShmPort::of(t);
-  shm_two_ranks(port, SpanBuffer(spans, es), segs, dtype, ReduceOp::Sum, 1.0, Halves{true, false});
-  const std::vector<size_t> mine = counts_within(counts, segs.offset[me], keep);
+  shm_two_ranks(port, SpanBuffer(spans, es), given, dtype, ReduceOp::Sum, 1.0, Halves{false, true});
+  const std::vector<size_t> mine = counts_within(counts, left ? 0 : first_half, keep);
   std::vector<double> sums(3 * counts.size(), 0.0), theirs;
   add_partial_sums(own, peers, mine, dtype, left, 0, keep, sums);
   sum_over_group(t, sums, theirs, 2);
   combine_range(own, peers, mine, dtype, coefficients(sums, left), 0, keep);
   if (postscale != 1.0) copy_scaled(own, own, keep, dtype, postscale);
-  shm_two_ranks(port, SpanBuffer({{data, total}}, es), segs, dtype, ReduceOp::Sum, 1.0, Halves{false, true});
+  Segments kept;  // segment r: what rank r keeps
+  kept.offset = {0, first_half};
+  kept.count = {first_half, second_half};
+  shm_two_ranks(port, SpanBuffer({{data, total}}, es), kept, dtype, ReduceOp::Sum, 1.0, Halves{false, true});
 }
 
 }  // namespace

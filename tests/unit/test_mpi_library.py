@@ -39,7 +39,7 @@ def test_wheels_come_before_the_system_and_open_mpi_first(tmp_path):
 
 def test_the_launchers_family_filters_the_search(tmp_path):
     _wheel(tmp_path, "libmpi.so.40", "libmpi.so.12", "libmpi_abi.so.1")
-    hydra = m.candidates({"PMI_SIZE": "2"}, [str(tmp_path)])
+    hydra = m.candidates({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}, [str(tmp_path)])
     assert [os.path.basename(c.library) for c in hydra] == \
         ["libmpi.so.12", "libmpi_abi.so.1", "libmpi.so.12", "libmpi_abi.so.1"]
     ompi = m.candidates({"OMPI_COMM_WORLD_SIZE": "4"}, [str(tmp_path)])
@@ -51,7 +51,9 @@ def test_launcher_from_environment():
     ompi = m.launcher({"OMPI_COMM_WORLD_SIZE": "3"})
     assert ompi.families == ("openmpi",) and ompi.describe() == \
         "Open MPI's mpirun (OMPI_COMM_WORLD_SIZE=3)"
-    assert m.launcher({"PMI_SIZE": "2"}).families == ("mpich", "mpiabi")
+    assert m.launcher({"PMI_SIZE": "2", "MPI_LOCALNRANKS": "2"}).families == ("mpich", "mpiabi")
+    # Slurm's srun --mpi=pmi2 sets PMI_SIZE alone: no family follows from it.
+    assert m.launcher({"PMI_SIZE": "2", "SLURM_STEP_ID": "0"}) is None
 
 
 def test_loaded_library_read_from_the_maps(tmp_path):

@@ -468,7 +468,7 @@ def run(args):
         if rank == 0:
             print(msg, flush=True)
 
-    from hvdlite import mpi_library
+    from hvdlite import _core, mpi_library
     info = mpi_library.load()
     results = {
         "config": {

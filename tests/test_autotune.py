@@ -83,7 +83,6 @@ def cluster():
 
 
 def test_two_hosts_tune_hierarchical_on_and_off_first(cluster, tmp_path):
-    from hvdlite import _core
     log, trace = tmp_path / "autotune.csv", tmp_path / "timeline.json"
     settings = {"HVDLITE_AUTOTUNE": "1", "HVDLITE_AUTOTUNE_LOG": str(log),
                 "HVDLITE_TIMELINE": str(trace)}

@@ -17,7 +17,8 @@ for tool in cc gcc g++ c++ clang clang++ cmake ninja mpicc mpicxx make; do
   ln -s /bin/false "$root/nocompiler/$tool"
 done
 export PATH="$root/nocompiler:$root/venv/bin:/usr/bin:/bin" CC=/bin/false CXX=/bin/false
-wheel=$(ls -t dist/hvdlite-*.whl | head -1)
+tag=$(python -c "import sys; v = sys.version_info[:2]; print('cp312-abi3' if v >= (3, 12) else f'cp{v[0]}{v[1]}-cp{v[0]}{v[1]}')")
+wheel=$(ls -t dist/hvdlite-*-"$tag"-*.whl | head -1)   # the one pip picks for this Python
 offline() { pip install --disable-pip-version-check -q --no-index --only-binary=:all: \
   --find-links dist --find-links "$root/wheelhouse" "$@"; }
 ms() { echo $(( ($2 - $1) / 1000000 )); }

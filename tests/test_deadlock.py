@@ -12,6 +12,9 @@
 - After a rank skipped an unnamed collective (a deadlock error, or a mismatch where the next
   call took its name), unnamed collectives line up again on every rank: numpy, hvdlite.torch
   and the "hvdlite" torch.distributed backend (tests/workers/core_realign.py).
+- When some ranks had waited clearly longer than the others (they fell behind: the others went
+  on, after a failure only they saw), only those ranks get the error; the others' collectives
+  stay pending until the ranks behind reach them, and the job goes on in step.
 """
 import re
 
@@ -183,6 +186,29 @@ def test_unnamed_collectives_line_up_again_after_a_rank_skipped_one(mode, error)
         assert message.startswith(error), message
         if error == "HvdliteDeadlockError":
             assert seconds <= GRACE + 5, seconds
+    for round_ in ("after", "again"):
+        assert sorted(r for r in range(3) if f"rank {r} aligned {round_}" in proc.stdout) == \
+            [0, 1, 2], proc.stdout
+    assert proc.stdout.count("done") == 3, proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["behind-add-set", "behind-unnamed"])
+def test_only_the_ranks_that_fell_behind_get_the_deadlock_error(mode):
+    """Note [the ranks that fell behind]: 3 ranks; ranks 0 and 2 leave a loop rank 1 goes on
+    with (a check failed on their data only) and, after a while, go on to a process-set change
+    or an unnamed all-reduce. Only rank 1 gets HvdliteDeadlockError; the others' request
+    completes once rank 1 comes to it, and unnamed collectives stay in step afterwards."""
+    proc = run_mpi(3, "workers/core_realign.py", mode,
+                   env={"HVDLITE_DEADLOCK_TIME_SECONDS": GRACE}, timeout=150)
+    failed = _lines(proc, "failed")
+    assert sorted(failed) == [1], proc.stdout
+    seconds, message = failed[1]
+    assert message.startswith("HvdliteDeadlockError"), message
+    assert "rank 1 has waited longest" in message, message
+    assert "only its requests fail" in message, message
+    assert seconds <= 1.5 + GRACE + 5, seconds
+    went_on = _lines(proc, "went-on")
+    assert sorted(went_on) == [0, 1, 2], proc.stdout
     for round_ in ("after", "again"):
         assert sorted(r for r in range(3) if f"rank {r} aligned {round_}" in proc.stdout) == \
             [0, 1, 2], proc.stdout

@@ -6,6 +6,7 @@ The start-up tests run fresh interpreters, so that what they check is the instal
 hvdlite_horovod_names.pth acting (or not) at start-up, as in a job.
 """
 import importlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -59,7 +60,8 @@ def test_a_served_module_s_children_are_its_own_submodules():
 
 def test_packages_are_the_unserved_parents():
     assert horovod_names.PACKAGES == {"horovod", "horovod.common", "horovod.runner",
-                                      "horovod.runner.util"}
+                                      "horovod.runner.util", "horovod.runner.common",
+                                      "horovod.runner.common.util"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,6 +120,68 @@ def test_framework_free_internals(served):
     assert not hasattr(hvdlite.runner, "util")
 
 
+def test_horovod_common_util_helpers_behave_as_horovods(served, monkeypatch):
+    """horovod.common.util's helpers that Horovod's tests import (hvdlite.helpers)."""
+    import hvdlite.helpers
+    from horovod.common.util import (_cache, env, extension_available,
+                                     is_version_greater_equal_than, split_list)
+    import horovod.common.util
+    assert horovod.common.util is hvdlite.helpers
+    # _cache: computed once per distinct arguments, keyword order aside.
+    calls = []
+
+    @_cache
+    def f(x, y=0):
+        calls.append((x, y))
+        return len(calls)
+    assert (f(1), f(1), f(1, y=2), f(1, y=2), f(2)) == (1, 1, 2, 2, 3)
+    assert calls == [(1, 0), (1, 2), (2, 0)]
+    # env: set for the block, then put back (removed where it was not set); None: left alone.
+    monkeypatch.setenv("HVD3_A", "old")
+    monkeypatch.delenv("HVD3_B", raising=False)
+    with env(HVD3_A="new", HVD3_B="b", HVD3_C=None):
+        assert (os.environ["HVD3_A"], os.environ["HVD3_B"]) == ("new", "b")
+        assert "HVD3_C" not in os.environ
+    assert os.environ["HVD3_A"] == "old" and "HVD3_B" not in os.environ
+    with pytest.raises(KeyError):
+        with env(HVD3_B="b"):
+            raise KeyError("inside")
+    assert "HVD3_B" not in os.environ
+    # is_version_greater_equal_than: PEP 440, a major.minor.patch target, strings only.
+    assert is_version_greater_equal_than("2.21.0", "2.6.0")
+    assert not is_version_greater_equal_than("2.6.0rc1", "2.6.0")
+    assert is_version_greater_equal_than("2.6.0", "2.6.0")
+    with pytest.raises(ValueError, match="major.minor.patch"):
+        is_version_greater_equal_than("2.6.0", "2.6")
+    with pytest.raises(ValueError, match="two strings"):
+        is_version_greater_equal_than(2.6, "2.6.0")
+    assert extension_available("mxnet") is False
+    assert extension_available("torch") == (importlib.util.find_spec("torch") is not None)
+    assert split_list(list(range(5)), 3) == [[0, 1], [2, 3], [4]]
+
+
+def test_horovod_runner_env_reads_the_launchers_rank_and_size(served, monkeypatch):
+    from horovod.runner.common.util.env import get_env_rank_and_size, is_exportable
+    import hvdlite.runner.env
+    import horovod.runner.common.util.env as served_env
+    assert served_env is hvdlite.runner.env
+    for name in ("HOROVOD_RANK", "HOROVOD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                 "PMI_RANK", "PMI_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert get_env_rank_and_size() == (0, 1)
+    monkeypatch.setenv("PMI_RANK", "3")
+    monkeypatch.setenv("PMI_SIZE", "4")
+    assert get_env_rank_and_size() == (3, 4)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")   # Open MPI's come before PMI's
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "2")
+    assert get_env_rank_and_size() == (1, 2)
+    monkeypatch.setenv("HOROVOD_RANK", "5")           # half a pair is an error
+    with pytest.raises(RuntimeError, match="only one of HOROVOD_RANK and HOROVOD_SIZE"):
+        get_env_rank_and_size()
+    assert is_exportable("PATH") and not is_exportable("CUDA_VISIBLE_DEVICES")
+    assert not is_exportable("BASH_FUNC_module%%") and not is_exportable("HOROVOD_SECRET_KEY")
+
+
 def test_horovod_package_is_empty_and_says_what_is_missing(served):
     import horovod
     assert horovod.__path__ == []
@@ -133,8 +197,9 @@ def test_horovod_package_is_empty_and_says_what_is_missing(served):
     ("horovod.spark", "horovod.spark", "hvdlite has no Spark integration"),
     ("horovod.spark.keras", "horovod.spark", "hvdlite has no Spark integration"),
     ("horovod.mxnet", "horovod.mxnet", "hvdlite has no MXNet adapter"),
-    ("horovod.runner.common.util.env", "horovod.runner.common",
+    ("horovod.runner.common.util.secret", "horovod.runner.common.util.secret",
      "hvdlite serves no module by that name"),
+    ("horovod.runner.launch", "horovod.runner.launch", "hvdlite serves no module by that name"),
     # an hvdlite module Horovod has no counterpart of is not served under a Horovod name
     ("horovod.torch.distributed", "horovod.torch.distributed",
      "hvdlite serves no module by that name"),

@@ -205,17 +205,27 @@ std::optional<RoundOutcome> Controller::negotiate(EntryList& pending, bool shutd
   return end_round(pending);
 }
 
-std::string Controller::agree_on_deadlock(const RankWaits& mine) {
+Controller::DeadlockVerdict Controller::agree_on_deadlock(const RankWaits& mine) {
   std::vector<std::vector<uint8_t>> all = transport_.gather_control(encode_waits(mine));
-  std::vector<uint8_t> text;
+  // Rank 0 decides: one byte per member (1: its waits fail), then the message.
+  std::vector<uint8_t> verdict;
   if (transport_.rank() == 0) {
     std::vector<RankWaits> by_member;
     for (const auto& b : all) by_member.push_back(decode_waits(b));
-    const std::string message = describe_deadlock(by_member, members_, config_.deadlock_s);
-    text.assign(message.begin(), message.end());
+    const std::vector<bool> behind = fell_behind(by_member);
+    const bool anyone_behind = std::find(behind.begin(), behind.end(), true) != behind.end();
+    for (size_t m = 0; m < by_member.size(); ++m) verdict.push_back(!anyone_behind || behind[m] ? 1 : 0);
+    const std::string message = describe_deadlock(by_member, members_, config_.deadlock_s, behind);
+    verdict.insert(verdict.end(), message.begin(), message.end());
   }
-  transport_.broadcast_control(text);
-  return std::string(text.begin(), text.end());
+  transport_.broadcast_control(verdict);
+  const size_t n = static_cast<size_t>(transport_.size());
+  DeadlockVerdict out;
+  out.message.assign(verdict.begin() + static_cast<std::ptrdiff_t>(n), verdict.end());
+  out.fail_mine = verdict[static_cast<size_t>(transport_.rank())] != 0;
+  out.everyone = std::all_of(verdict.begin(), verdict.begin() + static_cast<std::ptrdiff_t>(n),
+                             [](uint8_t b) { return b != 0; });
+  return out;
 }
 
 void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool blocked, bool failed) {

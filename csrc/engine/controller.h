@@ -104,8 +104,14 @@ class Controller {
   int64_t rounds() const { return round_; }
 
   // After a round that declared a deadlock: every member sends what it waits for and has
-  // pending, and gets the error message describing all of them. Collective.
-  std::string agree_on_deadlock(const RankWaits& mine);
+  // pending, and gets the error message describing all of them, and whether its own waits
+  // fail (Note [the ranks that fell behind] in deadlock.h). Collective.
+  struct DeadlockVerdict {
+    std::string message;
+    bool fail_mine = true;  // this member's waited-for requests fail
+    bool everyone = true;   // every member's do
+  };
+  DeadlockVerdict agree_on_deadlock(const RankWaits& mine);
 
   // The global set's controller also runs the cross-set deadlock watch (cross_set_deadlock.h).
   // Before the group's thread starts.

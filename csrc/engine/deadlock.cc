@@ -1,6 +1,8 @@
 #include "engine/deadlock.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -50,8 +52,17 @@ bool DeadlockDetector::observe(uint64_t word0, bool ran, Clock::time_point now) 
   return false;
 }
 
+std::vector<bool> fell_behind(const std::vector<RankWaits>& by_member) {
+  std::vector<bool> behind(by_member.size(), false);
+  if (by_member.empty()) return behind;
+  double last = by_member[0].waited_s;
+  for (const RankWaits& w : by_member) last = std::min(last, w.waited_s);
+  for (size_t m = 0; m < by_member.size(); ++m) behind[m] = by_member[m].waited_s > last + kBehindMargin;
+  return behind;
+}
+
 std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Membership& members,
-                              double grace_s) {
+                              double grace_s, const std::vector<bool>& behind) {
   // Who submitted each name (global ranks, ascending since members are).
   std::map<std::string, std::vector<int>> submitted;
   for (size_t m = 0; m < by_member.size(); ++m) {
@@ -91,8 +102,28 @@ std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Mem
     }
     if (waits.size() > kMaxNames) s << " and " << waits.size() - kMaxNames << " more";
   }
-  s << ". The ranks' collectives differ (names, or the order of conditional collectives); "
-       "each of these requests fails on every rank, and later collectives work as before";
+  s << ". The ranks' collectives differ (names, or the order of conditional collectives); ";
+  std::vector<int> late;
+  double last = -1, longest = 0;
+  for (size_t m = 0; m < by_member.size(); ++m) {
+    if (m < behind.size() && behind[m]) {
+      late.push_back(members.global(static_cast<int>(m)));
+      longest = std::max(longest, by_member[m].waited_s);
+    } else if (last < 0 || by_member[m].waited_s < last) {
+      last = by_member[m].waited_s;
+    }
+  }
+  if (late.empty()) {
+    s << "each of these requests fails on every rank, and later collectives work as before";
+  } else {
+    char gap[32];
+    std::snprintf(gap, sizeof gap, "%.1f", longest - last);
+    s << ranks_and(late) << (late.size() == 1 ? " has" : " have") << " waited longest (up to "
+      << gap << " s before the others blocked): the others went on without "
+      << (late.size() == 1 ? "it" : "them") << ", so only " << (late.size() == 1 ? "its" : "their")
+      << " requests fail, and the others' stay pending for " << (late.size() == 1 ? "it" : "them")
+      << " to catch up";
+  }
   return s.str();
 }
 
@@ -100,6 +131,7 @@ std::vector<uint8_t> encode_waits(const RankWaits& waits) {
   SideWriter w;
   w.put(waits.waits);
   w.put(waits.pending);
+  w.put(waits.waited_s);
   return w.out;
 }
 
@@ -108,6 +140,7 @@ RankWaits decode_waits(const std::vector<uint8_t>& bytes) {
   RankWaits w;
   w.waits = in.names();
   w.pending = in.names();
+  w.waited_s = in.get<double>();
   return w;
 }
 

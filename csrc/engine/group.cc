@@ -326,6 +326,10 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
     std::optional<RoundOutcome> outcome = controller_.negotiate(pending_, stop_requested, options);
     if (!outcome) return true;  // left open: the next holder of the token finishes it
     RoundOutcome& round = *outcome;
+    if (restart_names_at_next_run_ && (!round.responses.empty() || !round.prereduced.empty())) {
+      note_agreed_failure();  // Note [the ranks that fell behind] in deadlock.h
+      restart_names_at_next_run_ = false;
+    }
     if (round.prereduced.empty()) {
       execute(round.responses);
     } else {
@@ -478,6 +482,7 @@ void Group::note_agreed_failure() {
 void Group::fail_waited_for() {
   RankWaits mine;
   std::vector<TensorEntry*> waited;
+  const auto now = std::chrono::steady_clock::now();
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (const auto& e : pending_) {
@@ -486,12 +491,18 @@ void Group::fail_waited_for() {
       if (waited_.count(e->handle)) {
         mine.waits.push_back(e->request.name);
         waited.push_back(e.get());
+        mine.waited_s = std::max(mine.waited_s, std::chrono::duration<double>(now - e->enqueued).count());
       }
     }
   }
-  const std::string message = controller_.agree_on_deadlock(mine);
-  note_agreed_failure();
-  for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, message});
+  const Controller::DeadlockVerdict verdict = controller_.agree_on_deadlock(mine);
+  if (verdict.everyone) {
+    note_agreed_failure();
+  } else {
+    restart_names_at_next_run_ = true;  // Note [the ranks that fell behind] in deadlock.h
+  }
+  if (!verdict.fail_mine) return;
+  for (TensorEntry* e : waited) complete(e, Outcome{Status::Deadlock, verdict.message});
   EntryList still;
   for (auto& e : pending_) {
     if (!e->done) still.push_back(std::move(e));

@@ -110,7 +110,8 @@ class Group {
   bool run_round(bool caller = false, std::chrono::steady_clock::time_point leave_at =
                                            std::chrono::steady_clock::time_point::max());
   // After a round that declared a deadlock: fails every request a thread waits on here, with
-  // the members' agreed description. Collective (Controller::agree_on_deadlock).
+  // the members' agreed description, unless only other members fell behind (Note [the ranks
+  // that fell behind] in deadlock.h). Collective (Controller::agree_on_deadlock).
   void fail_waited_for();
   // The stall inspector's turn while idle, by the token's holder. False once it ended the
   // group (a stall past HVDLITE_STALL_SHUTDOWN_TIME_SECONDS).
@@ -129,6 +130,9 @@ class Group {
   Membership members_;
   std::unique_ptr<Transport> transport_;
   std::atomic<int64_t> last_agreed_failure_{-1};  // the round (note_agreed_failure)
+  // A deadlock failed only the requests of the members that fell behind: the next round that
+  // runs something is the agreed failure the set's numbering starts over at (deadlock.h).
+  bool restart_names_at_next_run_ = false;
   Config config_;  // this group's own copy: autotune (group 0 only) changes it as it runs
   HandleTable& handles_;
   AdminHandler admin_;

@@ -69,18 +69,36 @@ TEST(deadlock_message_says_per_rank_what_it_waits_for_and_who_submitted_it) {
   by_member[0] = {{"y"}, {"y"}};
   by_member[1] = {{"x"}, {"x", "z"}};
   by_member[2] = {{"y"}, {"y", "z"}};
-  const std::string msg = describe_deadlock(by_member, Membership{}, 30);
+  const std::string msg = describe_deadlock(by_member, Membership{}, 30, {});
   CHECK(msg.find("ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for 'x' "
                  "(submitted by rank 1)") != std::string::npos);
   CHECK(msg.find("30 s (HVDLITE_DEADLOCK_TIME_SECONDS)") != std::string::npos);
   // Inside a process set: global ranks and the set's name.
   const std::string in_set = describe_deadlock({{{"a", "b"}, {"a", "b"}}, {{"b"}, {"b"}}},
-                                               Membership{2, {1, 3}}, 5);
+                                               Membership{2, {1, 3}}, 5, {});
   CHECK(in_set.find("deadlock in process set 2 (ranks 1, 3)") != std::string::npos);
   CHECK(in_set.find("rank 1 waits for 'a' (submitted by rank 1) and 'b' (submitted by ranks 1, 3), "
                     "rank 3 waits for 'b' (submitted by ranks 1, 3)") != std::string::npos);
   const RankWaits back = decode_waits(encode_waits(by_member[2]));
   CHECK(back.waits == by_member[2].waits && back.pending == by_member[2].pending);
+}
+
+TEST(ranks_that_waited_longest_fell_behind) {
+  // Note [the ranks that fell behind]: more than kBehindMargin longer than the last to block.
+  std::vector<RankWaits> by_member(3);
+  by_member[0] = {{"y"}, {"y"}, 0.5};
+  by_member[1] = {{"x"}, {"x"}, 0.5 + kBehindMargin + 0.3};
+  by_member[2] = {{"y"}, {"y"}, 0.5 + kBehindMargin / 2};
+  CHECK((fell_behind(by_member) == std::vector<bool>{false, true, false}));
+  const std::string msg = describe_deadlock(by_member, Membership{}, 30, fell_behind(by_member));
+  CHECK(msg.find("rank 1 has waited longest") != std::string::npos);
+  CHECK(msg.find("only its requests fail") != std::string::npos);
+  CHECK(decode_waits(encode_waits(by_member[1])).waited_s == by_member[1].waited_s);
+  // Ranks that blocked together: nobody fell behind, everybody's requests fail.
+  by_member[1].waited_s = 0.5 + kBehindMargin / 2;
+  CHECK((fell_behind(by_member) == std::vector<bool>(3, false)));
+  CHECK(describe_deadlock(by_member, Membership{}, 30, fell_behind(by_member))
+            .find("each of these requests fails on every rank") != std::string::npos);
 }
 
 int64_t allreduce(Engine& eng, const std::string& name, std::vector<float>& data, int set = 0) {
@@ -108,6 +126,34 @@ TEST(engine_fails_divergent_waits_with_deadlock_on_every_rank_and_goes_on) {
     CHECK(o.error.find("ranks 0 and 2 wait for 'y' (submitted by ranks 0, 2), rank 1 waits for "
                        "'x' (submitted by rank 1)") != std::string::npos);
     CHECK(Clock::now() - start < std::chrono::seconds(5));
+    std::vector<float> z(2, float(r));
+    CHECK(eng.wait(allreduce(eng, "after", z)).status == Status::Success);
+    CHECK_EQ(z[1], 3.0f);
+  });
+}
+
+TEST(engine_fails_only_the_rank_that_fell_behind_and_the_others_go_on_with_it) {
+  // Note [the ranks that fell behind]: rank 1 waits in 'x'; ranks 0 and 2 skipped it and come
+  // to 'y' later. Only rank 1 gets the error; their 'y' stays pending and completes once rank 1
+  // submits it too. The set's names start over at that round, on every rank alike.
+  Fabric fabric(3);
+  run_ranks(3, [&](int r) {
+    Config config;
+    config.deadlock_s = 0.3;
+    Engine eng(fabric.world(r), config);
+    std::vector<float> x(4, 1.0f), y(3, float(r));
+    if (r == 1) {
+      Outcome o = eng.wait(allreduce(eng, "x", x));
+      CHECK(o.status == Status::Deadlock);
+      CHECK(o.error.find("rank 1 has waited longest") != std::string::npos);
+      CHECK(o.agreed_round < 0);  // the numbering does not start over before 'y' ran
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(kBehindMargin * 1000) + 400));
+    }
+    Outcome o = eng.wait(allreduce(eng, "y", y));
+    CHECK(o.status == Status::Success);
+    CHECK_EQ(y[0], 3.0f);
+    CHECK(o.agreed_round >= 0);
     std::vector<float> z(2, float(r));
     CHECK(eng.wait(allreduce(eng, "after", z)).status == Status::Success);
     CHECK_EQ(z[1], 3.0f);

@@ -22,6 +22,16 @@ the mismatch error; then dist.all_reduce, all_gather_object and broadcast_object
 the unnamed collectives above, work on every rank.
 'c10d-deadlock': rank 1 skips a dist.all_reduce and waits in an unnamed hvdlite all-reduce:
 the deadlock error comes on every rank; then the same checks.
+'behind-add-set' (Note [the ranks that fell behind] in csrc/engine/deadlock.h): Horovod's
+test_horovod_reducescatter_prescale at 3 ranks, whose check fails on ranks 0 and 2 only: rank 1
+goes on to its next unnamed collective and waits there, while ranks 0 and 2 take a while over
+their error (a test runner reporting it) and then add a process set (the next test). Only rank 1
+gets the deadlock error; the others' add_process_set waits for rank 1, which adds the set after
+its error and matches it. Then the new set, removing it, and the checks above.
+'behind-unnamed': the same, but rank 1 waits in an unnamed allgather_object and ranks 0 and 2
+go on to an unnamed all-reduce (Horovod's test_horovod_join_allreduce, whose check fails on
+ranks 1 and 2 only, against the next test): the all-reduce they left pending was named before
+the failure, and rank 1's next unnamed all-reduce, after its error, must get the same name.
 """
 import sys
 import time
@@ -99,6 +109,37 @@ elif mode == "add-set":
         got = hvd.allreduce(np.ones(2), op=hvd.Sum, process_set=pair)
         check((got == 2).all(), f"allreduce in the new set gave {got}")
     check(hvd.remove_process_set(pair), "the new set was removed")
+    unnamed_collectives_work("after")
+    unnamed_collectives_work("again")
+    print(f"rank {hvd.rank()} done", flush=True)
+    hvd.shutdown()
+elif mode in ("behind-add-set", "behind-unnamed"):
+    hvd.init(process_sets="dynamic")
+    unnamed_collectives_work("before")
+    start = time.monotonic()
+    if hvd.rank() == 1:
+        try:
+            if mode == "behind-add-set":
+                hvd.allreduce(np.ones(4))            # the next step of a loop the others left
+            else:
+                hvd.allgather_object("late")
+        except hvd.HvdliteDeadlockError as e:
+            report(e, start)
+        else:
+            raise AssertionError("rank 1: the skipped collective did not fail")
+    else:
+        time.sleep(1.5)                              # an error on these ranks, reported
+    if mode == "behind-add-set":
+        pair = hvd.add_process_set([0, 2])
+        print(f"rank {hvd.rank()} went-on {time.monotonic() - start:.2f}", flush=True)
+        if hvd.rank() != 1:
+            got = hvd.allreduce(np.ones(2), op=hvd.Sum, process_set=pair)
+            check((got == 2).all(), f"allreduce in the new set gave {got}")
+        check(hvd.remove_process_set(pair), "the new set was removed")
+    else:
+        got = hvd.allreduce(np.full(3, 2.0), op=hvd.Sum)
+        print(f"rank {hvd.rank()} went-on {time.monotonic() - start:.2f}", flush=True)
+        check((got == 6).all(), f"allreduce after the failure gave {got}")
     unnamed_collectives_work("after")
     unnamed_collectives_work("again")
     print(f"rank {hvd.rank()} done", flush=True)

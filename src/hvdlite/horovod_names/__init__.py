@@ -79,10 +79,11 @@ MODULES = {
     "horovod.common.elastic": "hvdlite.elastic",
     "horovod.common.exceptions": "hvdlite.exceptions",
     "horovod.common.process_sets": "hvdlite.process_sets",
-    # horovod.common.util's build queries (mpi_built, gloo_built, nccl_built, ...) are
-    # hvdlite.basics'; its other helpers are Horovod's internals.
-    "horovod.common.util": "hvdlite.basics",
+    # horovod.common.util: the build queries (hvdlite.basics' own functions) and the helpers
+    # Horovod's tests import (env, _cache, is_version_greater_equal_than, ...).
+    "horovod.common.util": "hvdlite.helpers",
     "horovod.runner.util.threads": "hvdlite.runner.threads",
+    "horovod.runner.common.util.env": "hvdlite.runner.env",
 }
 
 # Served as empty packages: the parents of MODULES' names that no hvdlite module serves.

@@ -32,7 +32,11 @@ from ..exceptions import HvdliteInvalidArgumentError
 # wait, in C++; the round is part of a counter's prefix, fixed when the counter is made.
 # Numbering realigns in program order, where a rank's wait returns: an unnamed call a rank
 # submits after the failing round but before that wait (another thread, an async call not
-# yet waited for) is still counted in the old numbering on that rank.
+# yet waited for) is still counted in the old numbering on that rank. A deadlock that fails
+# only the ranks that fell behind (Note [the ranks that fell behind] in
+# csrc/engine/deadlock.h) leaves the others' requests pending under their old names; its
+# agreed failure is then the first round after it that runs something, so the ranks behind
+# name what they submit until then in the old numbering too, and meet those requests.
 
 class NameCounters(dict):
     """Counters of unnamed calls, (kind, process set) -> (prefix, count), kept by their

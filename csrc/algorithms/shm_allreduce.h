@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include "hvdlite.h"
 #include "algorithms/lane_threads.h"
@@ -40,7 +41,13 @@ void shm_allreduce(Transport& t, const SpanBuffer& buf, DataType dtype, ReduceOp
 // pieces and scales it), the all-gather half (each side sends its segment, the peer copies
 // it into place), or both (shm_allreduce). Every collective through the queues, whichever
 // halves it runs, keeps both sides' counters in step.
+//
+// `reduce` (if set) replaces the reduce-scatter half's reduction and postscale: it is called
+// with each run of this side's segment in order (`own`: `count` elements from element `at` of
+// buf, contiguous) and the peer's raw copy of them (`peers`), and may write `own` or only
+// read it (Adasum's dot products: Note [Adasum through shared memory] in adasum.cc).
+using ShmReduce = std::function<void(char* own, const char* peers, size_t at, size_t count)>;
 void shm_two_ranks(const ShmPort& t, const SpanBuffer& buf, const Segments& segs, DataType dtype,
-                   ReduceOp op, double postscale, Halves halves);
+                   ReduceOp op, double postscale, Halves halves, const ShmReduce* reduce = nullptr);
 
 }  // namespace hvdlite

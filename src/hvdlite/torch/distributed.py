@@ -72,37 +72,22 @@ _CORE_DTYPES = {getattr(torch, name) for name in SUPPORTED_DTYPES if hasattr(tor
 # defines (getRank, getSize...: c10d's C++ calls them through its trampoline); the helpers
 # they call are not wrapped (a wrapper costs about a microsecond, nested ones as much again).
 
-# The wrapping waits for the first group: torch.compiler.disable imports dynamo, about a
-# second of every rank's start (more than torch itself under load), which only programs that
-# use this backend should pay. No compiled code can reach a group's entry points before the
-# group exists.
-_UNWRAPPED = []   # classes marked @_eager whose entry points are not wrapped yet
-
-
 def _eager(cls):
-    """Marks ``cls`` to have its entry points wrapped in ``torch.compiler.disable`` (Note [c10d
-    calls under torch.compile]) when the first group is made: every method that overrides one
-    of its torch bases' (ProcessGroup's, Work's), and every public method of its own."""
-    _UNWRAPPED.append(cls)
+    """``cls`` with its entry points wrapped in ``torch.compiler.disable`` (Note [c10d calls
+    under torch.compile]): every method that overrides one of its torch bases' (ProcessGroup's,
+    Work's), and every public method of its own."""
+    ours = [b for b in cls.__mro__ if b.__module__.startswith("hvdlite.")]
+    torch_names = {n for b in cls.__mro__ if b not in ours and b is not object for n in vars(b)}
+    own_public = {n for n in vars(cls) if not n.startswith("_")}
+    for name in sorted(torch_names | own_public):
+        if name.startswith("__"):
+            continue
+        owner = next((b for b in cls.__mro__ if name in vars(b)), None)
+        member = vars(owner)[name]
+        if owner in ours and inspect.isfunction(member) and \
+                not hasattr(member, "_torchdynamo_disable"):
+            setattr(cls, name, torch.compiler.disable(member))
     return cls
-
-
-def _wrap_entry_points():
-    """Wraps the marked classes' entry points, bases before subclasses (as marked)."""
-    while _UNWRAPPED:
-        cls = _UNWRAPPED.pop(0)
-        ours = [b for b in cls.__mro__ if b.__module__.startswith("hvdlite.")]
-        torch_names = {n for b in cls.__mro__ if b not in ours and b is not object
-                       for n in vars(b)}
-        own_public = {n for n in vars(cls) if not n.startswith("_")}
-        for name in sorted(torch_names | own_public):
-            if name.startswith("__"):
-                continue
-            owner = next((b for b in cls.__mro__ if name in vars(b)), None)
-            member = vars(owner)[name]
-            if owner in ours and inspect.isfunction(member) and \
-                    not hasattr(member, "_torchdynamo_disable"):
-                setattr(cls, name, torch.compiler.disable(member))
 
 
 class GroupTimeoutError(HvdliteTimeoutError, dist.DistBackendError):
@@ -257,8 +242,6 @@ class HvdliteProcessGroup(dist.ProcessGroup):
     docstring). ``process_set``: the hvdlite ProcessSet of its ranks (None: every rank)."""
 
     def __init__(self, rank, size, process_set, group_name, store=None, timeout=None):
-        if _UNWRAPPED:
-            _wrap_entry_points()
         # (rank, size): c10d 2.13's trampoline cannot be built from (store, rank, size)
         super().__init__(rank, size)
         self._store = store

@@ -52,11 +52,18 @@ bool DeadlockDetector::observe(uint64_t word0, bool ran, Clock::time_point now) 
   return false;
 }
 
-std::vector<bool> fell_behind(const std::vector<RankWaits>& by_member) {
-  std::vector<bool> behind(by_member.size(), false);
-  if (by_member.empty()) return behind;
-  double last = by_member[0].waited_s;
+namespace {
+// How long the last member to block has waited (the shortest wait; 0 without members).
+double last_to_block(const std::vector<RankWaits>& by_member) {
+  double last = by_member.empty() ? 0.0 : by_member[0].waited_s;
   for (const RankWaits& w : by_member) last = std::min(last, w.waited_s);
+  return last;
+}
+}  // namespace
+
+std::vector<bool> fell_behind(const std::vector<RankWaits>& by_member) {
+  const double last = last_to_block(by_member);
+  std::vector<bool> behind(by_member.size(), false);
   for (size_t m = 0; m < by_member.size(); ++m) behind[m] = by_member[m].waited_s > last + kBehindMargin;
   return behind;
 }
@@ -104,15 +111,14 @@ std::string describe_deadlock(const std::vector<RankWaits>& by_member, const Mem
   }
   s << ". The ranks' collectives differ (names, or the order of conditional collectives); ";
   std::vector<int> late;
-  double last = -1, longest = 0;
+  double longest = 0;
   for (size_t m = 0; m < by_member.size(); ++m) {
     if (m < behind.size() && behind[m]) {
       late.push_back(members.global(static_cast<int>(m)));
       longest = std::max(longest, by_member[m].waited_s);
-    } else if (last < 0 || by_member[m].waited_s < last) {
-      last = by_member[m].waited_s;
     }
   }
+  const double last = last_to_block(by_member);  // never one that fell behind
   if (late.empty()) {
     s << "each of these requests fails on every rank, and later collectives work as before";
   } else {

@@ -548,7 +548,8 @@ std::vector<int64_t> enqueue_allreduce(const std::vector<std::string>& names,
 // exception then leaves the wait. The request stays in flight (a round its caller was running
 // goes on in the engine's thread), so the same handle can be waited on again; a wait with a
 // timeout raises HvdliteTimeoutError likewise. The rank counts as blocked (for the deadlock
-// detector) for the whole wait, not per slice.
+// detector) from its first slice's end to the wait's end, not per slice (Note [a wait's first
+// slice]).
 constexpr auto kSignalCheck = std::chrono::milliseconds(100);
 
 // The last agreed failure (Outcome::agreed_round) handed to Python per process set, for the
@@ -580,6 +581,16 @@ void realign_names(const std::shared_ptr<Engine>& eng, const Outcome& o) {
 
 // Waits for `handle` with the GIL released but for the checks; timeout_s < 0: no limit.
 // Throws nb::python_error for a signal handler's exception, Error(Timeout) at the limit.
+//
+// Note [a wait's first slice]
+// Most waits end within their first slice: a small collective whose peers are microseconds
+// away, whose whole cost is a few microseconds. So the first slice is short (kFirstSlice) and
+// runs before the rank counts as blocked: registering with the deadlock detector (a mutex and
+// a map on each side of the wait, and the computing-rank sample every round then takes) is
+// paid only by a wait that outlasts it. The detector's grace is seconds; a wait's age is its
+// request's, counted from enqueue (Note [the ranks that fell behind]), so neither moves.
+constexpr auto kFirstSlice = std::chrono::milliseconds(1);
+
 Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
@@ -587,8 +598,14 @@ Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
       timeout_s < 0 || !std::isfinite(timeout_s)
           ? clock::time_point::max()
           : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
-  Engine::Blocked blocked(eng, handle);
   HvdliteThread::Scope waiting;  // the checks between slices too (Note [computing ranks])
+  {
+    nb::gil_scoped_release release;
+    if (std::optional<Outcome> o = eng.wait_until(handle, std::min(deadline, start + kFirstSlice))) {
+      return std::move(*o);
+    }
+  }
+  Engine::Blocked blocked(eng, handle);
   while (true) {
     std::optional<Outcome> o;
     {
@@ -617,12 +634,14 @@ Outcome wait_for_change(const std::shared_ptr<Engine>& eng, int64_t handle) {
 
 // Enqueues the entries, then waits for every one, in one call: the calling thread runs the
 // rounds (no handoff to the engine's thread) and no handle reaches Python. Raises the first
-// entry's error once all have finished; `arrays` (the inputs and outputs) stay referenced
-// until then. A signal handler's exception leaves at once: the unfinished requests and
-// `arrays` go to hvdlite.work's dropped Works, finished in the background. CUDA results are
-// handed to `stream` (Note [device staging]).
+// entry's error once all have finished; the inputs and outputs stay referenced until then (by
+// the caller, whose arguments they are). A signal handler's exception leaves at once: the
+// unfinished requests and `arrays()` (a tuple of the inputs and outputs, made only then: one
+// per call is a good part of a small call's cost) go to hvdlite.work's dropped Works,
+// finished in the background. CUDA results are handed to `stream` (Note [device staging]).
+template <class Arrays>
 void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, Stream stream,
-                 nb::object arrays) {
+                 const Arrays& arrays) {
   std::vector<int64_t> handles = submit(*eng, process_set, std::move(entries), stream, false);
   Outcome first_error;
   for (size_t i = 0; i < handles.size(); ++i) {
@@ -636,7 +655,7 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
         for (size_t j = 0; j < i; ++j) hand_results_to(take_staging(handles[j]), stream);
       }
       std::vector<int64_t> left(handles.begin() + static_cast<std::ptrdiff_t>(i), handles.end());
-      nb::module_::import_("hvdlite.work").attr("adopt")(left, arrays);
+      nb::module_::import_("hvdlite.work").attr("adopt")(left, arrays());
       throw;
     }
     if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
@@ -656,7 +675,7 @@ void run_allreduce(const std::vector<std::string>& names, const std::vector<nb::
   std::shared_ptr<Engine> eng = context_ref();
   run_entries(std::move(eng), process_set,
               allreduce_entries(names, inputs, outputs, op, prescale, postscale, compression),
-              stream, nb::make_tuple(inputs, outputs));
+              stream, [&] { return nb::make_tuple(inputs, outputs); });
 }
 
 // run_allreduce of one tensor, without the lists: a lone small all-reduce takes a few
@@ -668,7 +687,7 @@ void run_allreduce_one(const std::string& name, nb::handle input, nb::handle out
   EntryList entries;
   entries.push_back(allreduce_entry(name, input, output, op, prescale, postscale, compression));
   run_entries(std::move(eng), process_set, std::move(entries), stream,
-              nb::make_tuple(input, output));
+              [&] { return nb::make_tuple(input, output); });
 }
 
 int64_t enqueue_one(int process_set, std::unique_ptr<TensorEntry> e, Stream stream,
@@ -1145,9 +1164,16 @@ NB_MODULE(_core, m) {
   m.def("run_allreduce", &run_allreduce, nb::arg("names"), nb::arg("inputs"), nb::arg("outputs"),
         nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"), nb::arg("compression"),
         nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
-  m.def("run_allreduce_one", &run_allreduce_one, nb::arg("name"), nb::arg("input"),
+  // Host tensors: eight positional arguments, no names, so that nanobind takes its simplest
+  // call path (a good share of a 1-float all-reduce's few microseconds). Args: name, input,
+  // output, op, prescale, postscale, compression, process_set.
+  m.def("run_allreduce_one", [](const std::string& name, nb::handle input, nb::handle output, int op,
+                                double prescale, double postscale, int compression, int process_set) {
+    run_allreduce_one(name, input, output, op, prescale, postscale, compression, process_set, Stream());
+  });
+  m.def("run_allreduce_one_on_stream", &run_allreduce_one, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("op"), nb::arg("prescale"), nb::arg("postscale"),
-        nb::arg("compression"), nb::arg("process_set"), nb::arg("stream") = nb::none());
+        nb::arg("compression"), nb::arg("process_set"), nb::arg("stream"));
   m.def("enqueue_broadcast", &enqueue_broadcast, nb::arg("name"), nb::arg("input"),
         nb::arg("output"), nb::arg("root"), nb::kw_only(), nb::arg("process_set") = 0, nb::arg("stream") = nb::none());
   m.def("enqueue_allgather", &enqueue_allgather, nb::arg("name"), nb::arg("input"),

@@ -276,7 +276,7 @@ void Controller::begin_round(EntryList& pending, bool shutdown_requested, bool b
   if (!failed) words[0] |= kNoFailure;
   Timeline& timeline = Timeline::get();
   if (!timeline.active()) words[0] |= kNoTracing;
-  words[0] |= deadlock_.flags(blocked, std::chrono::steady_clock::now());
+  words[0] |= deadlock_.flags(blocked);
 
   if (autotune_.enabled()) autotune_.contribute(tuning);
   if (late_.active()) late_.contribute(late, ready, nwords, transport_.rank(), rank_words);
@@ -340,8 +340,7 @@ RoundOutcome Controller::end_round(EntryList& pending) {
     out.reduced = packet_.data() + kHeaderWords + words.size();
   }
   autotune_.observe(out.responses);
-  out.deadlock = deadlock_.observe(words[0], !out.responses.empty() || prereduced,
-                                   std::chrono::steady_clock::now());
+  out.deadlock = deadlock_.observe(words[0], !out.responses.empty() || prereduced);
   ++round_;
   return out;
 }
@@ -480,6 +479,7 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
 bool Controller::wait_for_round(const EntryList& pending, bool patient,
                                 std::chrono::steady_clock::time_point leave_at) {
   using clock = std::chrono::steady_clock;
+  if (transport_.test_control()) return true;  // a round that one look finishes reads no clock
   const auto start = clock::now();
   // Peers usually arrive within microseconds: spin first. A patient waiter (a caller that
   // would only block otherwise) then polls on, yielding the core at each look, as MPI's own

@@ -62,6 +62,17 @@ class DeadlockDetector {
   // True when the members agree the group is deadlocked (then the streak starts over).
   bool observe(uint64_t word0, bool ran, Clock::time_point now);
 
+  // The same at the present time, reading the clock only where the answer depends on it: in
+  // a blocked rank's streak (flags), where a streak starts (observe). Every round calls
+  // these, and most rounds are neither (Note [a wait's first slice] in bindings.cc).
+  uint64_t flags(bool blocked) const {
+    return enabled() && blocked && streak_ ? flags(blocked, Clock::now()) : flags(blocked, Clock::time_point{});
+  }
+  bool observe(uint64_t word0, bool ran) {
+    const bool starts_streak = enabled() && !(word0 & kGraceOver) && !ran && (word0 & kBlocked) && !streak_;
+    return observe(word0, ran, starts_streak ? Clock::now() : Clock::time_point{});
+  }
+
  private:
   double grace_s_;
   bool streak_ = false;

@@ -164,8 +164,11 @@ void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at,
       return true;  // waited for by another thread meanwhile: nothing left to drive for
     }
   };
-  bool alive = true;
-  while (alive && !done() && !(enough && enough()) && std::chrono::steady_clock::now() < leave_at) {
+  // The first round runs whatever the time (its caller just set leave_at ahead): a round
+  // that finishes the request then costs no clock read here.
+  bool alive = true, first = true;
+  while (alive && !done() && !(enough && enough()) && (first || std::chrono::steady_clock::now() < leave_at)) {
+    first = false;
     alive = run_round(/*caller=*/true, leave_at);
   }
   release_driver();

@@ -100,11 +100,13 @@ std::optional<Outcome> HandleTable::wait_until(int64_t handle,
   Slot& slot = it->second;  // references survive rehashing; iterators do not
   // Small collectives finish within microseconds: look again briefly before sleeping, which
   // saves a futex sleep and wake-up on both threads.
-  const auto spin_until = std::min(until, std::chrono::steady_clock::now() + std::chrono::microseconds(50));
-  while (!slot.done && std::chrono::steady_clock::now() < spin_until) {
-    lk.unlock();
-    std::this_thread::yield();
-    lk.lock();
+  if (!slot.done) {  // most often done already (its waiter ran the round): no clock read
+    const auto spin_until = std::min(until, std::chrono::steady_clock::now() + std::chrono::microseconds(50));
+    while (!slot.done && std::chrono::steady_clock::now() < spin_until) {
+      lk.unlock();
+      std::this_thread::yield();
+      lk.lock();
+    }
   }
   if (until == std::chrono::steady_clock::time_point::max()) {
     cv_.wait(lk, [&] { return slot.done; });

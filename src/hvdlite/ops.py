@@ -29,7 +29,7 @@ from .policy import (Adasum, Average, Max, Min, Product, Sum, auto_name, integer
                       check_adasum_ranks, group_names, resolve_op, valid_name, wire_code)
 from .exceptions import HvdliteInvalidArgumentError
 from .process_sets import process_set_id
-from .work import Result, Work, reap_orphans, wait_all as _wait_all  # noqa: F401
+from .work import Result, Work, _orphans, reap_orphans, wait_all as _wait_all  # noqa: F401
 
 
 def root_rank_arg(root_rank) -> int:
@@ -120,16 +120,22 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
               compression=None, process_set=None, stream=None) -> None:
     """``grouped_allreduce`` of one tensor into ``output`` (default: in place), without the
     lists: the lone small all-reduce, whose whole cost is a few microseconds."""
-    name = auto_name("allreduce", None, _set_id(process_set)) if name is None else valid_name(name)
-    reap_orphans()
+    set_id = 0 if process_set is None else _set_id(process_set)
+    name = auto_name("allreduce", None, set_id) if name is None else valid_name(name)
+    if _orphans:  # reap_orphans() without the call, in the few-microsecond path
+        reap_orphans()
     op = resolve_op(op)
     if op == Adasum:
-        check_adasum_ranks(op, _set_id(process_set))
-    _core.run_allreduce_one(name, tensor, tensor if output is None else output,
-                            op, float(prescale_factor), float(postscale_factor),
-                            0 if compression is None else wire_code(compression),
-                            0 if process_set is None else _set_id(process_set),
-                            **_stream_kw(stream))
+        check_adasum_ranks(op, set_id)
+    output = tensor if output is None else output
+    compression = 0 if compression is None else wire_code(compression)
+    if stream is None:  # positional only: the core's quickest call
+        _core.run_allreduce_one(name, tensor, output, op, float(prescale_factor),
+                                float(postscale_factor), compression, set_id)
+    else:
+        _core.run_allreduce_one_on_stream(name, tensor, output, op, float(prescale_factor),
+                                          float(postscale_factor), compression, set_id,
+                                          **_stream_kw(stream))
 
 
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,

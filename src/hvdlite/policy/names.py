@@ -118,6 +118,8 @@ def kept_counters() -> NameCounters:
 def valid_name(name) -> str:
     """``str(name)``, refused by name when the core cannot take it: not valid UTF-8 (a lone
     surrogate, as ``os.fsdecode`` makes of undecodable bytes)."""
+    if name.__class__ is str and name.isascii():  # the common case: nothing to encode
+        return name
     name = str(name)
     try:
         name.encode("utf-8")

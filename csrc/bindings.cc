@@ -93,6 +93,14 @@ std::shared_ptr<Engine> current_context() {
 }
 
 // The engine, for collectives. A forked child gets a clear error instead of a hang.
+// Whether `eng` is the engine in use. Then, while the caller holds the GIL, dropping another
+// reference to it is not the last one: g_context changes only with the GIL held (init,
+// shutdown, rebuild, regroup), so the engine cannot be destroyed on the caller's thread.
+bool is_current(const std::shared_ptr<Engine>& eng) {
+  std::lock_guard<std::mutex> lk(g_context_mu);
+  return g_context == eng;
+}
+
 std::shared_ptr<Engine> context_ref() {
   std::shared_ptr<Engine> ctx = current_context();
   if (!ctx) {
@@ -470,10 +478,14 @@ std::vector<std::shared_ptr<device::DeviceResults>> prepare_device(const Engine&
 
 // Enqueues `entries` (their CUDA tensors prepared first) and remembers each one's device
 // side under its handle for wait().
+// *staged (when given): whether any entry has device staging (Note [device staging]).
 std::vector<int64_t> submit(Engine& eng, int process_set, EntryList entries, Stream stream,
-                            bool wake = true, bool device_output = false) {
+                            bool wake = true, bool device_output = false, bool* staged = nullptr) {
   std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream, device_output);
   std::vector<int64_t> handles = eng.enqueue(process_set, std::move(entries), wake);
+  const bool any = std::any_of(sides.begin(), sides.end(), [](const auto& side) { return side != nullptr; });
+  if (staged) *staged = any;
+  if (!any) return handles;  // host tensors: no lock to take
   std::lock_guard<std::mutex> lk(g_staging_mu);
   for (size_t i = 0; i < handles.size(); ++i) {
     if (sides[i]) g_staging[handles[i]] = sides[i];
@@ -642,7 +654,8 @@ Outcome wait_for_change(const std::shared_ptr<Engine>& eng, int64_t handle) {
 template <class Arrays>
 void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries, Stream stream,
                  const Arrays& arrays) {
-  std::vector<int64_t> handles = submit(*eng, process_set, std::move(entries), stream, false);
+  bool staged = false;
+  std::vector<int64_t> handles = submit(*eng, process_set, std::move(entries), stream, false, false, &staged);
   Outcome first_error;
   for (size_t i = 0; i < handles.size(); ++i) {
     Outcome o;
@@ -660,7 +673,9 @@ void run_entries(std::shared_ptr<Engine> eng, int process_set, EntryList entries
     }
     if (o.status != Status::Success && first_error.status == Status::Success) first_error = std::move(o);
   }
-  {
+  if (!staged && is_current(eng)) {
+    eng.reset();  // not the last reference (is_current): a host call releases the GIL once
+  } else {
     nb::gil_scoped_release release;
     for (int64_t h : handles) hand_results_to(take_staging(h), stream);
     eng.reset();  // may be the last reference if hvdlite was shut down meanwhile

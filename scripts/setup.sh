@@ -26,7 +26,7 @@ pip_install "numpy>=1.22" "scikit-learn>=1.0"
 have torch || { say "installing torch 2.13.0 (CPU build, about 200 MB to download)"; pip_install "torch==2.13.0"; }
 if [ "$what" = "all" ]; then
   say "installing the test tools and the docs' MkDocs"
-  pip_install "pytest>=7" "pytest-timeout>=2" "pytest-rerunfailures>=14"
+  pip_install "pytest>=7" "pytest-timeout>=2" "pytest-rerunfailures>=14" "pytest-xdist>=3"
   # The docs site (scripts/build_docs.sh, tests/test_docs.py); pinned: mkdocstrings moves fast.
   pip_install "mkdocs==1.6.1" "mkdocstrings==1.0.8" "mkdocstrings-python==2.0.11" "griffelib==2.4.1"
   have tensorflow || { say "installing TensorFlow (CPU, about 600 MB)"; pip_install "tensorflow-cpu>=2.16"; }

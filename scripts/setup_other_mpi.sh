@@ -15,7 +15,7 @@ venv=$root/venv
 PY=${PYTHON:-python3}
 mkdir -p "$root"
 [ -x "$venv/bin/python" ] || "$PY" -m venv "$venv"
-"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout pytest-rerunfailures
+"$venv/bin/pip" install --disable-pip-version-check -q numpy pytest pytest-timeout pytest-rerunfailures pytest-xdist
 activate=$root/activate.sh
 case "$which" in
   mpich)

@@ -20,7 +20,7 @@ for mpi in ${HVDLITE_OTHER_MPIS:-mpich impi openmpi4}; do
   esac
   ( . "$activate" && OMP_NUM_THREADS=1 python -m hvdlite --check-build | sed -n '/controllers/,/mpirun/p' &&
     OMP_NUM_THREADS=1 python -m pytest tests/test_core.py tests/test_launcher.py \
-      tests/test_mpi_library_loading.py -q --timeout=900 &&
+      tests/test_mpi_library_loading.py -q --timeout=900 -n 2 --dist loadfile &&
     OMP_NUM_THREADS=1 python -m pytest "${tests[@]}" -q --timeout=900
   ) || status=1
 done

@@ -46,6 +46,13 @@ def on_alarm(signum, frame):
     raise Alarm()
 
 
+def say(line):
+    """One line in one write: two threads of a rank print at once here, and print() writes the
+    text and its newline separately, so their lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def compute(seconds):
     """A pure Python busy loop (holding the GIL) for ``seconds``."""
     until, x = time.monotonic() + seconds, 0
@@ -66,7 +73,7 @@ def expect_deadlock(name, process_set=None):
     try:
         hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name=name, process_set=process_set)
     except hvd.HvdliteDeadlockError as e:
-        print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+        say(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}")
     else:
         raise AssertionError("the divergent collective completed")
 
@@ -93,7 +100,7 @@ elif mode == "add-set":
         else:
             hvd.allreduce(np.ones(2, np.float32), name="y")
     except hvd.HvdliteDeadlockError as e:
-        print(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+        say(f"rank {hvd.rank()} deadlock {time.monotonic() - start:.2f} {e}")
     check_next_collective_works()
 elif mode == "cross-set":
     # Rank 0 waits for 'x' in set [0, 1]; ranks 1 and 2 wait for 'y' in the global set first
@@ -108,7 +115,7 @@ elif mode == "cross-set":
     try:
         hvd.allreduce(np.ones(2, np.float32), name="later")
     except hvd.HvdliteDeadlockError as e:
-        print(f"rank {hvd.rank()} later-refused 0 {e}", flush=True)
+        say(f"rank {hvd.rank()} later-refused 0 {e}")
     hvd.shutdown()  # clean, and hvdlite starts again (the common end below: "done")
     hvd.init()
     check_next_collective_works()
@@ -122,7 +129,7 @@ elif mode == "cross-set-slow":
     if ps.included():
         check_next_collective_works(ps, "x")
     check_next_collective_works(name="y")
-    print(f"rank {hvd.rank()} slow-ok 0", flush=True)
+    say(f"rank {hvd.rank()} slow-ok 0")
     check_next_collective_works()
 elif mode == "slow":
     hvd.init()
@@ -130,7 +137,7 @@ elif mode == "slow":
         time.sleep(float(sys.argv[2]))
     start = time.monotonic()
     check_next_collective_works(name="slow")
-    print(f"rank {hvd.rank()} slow-ok {time.monotonic() - start:.2f}", flush=True)
+    say(f"rank {hvd.rank()} slow-ok {time.monotonic() - start:.2f}")
     check_next_collective_works()
 elif mode == "thread-computing":
     # Rank 1 waits on 'y' in a second thread while its main thread computes (a pure Python
@@ -148,7 +155,7 @@ elif mode == "thread-computing":
     else:
         check_next_collective_works(name="x")
         check_next_collective_works(name="y")
-    print(f"rank {hvd.rank()} thread-ok {time.monotonic() - start:.2f}", flush=True)
+    say(f"rank {hvd.rank()} thread-ok {time.monotonic() - start:.2f}")
     check_next_collective_works()
 elif mode == "thread-computing-then-stuck":
     # As above, but rank 1's main thread, once it has computed for argv[2] seconds, waits on
@@ -162,7 +169,7 @@ elif mode == "thread-computing-then-stuck":
         try:
             hvd.allreduce(np.ones(2, np.float32), op=hvd.Sum, name=name)
         except hvd.HvdliteDeadlockError as e:
-            print(f"rank {hvd.rank()} deadlock-{name} {time.monotonic() - start:.2f} {e}", flush=True)
+            say(f"rank {hvd.rank()} deadlock-{name} {time.monotonic() - start:.2f} {e}")
         else:
             raise AssertionError(f"{name} completed")
 
@@ -200,7 +207,7 @@ elif mode == "optimizer":
         try:
             step()
         except hvd.HvdliteDeadlockError as e:
-            print(f"rank 0 deadlock {time.monotonic() - start:.2f} {e}", flush=True)
+            say(f"rank 0 deadlock {time.monotonic() - start:.2f} {e}")
         else:
             raise AssertionError("the step completed")
     else:
@@ -217,24 +224,24 @@ elif mode == "alarm":
         try:
             work.wait()
         except Alarm:
-            print(f"rank 0 alarm {time.monotonic() - start:.2f}", flush=True)
+            say(f"rank 0 alarm {time.monotonic() - start:.2f}")
         else:
             raise AssertionError("the wait ended without the alarm")
         got = work.wait()  # rank 1 submits at 6 s: the same Work completes
         assert (got == hvd.size()).all(), got
-        print(f"rank 0 rewait-ok {time.monotonic() - start:.2f}", flush=True)
+        say(f"rank 0 rewait-ok {time.monotonic() - start:.2f}")
 
         work = hvd.allreduce_async(x, name="timed", op=hvd.Sum)
         start = time.monotonic()
         try:
             work.wait(timeout=0.5)
         except hvd.HvdliteTimeoutError:
-            print(f"rank 0 timeout {time.monotonic() - start:.2f}", flush=True)
+            say(f"rank 0 timeout {time.monotonic() - start:.2f}")
         else:
             raise AssertionError("wait(timeout=0.5) returned")
         got = work.wait()
         assert (got == hvd.size()).all(), got
-        print(f"rank 0 timeout-rewait-ok {time.monotonic() - start:.2f}", flush=True)
+        say(f"rank 0 timeout-rewait-ok {time.monotonic() - start:.2f}")
 
         # A synchronous all-reduce that can never finish: the handler's exception leaves it.
         start = time.monotonic()
@@ -242,7 +249,7 @@ elif mode == "alarm":
         try:
             hvd.allreduce(x, name="never", op=hvd.Sum)
         except Alarm:
-            print(f"rank 0 sync-alarm {time.monotonic() - start:.2f}", flush=True)
+            say(f"rank 0 sync-alarm {time.monotonic() - start:.2f}")
         else:
             raise AssertionError("the never-matched all-reduce completed")
         # The torch adapter's synchronous all-reduce, likewise.
@@ -254,7 +261,7 @@ elif mode == "alarm":
         try:
             hvd_torch.allreduce(torch.ones(3), name="never.torch")
         except Alarm:
-            print(f"rank 0 torch-alarm {time.monotonic() - start:.2f}", flush=True)
+            say(f"rank 0 torch-alarm {time.monotonic() - start:.2f}")
         else:
             raise AssertionError("the never-matched torch all-reduce completed")
     else:
@@ -265,10 +272,10 @@ elif mode == "alarm":
     hvd.barrier()  # rank 0's 'never' is still in flight here; the barrier is not held up
     rank, start = hvd.rank(), time.monotonic()
     hvd.shutdown()
-    print(f"rank {rank} shutdown {time.monotonic() - start:.2f}", flush=True)
+    say(f"rank {rank} shutdown {time.monotonic() - start:.2f}")
     sys.exit(0)
 else:
     raise SystemExit(f"unknown mode {mode}")
 rank = hvd.rank()
 hvd.shutdown()
-print(f"rank {rank} done", flush=True)
+say(f"rank {rank} done")

@@ -92,7 +92,6 @@ std::shared_ptr<Engine> current_context() {
   return g_context;
 }
 
-// The engine, for collectives. A forked child gets a clear error instead of a hang.
 // Whether `eng` is the engine in use. Then, while the caller holds the GIL, dropping another
 // reference to it is not the last one: g_context changes only with the GIL held (init,
 // shutdown, rebuild, regroup), so the engine cannot be destroyed on the caller's thread.
@@ -101,6 +100,7 @@ bool is_current(const std::shared_ptr<Engine>& eng) {
   return g_context == eng;
 }
 
+// The engine, for collectives. A forked child gets a clear error instead of a hang.
 std::shared_ptr<Engine> context_ref() {
   std::shared_ptr<Engine> ctx = current_context();
   if (!ctx) {

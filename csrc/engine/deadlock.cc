@@ -31,13 +31,15 @@ std::string ranks_and(const std::vector<int>& ranks) {
   return s.str();
 }
 
-uint64_t DeadlockDetector::flags(bool blocked, Clock::time_point now) const {
+template <class Now>
+uint64_t DeadlockDetector::flags_at(bool blocked, const Now& now) const {
   if (!enabled() || !blocked) return 0;
-  const bool over = streak_ && std::chrono::duration<double>(now - since_).count() >= grace_s_;
+  const bool over = streak_ && std::chrono::duration<double>(now() - since_).count() >= grace_s_;
   return kBlocked | (over ? kGraceOver : 0);
 }
 
-bool DeadlockDetector::observe(uint64_t word0, bool ran, Clock::time_point now) {
+template <class Now>
+bool DeadlockDetector::observe_at(uint64_t word0, bool ran, const Now& now) {
   if (!enabled()) return false;
   if (word0 & kGraceOver) {
     streak_ = false;
@@ -47,10 +49,22 @@ bool DeadlockDetector::observe(uint64_t word0, bool ran, Clock::time_point now) 
     streak_ = false;
   } else if (!streak_) {
     streak_ = true;
-    since_ = now;
+    since_ = now();
   }
   return false;
 }
+
+uint64_t DeadlockDetector::flags(bool blocked, Clock::time_point now) const {
+  return flags_at(blocked, [now] { return now; });
+}
+
+uint64_t DeadlockDetector::flags(bool blocked) const { return flags_at(blocked, Clock::now); }
+
+bool DeadlockDetector::observe(uint64_t word0, bool ran, Clock::time_point now) {
+  return observe_at(word0, ran, [now] { return now; });
+}
+
+bool DeadlockDetector::observe(uint64_t word0, bool ran) { return observe_at(word0, ran, Clock::now); }
 
 namespace {
 // How long the last member to block has waited (the shortest wait; 0 without members).

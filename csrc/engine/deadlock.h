@@ -65,15 +65,16 @@ class DeadlockDetector {
   // The same at the present time, reading the clock only where the answer depends on it: in
   // a blocked rank's streak (flags), where a streak starts (observe). Every round calls
   // these, and most rounds are neither (Note [a wait's first slice] in bindings.cc).
-  uint64_t flags(bool blocked) const {
-    return enabled() && blocked && streak_ ? flags(blocked, Clock::now()) : flags(blocked, Clock::time_point{});
-  }
-  bool observe(uint64_t word0, bool ran) {
-    const bool starts_streak = enabled() && !(word0 & kGraceOver) && !ran && (word0 & kBlocked) && !streak_;
-    return observe(word0, ran, starts_streak ? Clock::now() : Clock::time_point{});
-  }
+  uint64_t flags(bool blocked) const;
+  bool observe(uint64_t word0, bool ran);
 
  private:
+  // Both forms of each: `now()` gives the time, called only where it is needed.
+  template <class Now>
+  uint64_t flags_at(bool blocked, const Now& now) const;
+  template <class Now>
+  bool observe_at(uint64_t word0, bool ran, const Now& now);
+
   double grace_s_;
   bool streak_ = false;
   Clock::time_point since_;

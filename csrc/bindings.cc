@@ -1150,6 +1150,9 @@ NB_MODULE(_core, m) {
     auto [linkage, path] = libstdcxx_linkage();
     d["libstdcxx"] = linkage;
     d["libstdcxx_path"] = path;
+    // The kernels chosen at run time (Note [CPU features at run time]).
+    d["adasum_avx2_fma"] = adasum_uses_avx2_fma();
+    d["fp16_f16c"] = fp16_uses_cpu_instructions();
     return d;
   });
   // Note [one wheel, any MPI] (csrc/mpi/library.cc): src/hvdlite/mpi_library.py picks the

@@ -20,6 +20,7 @@ set(HVDLITE_CORE_SOURCES
   engine/validate.cc
   algorithms/adasum.cc
   algorithms/collectives.cc
+  algorithms/cpu_features.cc
   algorithms/exchange_allreduce.cc
   algorithms/half_convert.cc
   algorithms/hierarchical.cc

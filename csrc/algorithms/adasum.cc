@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "algorithms/cpu_features.h"
 #include "algorithms/half_convert.h"
 #include "algorithms/reduce.h"
 #include "algorithms/shm_allreduce.h"
@@ -90,7 +91,7 @@ void scaled_add_typed(T* __restrict a, const T* __restrict b, size_t n, double c
 // element, computed once by its owner) stay the same on every rank.
 #if defined(__x86_64__) || defined(__i386__)
 bool has_avx2_fma() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool yes = cpu_features().avx2 && cpu_features().fma;  // Note [CPU features at run time]
   return yes;
 }
 
@@ -599,6 +600,8 @@ void adasum_two_ranks_shared(Transport& t, char* data, const std::vector<size_t>
 }
 
 }  // namespace
+
+bool adasum_uses_avx2_fma() { return has_avx2_fma(); }
 
 bool adasum_supports(DataType dtype) {
   return dtype == DataType::Float16 || dtype == DataType::BFloat16 || dtype == DataType::Float32 ||

@@ -39,6 +39,9 @@ namespace hvdlite {
 // Adasum supports these dtypes (Horovod: float16, float32, float64; bfloat16 here as well).
 bool adasum_supports(DataType dtype);
 
+// True when Adasum's kernels use the CPU's AVX2 and FMA in this process (Note [Adasum kernels]).
+bool adasum_uses_avx2_fma();
+
 // Horovod runs Adasum on a power-of-two number of ranks only.
 inline bool adasum_rank_count_ok(int ranks) { return ranks > 0 && (ranks & (ranks - 1)) == 0; }
 

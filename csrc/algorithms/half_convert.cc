@@ -1,5 +1,6 @@
 #include "algorithms/half_convert.h"
 
+#include "algorithms/cpu_features.h"
 #include "algorithms/half.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -47,12 +48,7 @@ __attribute__((target("avx,f16c"))) void fp16_to_floats_f16c(float* d, const uin
   fp16_to_floats_scalar(d + i, s + i, n - i);
 }
 
-bool detect_f16c() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
-}
-
-const bool kF16C = detect_f16c();
+const bool kF16C = cpu_features().f16c;  // Note [CPU features at run time]
 #else
 const bool kF16C = false;
 #endif

@@ -148,6 +148,19 @@ def _tf_op_library() -> str:
     return "graph-mode error op: not built (errors inside tf.function graphs become UnknownError)"
 
 
+def _cpu_kernels() -> List[str]:
+    """Which CPU kernels the core chose at run time (csrc/algorithms/cpu_features.h)."""
+    try:
+        from hvdlite import _core
+        info = dict(_core.build_info())
+    except Exception:  # noqa: BLE001 - no core: _mpi() reports it
+        return ["    (cannot ask the core)"]
+    return [f"    [{'X' if info['adasum_avx2_fma'] else ' '}] AVX2 and FMA: Adasum's dot products "
+            "and combination",
+            f"    [{'X' if info['fp16_f16c'] else ' '}] F16C: float16 conversions (float16 tensors, "
+            "fp16 compression)"]
+
+
 def _has_device() -> bool:
     try:
         from hvdlite import _device
@@ -170,5 +183,7 @@ def check_build() -> str:
         out.append(f"    {problem}")
     out += ["", "Available tensor operations:", f"    [{'X' if nccl and _has_device() else ' '}] NCCL",
             f"    [{' ' if problem else 'X'}] MPI"]
+    out += ["", "CPU kernels (chosen at run time; [ ]: this CPU lacks it, the portable one runs):"]
+    out += _cpu_kernels()
     out += ["", "Device libraries (loaded at run time):"] + _devices()
     return "\n".join(out)

@@ -100,11 +100,19 @@ int64_t hvdlite_ns_since_last(Registry& r) {
 
 }  // namespace
 
+// Only the thread itself writes its depth (the sampler only reads it), so a plain load and
+// store do, without a locked read-modify-write: a Scope wraps every wait, a few microseconds.
 void HvdliteThread::enter() {
-  if (t_clock.depth.fetch_add(1) == 0 && !t_clock.enlisted) t_clock.enlist();
+  ThreadClock& t = t_clock;
+  const int depth = t.depth.load(std::memory_order_relaxed);
+  t.depth.store(depth + 1, std::memory_order_relaxed);
+  if (depth == 0 && !t.enlisted) t.enlist();
 }
 
-void HvdliteThread::leave() { t_clock.depth.fetch_sub(1); }
+void HvdliteThread::leave() {
+  ThreadClock& t = t_clock;
+  t.depth.store(t.depth.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+}
 
 bool rank_computing(double grace_s) {
   using clock = std::chrono::steady_clock;

@@ -23,7 +23,7 @@
 //   The window is a quarter of HVDLITE_DEADLOCK_TIME_SECONDS (50 ms to 1 s): a rank whose
 //   computing ends is found blocked within two windows, so a true deadlock is still named
 //   within 1.5 times the grace, and the cost is a few clock reads per window, never per
-//   request (a Scope costs an atomic add; a thread's first Scope enlists it once).
+//   request (a Scope costs two plain stores; a thread's first Scope enlists it once).
 // What this does not see: a thread that sleeps (time.sleep), waits on a lock, a queue or I/O
 // outside hvdlite uses no CPU time, so it is not computing; nor is a frozen process. And a
 // thread that spins outside hvdlite (a busy loop polling a Work's is_completed()) computes, so

@@ -110,8 +110,10 @@ def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
               postscale_factor=1.0, compression=None, process_set=None):
     tensor = _as_array(tensor)
     output = _empty_like(tensor)
-    ops.allreduce(tensor, output, name, resolve_op(op, average), prescale_factor,
-                  postscale_factor, compression, process_set)
+    if average is not None:  # the deprecated spelling; ops.allreduce resolves op itself
+        op = resolve_op(op, average)
+    ops.allreduce(tensor, output, name, op, prescale_factor, postscale_factor, compression,
+                  process_set)
     return output
 
 
@@ -123,8 +125,10 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, compression=None, process_set=None):
-    ops.allreduce(tensor, tensor, name, resolve_op(op, average), prescale_factor,
-                  postscale_factor, compression, process_set)
+    if average is not None:  # the deprecated spelling; ops.allreduce resolves op itself
+        op = resolve_op(op, average)
+    ops.allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, compression,
+                  process_set)
     return tensor
 
 

@@ -121,7 +121,10 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
     """``grouped_allreduce`` of one tensor into ``output`` (default: in place), without the
     lists: the lone small all-reduce, whose whole cost is a few microseconds."""
     set_id = 0 if process_set is None else _set_id(process_set)
-    name = auto_name("allreduce", None, set_id) if name is None else valid_name(name)
+    if name is None:
+        name = auto_name("allreduce", None, set_id)
+    elif name.__class__ is not str:
+        name = valid_name(name)
     if _orphans:  # reap_orphans() without the call, in the few-microsecond path
         reap_orphans()
     op = resolve_op(op)
@@ -130,8 +133,12 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
     output = tensor if output is None else output
     compression = 0 if compression is None else wire_code(compression)
     if stream is None:  # positional only: the core's quickest call
-        _core.run_allreduce_one(name, tensor, output, op, float(prescale_factor),
-                                float(postscale_factor), compression, set_id)
+        try:
+            _core.run_allreduce_one(name, tensor, output, op, float(prescale_factor),
+                                    float(postscale_factor), compression, set_id)
+        except TypeError:  # the core takes only UTF-8 names: say so if that was it
+            valid_name(name)
+            raise
     else:
         _core.run_allreduce_one_on_stream(name, tensor, output, op, float(prescale_factor),
                                           float(postscale_factor), compression, set_id,

@@ -612,13 +612,13 @@ Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
       timeout_s < 0 || !std::isfinite(timeout_s)
           ? clock::time_point::max()
           : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
-  HvdliteThread::Scope waiting;  // the checks between slices too (Note [computing ranks])
   {
-    nb::gil_scoped_release release;
+    nb::gil_scoped_release release;  // Engine::wait_until's CPU time is hvdlite's
     if (std::optional<Outcome> o = eng.wait_until(handle, std::min(deadline, start + kFirstSlice))) {
       return std::move(*o);
     }
   }
+  HvdliteThread::Scope waiting;  // the checks between slices too (Note [computing ranks])
   Engine::Blocked blocked(eng, handle);
   while (true) {
     std::optional<Outcome> o;

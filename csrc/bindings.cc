@@ -485,7 +485,7 @@ std::vector<int64_t> submit(Engine& eng, int process_set, EntryList entries, Str
                             bool wake = true, bool device_output = false, bool* staged = nullptr) {
   std::vector<std::shared_ptr<device::DeviceResults>> sides = prepare_device(eng, entries, stream, device_output);
   std::vector<int64_t> handles = eng.enqueue(process_set, std::move(entries), wake);
-  const bool any = std::any_of(sides.begin(), sides.end(), [](const auto& side) { return side != nullptr; });
+  const bool any = !sides.empty();  // prepare_device returns none for host tensors
   if (staged) *staged = any;
   if (!any) return handles;  // host tensors: no lock to take
   std::lock_guard<std::mutex> lk(g_staging_mu);

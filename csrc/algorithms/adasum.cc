@@ -90,10 +90,7 @@ void scaled_add_typed(T* __restrict a, const T* __restrict b, size_t n, double c
 // changes only how each rank's partial sums are rounded; the group's sums (and every
 // element, computed once by its owner) stay the same on every rank.
 #if defined(__x86_64__) || defined(__i386__)
-bool has_avx2_fma() {
-  static const bool yes = cpu_features().avx2 && cpu_features().fma;  // Note [CPU features at run time]
-  return yes;
-}
+bool has_avx2_fma() { return cpu_features().avx2 && cpu_features().fma; }  // Note [CPU features at run time]
 
 // The loops also ask for their operands 4 KiB ahead, once per iteration: the hardware's own
 // prefetch left the dot products' loop waiting on memory a fifth of its time (2.5 against

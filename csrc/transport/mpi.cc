@@ -334,9 +334,9 @@ class MpiTransport : public Transport {
     // Every rank passes the same count, so every rank takes the same path.
     if (!shm_board_ || count > shm_board_->capacity_words()) return false;
     stats().control_bytes_sent += count * sizeof(uint64_t);
-    stats().shared_memory_swaps += 1;  // before the store, as in start_control_swap
     shm_board_->start_gather(send, count);
     ring_peers();
+    stats().shared_memory_swaps += 1;
     shm_swapping_ = true;
     shm_polls_ = 0;
     return true;
@@ -349,11 +349,9 @@ class MpiTransport : public Transport {
     stats().control_bytes_sent += count * sizeof(uint64_t);
     // Both ranks pass the same count, so both take the same path.
     if (shm_swap_ && count <= shm_swap_->capacity_words()) {
-      // Counted before the store the peer polls for: an atomic add after it would wait for
-      // that store to reach the peer's core (a locked add drains the store buffer).
-      stats().shared_memory_swaps += 1;
       shm_swap_->start(send, recv, count);
       ring_peers();
+      stats().shared_memory_swaps += 1;
       shm_swapping_ = true;
       shm_polls_ = 0;
       return true;

@@ -132,17 +132,17 @@ def allreduce(tensor, output=None, name: Optional[str] = None, op: int = Average
         check_adasum_ranks(op, set_id)
     output = tensor if output is None else output
     compression = 0 if compression is None else wire_code(compression)
-    if stream is None:  # positional only: the core's quickest call
-        try:
+    try:
+        if stream is None:  # positional only: the core's quickest call
             _core.run_allreduce_one(name, tensor, output, op, float(prescale_factor),
                                     float(postscale_factor), compression, set_id)
-        except TypeError:  # the core takes only UTF-8 names: say so if that was it
-            valid_name(name)
-            raise
-    else:
-        _core.run_allreduce_one_on_stream(name, tensor, output, op, float(prescale_factor),
-                                          float(postscale_factor), compression, set_id,
-                                          **_stream_kw(stream))
+        else:
+            _core.run_allreduce_one_on_stream(name, tensor, output, op, float(prescale_factor),
+                                              float(postscale_factor), compression, set_id,
+                                              **_stream_kw(stream))
+    except TypeError:  # the core takes only UTF-8 names: say so if that was it
+        valid_name(name)
+        raise
 
 
 def allreduce_async(tensor, output=None, name: Optional[str] = None, op: int = Average,

@@ -43,7 +43,8 @@ uint64_t describe_data(size_t count, DataType dtype, ReduceOp op) {
 
 // The merge (see controller.h). Data is reduced only if both sides hold the same control
 // words and the same kind of data; `lower` is rank 0's packet, the result goes to `inout`.
-void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
+// `scratch`: the controller's, reused round after round (no allocation, no thread-local).
+void merge_round(const uint64_t* lower, uint64_t* inout, size_t count, std::vector<uint8_t>& scratch) {
   const size_t ncontrol = static_cast<size_t>(inout[0]);
   const uint64_t* lc = lower + kHeaderWords;
   uint64_t* hc = inout + kHeaderWords;
@@ -69,7 +70,7 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
     return;
   }
   // lower (op) higher, into the higher's buffer: reduce_into computes dst = dst (op) src.
-  thread_local std::vector<uint8_t> left;
+  std::vector<uint8_t>& left = scratch;
   left.resize(bytes);
   std::memcpy(left.data(), lc + ncontrol, bytes);
   reduce_into(left.data(), hc + ncontrol, elements, dtype, op);
@@ -85,7 +86,7 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count) {
 // x[g+1] into x[g+2], that into x[g+3], ..., and the result into x[g] (dst = own (op)
 // received). The result goes to `out` (kHeaderWords + ncontrol words in); false: no data.
 bool merge_gathered(const std::vector<const uint64_t*>& packets, size_t count, size_t compare,
-                    uint64_t* out) {
+                    uint64_t* out, std::vector<uint8_t>& acc, std::vector<uint8_t>& next) {
   const int n = static_cast<int>(packets.size());
   const size_t ncontrol = static_cast<size_t>(packets[0][0]);
   const uint64_t what = packets[0][1];
@@ -116,7 +117,6 @@ bool merge_gathered(const std::vector<const uint64_t*>& packets, size_t count, s
   char* result = reinterpret_cast<char*>(out + kHeaderWords + ncontrol);
   auto data = [&](int r) { return reinterpret_cast<const char*>(packets[r] + kHeaderWords + ncontrol); };
   const Segments segs = even_segments(elements, n);
-  thread_local std::vector<uint8_t> acc, next;
   for (int g = 0; g < n; ++g) {
     const size_t c = segs.count[g], at = segs.offset[g] * es, bytes = c * es;
     if (c == 0) continue;
@@ -336,7 +336,7 @@ RoundOutcome Controller::end_round(EntryList& pending) {
     out.responses.insert(out.responses.end(), decided.begin(), decided.end());
   }
   if (prereduced) {
-    out.prereduced = packed_;
+    out.prereduced = &packed_;
     out.reduced = packet_.data() + kHeaderWords + words.size();
   }
   autotune_.observe(out.responses);
@@ -375,7 +375,7 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
     }
     bytes += e->bytes();
   }
-  eligible = eligible && first && bytes <= (merged_ ? kMergedDataBytes : config_.board_allreduce_max_bytes);
+  eligible = eligible && first && bytes <= (gathered_ ? config_.board_allreduce_max_bytes : kMergedDataBytes);
   packet_.assign(kHeaderWords + words.size() + room_words_, 0);
   packet_[0] = words.size();
   packet_[2] = eligible ? bytes : 0;
@@ -409,10 +409,10 @@ bool Controller::finish_round(std::vector<uint64_t>& words) {
   if (!merged_) return false;
   // Both ranks merge rank 0's packet with rank 1's, in that order: the same result on both.
   if (transport_.rank() == 0) {
-    merge_round(packet_.data(), peer_packet_.data(), packet_.size());
+    merge_round(packet_.data(), peer_packet_.data(), packet_.size(), merge_scratch_[0]);
     packet_.swap(peer_packet_);
   } else {
-    merge_round(peer_packet_.data(), packet_.data(), packet_.size());
+    merge_round(peer_packet_.data(), packet_.data(), packet_.size(), merge_scratch_[0]);
   }
   std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
   room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
@@ -435,7 +435,8 @@ bool Controller::finish_gathered_round(std::vector<uint64_t>& words) {
   for (int r = 0; r < n; ++r) packets[r] = transport_.control_packet(r);
   // The round's decision: flags, ready, valid, staying (begin_round's layout).
   const size_t compare = 1 + 2 * nwords_ + rank_words_;
-  const bool reduced = merge_gathered(packets, packet_.size(), compare, packet_.data()) && !packed_.empty();
+  const bool reduced = merge_gathered(packets, packet_.size(), compare, packet_.data(),
+                                      merge_scratch_[0], merge_scratch_[1]) && !packed_.empty();
   std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
   room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
   if (!reduced) return false;
@@ -479,7 +480,11 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
 bool Controller::wait_for_round(const EntryList& pending, bool patient,
                                 std::chrono::steady_clock::time_point leave_at) {
   using clock = std::chrono::steady_clock;
-  if (transport_.test_control()) return true;  // a round that one look finishes reads no clock
+  // A peer a few hundred nanoseconds behind is met by looks alone: a clock read costs as much
+  // as several looks, and each one read between looks delays noticing the peer by as much.
+  for (int look = 0; look < kLooksBeforeClock; ++look) {
+    if (transport_.test_control()) return true;
+  }
   const auto start = clock::now();
   // Peers usually arrive within microseconds: spin first. A patient waiter (a caller that
   // would only block otherwise) then polls on, yielding the core at each look, as MPI's own

@@ -51,8 +51,9 @@ namespace hvdlite {
 struct RoundOutcome {
   std::vector<Response> responses;  // same list, same order on every rank
   // A merged round: these entries' data is already reduced (prescaled, not yet postscaled),
-  // back to back in their order at `reduced`; nothing of the round is left to execute.
-  std::vector<TensorEntry*> prereduced;
+  // back to back in their order at `reduced`; nothing of the round is left to execute. Both
+  // point into the controller, valid until its next round begins; null: no merged data.
+  const std::vector<TensorEntry*>* prereduced = nullptr;
   const void* reduced = nullptr;
   bool shutdown = false;            // some rank asked to shut down
   std::vector<int> shutdown_ranks;  // which ones (named in the error the others get)
@@ -128,6 +129,7 @@ class Controller {
   // False when leave_at passed first.
   bool wait_for_round(const EntryList& pending, bool patient,
                       std::chrono::steady_clock::time_point leave_at);
+  static constexpr int kLooksBeforeClock = 64;  // about half a microsecond
   RoundOutcome end_round(EntryList& pending);
   // Starts the round's reduction of `words`: swapped for a merge (with this rank's small
   // all-reduces packed behind it, when they fit) where the transport allows it, else an AND.
@@ -153,6 +155,7 @@ class Controller {
   std::vector<uint64_t> packet_;        // header, control words, data
   std::vector<uint64_t> peer_packet_;   // the peer's, then the merge
   std::vector<TensorEntry*> packed_;    // whose data is in packet_, in slot order
+  std::vector<uint8_t> merge_scratch_[2];  // the merges' working space, reused each round
   StallInspector stall_;
   Autotune autotune_;
   LateRanks late_;

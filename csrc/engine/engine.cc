@@ -130,6 +130,8 @@ std::string Engine::unknown_set(int id) const {
 }
 
 std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries, bool wake) {
+  // The global set always exists, with every rank in it: no table to look in.
+  if (process_set == 0) return world_->enqueue(std::move(entries), wake);
   std::shared_ptr<Group> group;
   {
     std::lock_guard<std::mutex> lk(sets_mu_);
@@ -149,26 +151,35 @@ std::vector<int64_t> Engine::enqueue(int process_set, EntryList entries, bool wa
   return group->enqueue(std::move(entries), wake);
 }
 
-std::shared_ptr<Group> Engine::owner_of(int64_t handle) {
-  const int owner = handles_.owner(handle);
+std::shared_ptr<Group> Engine::group_of(int owner) {
   if (owner < 0) return nullptr;
+  if (owner == 0) return world_;
   std::lock_guard<std::mutex> lk(sets_mu_);
   auto it = groups_.find(owner);
   return it == groups_.end() ? nullptr : it->second;
 }
 
+std::shared_ptr<Group> Engine::owner_of(int64_t handle) { return group_of(handles_.owner(handle)); }
+
+Group* Engine::owner_of(int64_t handle, std::shared_ptr<Group>& keep) {
+  const int owner = handles_.owner(handle);
+  if (owner == 0) return world_.get();  // as long-lived as the engine: no count to take
+  keep = group_of(owner);
+  return keep.get();
+}
+
 Outcome Engine::wait(int64_t handle) {
   HvdliteThread::Scope waiting;  // its CPU time is hvdlite's (Note [computing ranks])
   Blocked blocked(*this, handle);
-  std::shared_ptr<Group> group = owner_of(handle);
-  if (group) group->help(handle);
+  std::shared_ptr<Group> keep;
+  if (Group* group = owner_of(handle, keep)) group->help(handle);
   return handles_.wait(handle);
 }
 
 std::optional<Outcome> Engine::wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
   HvdliteThread::Scope waiting;
-  std::shared_ptr<Group> group = owner_of(handle);
-  if (group) group->help(handle, until);
+  std::shared_ptr<Group> keep;
+  if (Group* group = owner_of(handle, keep)) group->help(handle, until);
   return handles_.wait_until(handle, until);
 }
 

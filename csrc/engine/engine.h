@@ -148,7 +148,11 @@ class Engine {
 
   int64_t submit_change(OpType op, std::vector<int64_t> shape, int32_t root);
   std::string unknown_set(int id) const;  // needs sets_mu_ held
+  std::shared_ptr<Group> group_of(int set_id);      // null for an unknown set (or -1)
   std::shared_ptr<Group> owner_of(int64_t handle);  // null for an unknown handle
+  // The same without a reference count for the global set's group (the engine's own); `keep`
+  // holds any other set's group alive for the caller.
+  Group* owner_of(int64_t handle, std::shared_ptr<Group>& keep);
 
   Config config_;
   HandleTable handles_;

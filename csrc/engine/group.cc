@@ -103,7 +103,7 @@ std::vector<int64_t> Group::enqueue(EntryList entries, bool wake) {
       e->request.rank = transport_->rank();
       e->handle = handles_.create(members_.set_id);
       handles.push_back(e->handle);
-      in_flight_.emplace(e->request.name, e->handle);
+      in_flight_recycled_.insert(in_flight_, e->request.name, e->handle);  // Note [recycled map nodes]
       queue_.push_back(std::move(e));
     }
     if (!wake) return handles;
@@ -228,7 +228,8 @@ void Group::complete(TensorEntry* entry, Outcome outcome) {
   trace_completed(*entry, outcome.status == Status::Success);
   {
     std::lock_guard<std::mutex> lk(mu_);
-    in_flight_.erase(entry->request.name);
+    auto it = in_flight_.find(entry->request.name);
+    if (it != in_flight_.end()) in_flight_recycled_.erase(in_flight_, it);
   }
   handles_.complete(entry->handle, std::move(outcome));
 }
@@ -329,15 +330,15 @@ bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_a
     std::optional<RoundOutcome> outcome = controller_.negotiate(pending_, stop_requested, options);
     if (!outcome) return true;  // left open: the next holder of the token finishes it
     RoundOutcome& round = *outcome;
-    if (restart_names_at_next_run_ && (!round.responses.empty() || !round.prereduced.empty())) {
+    if (restart_names_at_next_run_ && (!round.responses.empty() || round.prereduced)) {
       note_agreed_failure();  // Note [the ranks that fell behind] in deadlock.h
       restart_names_at_next_run_ = false;
     }
-    if (round.prereduced.empty()) {
+    if (!round.prereduced) {
       execute(round.responses);
     } else {
-      for (TensorEntry* e : round.prereduced) trace_negotiated(*e);
-      allreduce_.complete_prereduced(round.prereduced, round.reduced);
+      for (TensorEntry* e : *round.prereduced) trace_negotiated(*e);
+      allreduce_.complete_prereduced(*round.prereduced, round.reduced);
       pending_.clear();  // a merged round held every pending entry (controller.h)
     }
     if (round.deadlock) fail_waited_for();

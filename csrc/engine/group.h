@@ -31,6 +31,7 @@
 #include "engine/fusion.h"
 #include "algorithms/hierarchical.h"
 #include "engine/handle.h"
+#include "engine/recycled_nodes.h"
 #include "engine/tensor_entry.h"
 #include "transport/transport.h"
 #include "engine/validate.h"
@@ -150,6 +151,7 @@ class Group {
   EntryList queue_;                            // guarded by mu_: enqueued, not yet seen by the loop
   // guarded by mu_: names not yet completed, and their handles
   std::unordered_map<std::string, int64_t> in_flight_;
+  RecycledNodes<std::unordered_map<std::string, int64_t>> in_flight_recycled_;  // guarded by mu_
   bool stop_requested_ = false;                // guarded by mu_
   std::string stop_reason_;                    // guarded by mu_: why pending requests fail
   Status failure_status_ = Status::Success;    // guarded by mu_: request_failure_stop's

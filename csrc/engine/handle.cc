@@ -32,7 +32,7 @@ int64_t HandleTable::create(int owner) {
   activity_.progressed();
   Slot slot;
   slot.owner = owner;
-  slots_.emplace(h, std::move(slot));
+  recycled_.insert(slots_, h, std::move(slot));  // Note [recycled map nodes]
   return h;
 }
 
@@ -114,7 +114,7 @@ std::optional<Outcome> HandleTable::wait_until(int64_t handle,
     return std::nullopt;
   }
   Outcome out = std::move(slot.outcome);
-  slots_.erase(handle);
+  recycled_.erase(slots_, slots_.find(handle));  // `it` may be stale: the lock was let go
   return out;
 }
 

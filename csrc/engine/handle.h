@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/rank_activity.h"
+#include "engine/recycled_nodes.h"
 #include "hvdlite.h"
 
 namespace hvdlite {
@@ -85,6 +86,7 @@ class HandleTable {
   std::condition_variable cv_;
   int64_t next_ = 1;
   std::unordered_map<int64_t, Slot> slots_;
+  RecycledNodes<std::unordered_map<int64_t, Slot>> recycled_;  // guarded by mu_
   std::deque<int64_t> finished_watched_;  // guarded by mu_
   RankActivity activity_;
 };

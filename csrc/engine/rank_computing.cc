@@ -102,15 +102,16 @@ int64_t hvdlite_ns_since_last(Registry& r) {
 
 // Only the thread itself writes its depth (the sampler only reads it), so a plain load and
 // store do, without a locked read-modify-write: a Scope wraps every wait, a few microseconds.
-void HvdliteThread::enter() {
+void* HvdliteThread::enter() {
   ThreadClock& t = t_clock;
   const int depth = t.depth.load(std::memory_order_relaxed);
   t.depth.store(depth + 1, std::memory_order_relaxed);
   if (depth == 0 && !t.enlisted) t.enlist();
+  return &t;
 }
 
-void HvdliteThread::leave() {
-  ThreadClock& t = t_clock;
+void HvdliteThread::leave(void* thread) {
+  ThreadClock& t = *static_cast<ThreadClock*>(thread);
   t.depth.store(t.depth.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
 }
 

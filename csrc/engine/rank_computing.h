@@ -41,17 +41,20 @@ class HvdliteThread {
   // While a Scope lives on a thread, that thread's CPU time is hvdlite's (nestable).
   class Scope {
    public:
-    Scope() { enter(); }
-    ~Scope() { leave(); }
+    Scope() : thread_(enter()) {}
+    ~Scope() { leave(thread_); }
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
+
+   private:
+    void* thread_;  // the thread's record: one thread-local lookup per Scope, not two
   };
   // The calling thread is hvdlite's until it ends (hvdlite's Python threads).
   static void mark_for_life() { enter(); }
 
  private:
-  static void enter();
-  static void leave();
+  static void* enter();  // returns the calling thread's record, for leave()
+  static void leave(void* thread);
 };
 
 // Whether the process's threads outside hvdlite used more than kIdleShare of a core over the

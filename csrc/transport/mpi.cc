@@ -699,7 +699,9 @@ class MpiTransport : public Transport {
   // Shared-memory swaps (2 ranks on one host): room for the largest merged round's packet
   // (16 KiB of data, controller.cc) and a generous set of control words.
   static constexpr size_t kShmSwapWords = 4096;
-  static constexpr uint64_t kPollsBeforeYield = 16;  // about a microsecond of spinning
+  // About a microsecond of looking: the controller first looks 64 times without reading the
+  // clock (Controller::wait_for_round), then between clock reads.
+  static constexpr uint64_t kPollsBeforeYield = 80;
   static constexpr std::chrono::milliseconds kLivenessCheckAfter{1};
   // A wait through shared memory that sleeps on the doorbell sleeps at most this long at a
   // time (the liveness check runs between sleeps).

@@ -200,7 +200,7 @@ void Controller::check_settings_agree() {
 std::optional<RoundOutcome> Controller::negotiate(EntryList& pending, bool shutdown_requested,
                                                   const RoundOptions& options) {
   if (!open_) begin_round(pending, shutdown_requested, options.blocked, options.failed);
-  if (!wait_for_round(pending, options.patient, options.leave_at)) return std::nullopt;
+  if (!solo_ && !wait_for_round(pending, options.patient, options.leave_at)) return std::nullopt;
   open_ = false;
   return end_round(pending);
 }
@@ -347,6 +347,7 @@ RoundOutcome Controller::end_round(EntryList& pending) {
 
 void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible) {
   merged_ = transport_.size() == 2 && !autotune_.enabled();  // Autotune's words are not merged
+  solo_ = transport_.size() == 1 && !autotune_.enabled();    // Note [solo rounds] in controller.h
   // Past 8 ranks no round gathers: every rank reading every rank's packet each round cost
   // more than riding saved (16 ranks on the 16-core host: a 4 KiB all-reduce 20.9-25.9 us
   // with gathered rounds, 14.9 us with AND rounds; the 1-float latency beat MPI either way).
@@ -354,7 +355,7 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
   gathered_ = transport_.size() > 2 && transport_.size() <= kMaxGatheredRanks &&
               config_.board_allreduce_max_bytes > 0;
   packed_.clear();
-  if (!merged_ && !gathered_) {
+  if (!merged_ && !gathered_ && !solo_) {
     transport_.start_control_and(words.data(), words.size());
     return;
   }
@@ -388,6 +389,7 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
     packet_[1] = describe_data(bytes / dtype_size(first->request.dtype), first->request.dtype,
                                first->request.reduce_op);
   }
+  if (solo_) return;  // the packet is the round's result already
   if (gathered_) {
     if (!transport_.start_control_gather(packet_.data(), packet_.size())) {
       gathered_ = false;
@@ -405,6 +407,11 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
 }
 
 bool Controller::finish_round(std::vector<uint64_t>& words) {
+  if (solo_) {
+    // The words are this rank's alone, and the data, when packed, is all there is to reduce.
+    room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+    return packet_[1] != 0 && !packed_.empty();
+  }
   if (gathered_) return finish_gathered_round(words);
   if (!merged_) return false;
   // Both ranks merge rank 0's packet with rank 1's, in that order: the same result on both.

@@ -20,6 +20,13 @@
 // on as usual. The room for data is agreed one round ahead: each round also carries the
 // most either rank wanted to send, which sizes the next round.
 //
+// Note [solo rounds]
+// With one rank there is nobody to agree with: the AND of its words is its words, and its
+// small cached all-reduces (packed behind them as in a merged round) are already reduced. A
+// round then makes no transport call at all; its data is scaled on the way in and out, as
+// every path scales it. A lone process (a script run without a launcher) costs little more
+// than its Python call.
+//
 // Gathered rounds (3 to 8 ranks on one host, backends with start_control_gather, the
 // shared board of shm_board.h): the same packets, published to every rank instead of
 // swapped; every rank ANDs the control words of all and, when all hold the same decision and
@@ -150,6 +157,7 @@ class Controller {
   size_t span_ = 0, nwords_ = 0, rank_words_ = 0, tuning_words_ = 0;
   bool merged_ = false;                 // this round used start_control_swap
   bool gathered_ = false;               // this round used start_control_gather
+  bool solo_ = false;                   // one rank: the round needs no transport
   std::vector<const uint64_t*> gathered_packets_;
   size_t room_words_ = 0;               // agreed room for data in this round's packet
   std::vector<uint64_t> packet_;        // header, control words, data

@@ -123,6 +123,7 @@ class LoopbackTransport : public Transport {
   }
 
   void start_control_and(uint64_t* words, size_t count) override {
+    fabric_.control_rounds += 1;
     for (int r = 0; r < size(); ++r) {
       if (r != rank()) fabric_.send(key(kControlAnd, rank(), r), words, count * sizeof(uint64_t));
     }
@@ -137,6 +138,7 @@ class LoopbackTransport : public Transport {
   // As the MPI backend's board (more than 2 ranks; the shared area stands for "one host").
   bool start_control_gather(const uint64_t* send, size_t count) override {
     if (!fabric_.gather_rounds || size() <= 2 || !shared_area().data) return false;
+    fabric_.control_rounds += 1;
     for (int r = 0; r < size(); ++r) {
       if (r != rank()) fabric_.send(key(kControlGather, rank(), r), send, count * sizeof(uint64_t));
     }

@@ -5,6 +5,7 @@
 // fails its test instead of hanging it.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -47,6 +48,8 @@ class Fabric {
   bool gather_rounds = false;
   // Lanes of every shared area (Transport::lanes(), Note [lanes] in shm_lanes.h).
   int lanes = 1;
+  // Control rounds (AND or gather) every rank started through the transport so far.
+  std::atomic<size_t> control_rounds{0};
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The shared area of communicator `comm` of `ranks` (zeroed, 64-byte aligned), made on
   // first use.

@@ -607,16 +607,18 @@ constexpr auto kFirstSlice = std::chrono::milliseconds(1);
 
 Outcome wait_interruptibly(Engine& eng, int64_t handle, double timeout_s) {
   using clock = std::chrono::steady_clock;
-  const auto start = clock::now();
+  const bool limited = timeout_s >= 0 && std::isfinite(timeout_s);
+  const auto start = limited ? clock::now() : clock::time_point();
   const auto deadline =
-      timeout_s < 0 || !std::isfinite(timeout_s)
-          ? clock::time_point::max()
-          : start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s));
+      limited ? start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_s))
+              : clock::time_point::max();
   {
     nb::gil_scoped_release release;  // Engine::wait_until's CPU time is hvdlite's
-    if (std::optional<Outcome> o = eng.wait_until(handle, std::min(deadline, start + kFirstSlice))) {
-      return std::move(*o);
-    }
+    // Without a timeout the first slice's end is read from the clock only if the first round
+    // leaves the request unfinished (deadline.h).
+    const Deadline first = limited ? Deadline::at(std::min(deadline, start + kFirstSlice))
+                                   : Deadline::after(kFirstSlice);
+    if (std::optional<Outcome> o = eng.wait_until(handle, first)) return std::move(*o);
   }
   HvdliteThread::Scope waiting;  // the checks between slices too (Note [computing ranks])
   Engine::Blocked blocked(eng, handle);

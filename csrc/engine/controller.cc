@@ -484,8 +484,7 @@ std::vector<Response> Controller::ask_coordinator(EntryList& pending) {
   return decode_responses(decided.data(), decided.size());
 }
 
-bool Controller::wait_for_round(const EntryList& pending, bool patient,
-                                std::chrono::steady_clock::time_point leave_at) {
+bool Controller::wait_for_round(const EntryList& pending, bool patient, const Deadline* leave_at) {
   using clock = std::chrono::steady_clock;
   // A peer a few hundred nanoseconds behind is met by looks alone: a clock read costs as much
   // as several looks, and each one read between looks delays noticing the peer by as much.
@@ -510,7 +509,7 @@ bool Controller::wait_for_round(const EntryList& pending, bool patient,
     }
     check_stalls(pending);
     PeerChannel::progress_all();  // a thread may wait on this round while a transfer is due
-    if (clock::now() >= leave_at) return false;
+    if (leave_at && clock::now() >= leave_at->when()) return false;
     if (transport_.control_waits_sleep()) continue;  // it sleeps until the peers ring
     std::this_thread::sleep_for(std::min(sleep, max_sleep));
     sleep *= 2;

@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "observability/autotune.h"
+#include "engine/deadline.h"
 #include "engine/cross_set_deadlock.h"
 #include "engine/config.h"
 #include "engine/deadlock.h"
@@ -77,8 +78,9 @@ struct RoundOptions {
   // This rank stops because something failed here (with shutdown_requested): NCCL's
   // asynchronous error. The others then fail their requests as an error, not a shutdown.
   bool failed = false;
-  // Past this, a round whose peers have not all answered is left open (negotiate).
-  std::chrono::steady_clock::time_point leave_at = std::chrono::steady_clock::time_point::max();
+  // Past this, a round whose peers have not all answered is left open (negotiate); null:
+  // never. Asked only once the peers are late (deadline.h).
+  const Deadline* leave_at = nullptr;
 };
 
 class Controller {
@@ -134,8 +136,7 @@ class Controller {
  private:
   void begin_round(EntryList& pending, bool shutdown_requested, bool blocked, bool failed);
   // False when leave_at passed first.
-  bool wait_for_round(const EntryList& pending, bool patient,
-                      std::chrono::steady_clock::time_point leave_at);
+  bool wait_for_round(const EntryList& pending, bool patient, const Deadline* leave_at);
   static constexpr int kLooksBeforeClock = 64;  // about half a microsecond
   RoundOutcome end_round(EntryList& pending);
   // Starts the round's reduction of `words`: swapped for a merge (with this rank's small

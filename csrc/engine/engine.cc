@@ -176,7 +176,7 @@ Outcome Engine::wait(int64_t handle) {
   return handles_.wait(handle);
 }
 
-std::optional<Outcome> Engine::wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
+std::optional<Outcome> Engine::wait_until(int64_t handle, const Deadline& until) {
   HvdliteThread::Scope waiting;
   std::shared_ptr<Group> keep;
   if (Group* group = owner_of(handle, keep)) group->help(handle, until);
@@ -210,7 +210,7 @@ std::optional<int64_t> Engine::next_watched(std::chrono::steady_clock::time_poin
   if (oldest != 0) {
     std::shared_ptr<Group> group = owner_of(oldest);
     // Until any watched request finished, not only the oldest (which may be waiting on a peer).
-    if (group) group->help(oldest, until, [this] { return handles_.any_watched_finished(); });
+    if (group) group->help(oldest, Deadline::at(until), [this] { return handles_.any_watched_finished(); });
   }
   std::optional<int64_t> handle = handles_.next_watched(until);
   if (handle) {

@@ -51,7 +51,10 @@ class Engine {
   // wait() until `until` at most: nothing when the request has not finished by then (it stays
   // in flight; wait again later). For callers that must look at something else now and then
   // (Python's signal handlers): Note [interruptible waits] in bindings.cc.
-  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
+  std::optional<Outcome> wait_until(int64_t handle, const Deadline& until);
+  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
+    return wait_until(handle, Deadline::at(until));
+  }
 
   // While alive, the deadlock detector counts this rank as blocked on `handle` in its set
   // (deadlock.h). Engine::wait holds one; so do callers that wait in slices (wait_until).

@@ -140,8 +140,7 @@ SetWaits Group::waits() {
   return out;
 }
 
-void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at,
-                 const std::function<bool()>& enough) {
+void Group::help(int64_t handle, const Deadline& leave_at, const std::function<bool()>& enough) {
   bool mine = false;
   {
     std::lock_guard<std::mutex> lk(mu_);
@@ -167,9 +166,10 @@ void Group::help(int64_t handle, std::chrono::steady_clock::time_point leave_at,
   // The first round runs whatever the time (its caller just set leave_at ahead): a round
   // that finishes the request then costs no clock read here.
   bool alive = true, first = true;
-  while (alive && !done() && !(enough && enough()) && (first || std::chrono::steady_clock::now() < leave_at)) {
+  while (alive && !done() && !(enough && enough()) &&
+         (first || std::chrono::steady_clock::now() < leave_at.when())) {
     first = false;
-    alive = run_round(/*caller=*/true, leave_at);
+    alive = run_round(/*caller=*/true, &leave_at);
   }
   release_driver();
 }
@@ -287,7 +287,7 @@ bool Group::check_stalls_idle() {
   return false;
 }
 
-bool Group::run_round(bool caller, std::chrono::steady_clock::time_point leave_at) {
+bool Group::run_round(bool caller, const Deadline* leave_at) {
   // Point-to-point moves while a thread waits on a collective (Note [point-to-point progress]).
   PeerChannel::progress_all();
   RoundOptions options;

@@ -27,6 +27,7 @@
 #include "engine/config.h"
 #include "engine/controller.h"
 #include "engine/cross_set_deadlock.h"
+#include "engine/deadline.h"
 #include "engine/device_collectives.h"
 #include "engine/fusion.h"
 #include "algorithms/hierarchical.h"
@@ -77,8 +78,7 @@ class Group {
   // loop thread will. A round whose peers have not answered by `leave_at` is left to the loop
   // thread (Controller::negotiate), so that the caller can look at its signals. `enough`, when
   // given, is also asked after each round: true ends the help (a watcher of several handles).
-  void help(int64_t handle, std::chrono::steady_clock::time_point leave_at =
-                                std::chrono::steady_clock::time_point::max(),
+  void help(int64_t handle, const Deadline& leave_at = Deadline::never(),
             const std::function<bool()>& enough = nullptr);
 
   // A thread blocks waiting on `handle` (one of this group's) from begin_wait until end_wait:
@@ -108,8 +108,7 @@ class Group {
   // One round (drain the queue, negotiate, execute), by the holder of the driver token.
   // False once the group has ended (shut down, or an error stopped it).
   // caller: run by a waiting caller (help()), which may poll longer for its peers.
-  bool run_round(bool caller = false, std::chrono::steady_clock::time_point leave_at =
-                                           std::chrono::steady_clock::time_point::max());
+  bool run_round(bool caller = false, const Deadline* leave_at = nullptr);
   // After a round that declared a deadlock: fails every request a thread waits on here, with
   // the members' agreed description, unless only other members fell behind (Note [the ranks
   // that fell behind] in deadlock.h). Collective (Controller::agree_on_deadlock).

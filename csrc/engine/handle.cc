@@ -89,11 +89,10 @@ bool HandleTable::poll(int64_t handle) {
 }
 
 Outcome HandleTable::wait(int64_t handle) {
-  return *wait_until(handle, std::chrono::steady_clock::time_point::max());
+  return *wait_until(handle, Deadline::never());
 }
 
-std::optional<Outcome> HandleTable::wait_until(int64_t handle,
-                                               std::chrono::steady_clock::time_point until) {
+std::optional<Outcome> HandleTable::wait_until(int64_t handle, const Deadline& until) {
   std::unique_lock<std::mutex> lk(mu_);
   auto it = slots_.find(handle);
   if (it == slots_.end()) throw Error(Status::InvalidArgument, "unknown or already synchronized handle " + std::to_string(handle));
@@ -101,17 +100,18 @@ std::optional<Outcome> HandleTable::wait_until(int64_t handle,
   // Small collectives finish within microseconds: look again briefly before sleeping, which
   // saves a futex sleep and wake-up on both threads.
   if (!slot.done) {  // most often done already (its waiter ran the round): no clock read
-    const auto spin_until = std::min(until, std::chrono::steady_clock::now() + std::chrono::microseconds(50));
+    const auto end = until.when();
+    const auto spin_until = std::min(end, std::chrono::steady_clock::now() + std::chrono::microseconds(50));
     while (!slot.done && std::chrono::steady_clock::now() < spin_until) {
       lk.unlock();
       std::this_thread::yield();
       lk.lock();
     }
-  }
-  if (until == std::chrono::steady_clock::time_point::max()) {
-    cv_.wait(lk, [&] { return slot.done; });
-  } else if (!cv_.wait_until(lk, until, [&] { return slot.done; })) {
-    return std::nullopt;
+    if (end == std::chrono::steady_clock::time_point::max()) {
+      cv_.wait(lk, [&] { return slot.done; });
+    } else if (!cv_.wait_until(lk, end, [&] { return slot.done; })) {
+      return std::nullopt;
+    }
   }
   Outcome out = std::move(slot.outcome);
   recycled_.erase(slots_, slots_.find(handle));  // `it` may be stale: the lock was let go

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/deadline.h"
 #include "engine/rank_activity.h"
 #include "engine/recycled_nodes.h"
 #include "hvdlite.h"
@@ -64,7 +65,10 @@ class HandleTable {
   // Blocks until done, then removes the handle and returns its outcome.
   Outcome wait(int64_t handle);
   // wait() until `until`; nothing (and the handle stays) when it is not done by then.
-  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until);
+  std::optional<Outcome> wait_until(int64_t handle, const Deadline& until);
+  std::optional<Outcome> wait_until(int64_t handle, std::chrono::steady_clock::time_point until) {
+    return wait_until(handle, Deadline::at(until));
+  }
 
   // Note [watched handles]
   // A thread that completes futures (the c10d backend's) waits for whichever of its requests

@@ -59,5 +59,32 @@ TEST(a_thread_waiting_for_the_next_watched_handle_wakes_when_it_finishes) {
   completer.join();
 }
 
+// A span's deadline (deadline.h) is fixed when first asked for: a finished handle is taken at
+// once (nothing asks), an unfinished one is waited for about the span from then, and a
+// recycled map node serves the next handle (Note [recycled map nodes]).
+TEST(a_span_deadline_counts_from_the_first_ask) {
+  Deadline d = Deadline::after(std::chrono::milliseconds(50));
+  const auto before = Clock::now();
+  const auto when = d.when();
+  CHECK(when >= before + std::chrono::milliseconds(50));
+  CHECK(d.when() == when);  // fixed
+  CHECK(!d.is_never());
+  CHECK(Deadline::never().is_never());
+
+  HandleTable table;
+  const int64_t done = table.create(), pending = table.create();
+  table.complete(done, Outcome{Status::Internal, "finished"});
+  CHECK(table.wait_until(done, Deadline::after(std::chrono::hours(1)))->error == "finished");
+  const auto start = Clock::now();
+  CHECK(!table.wait_until(pending, Deadline::after(std::chrono::milliseconds(30))));
+  CHECK(Clock::now() - start >= std::chrono::milliseconds(30));
+  table.complete(pending, Outcome{});
+  CHECK(table.wait_until(pending, Deadline::after(std::chrono::milliseconds(0)))->status == Status::Success);
+  const int64_t next = table.create();  // into a recycled node
+  CHECK(next > pending);
+  CHECK_EQ(table.owner(next), 0);
+  CHECK(!table.poll(next));
+}
+
 }  // namespace
 }  // namespace hvdlite

@@ -63,7 +63,7 @@ def test_process_sets():
     assert out.count("ALL OK") == 3, out
 
 
-@pytest.mark.parametrize("np_", [2, 3])
+@pytest.mark.parametrize("np_", [1, 2, 3])
 def test_small_allreduce_paths(np_):
     out = run_mpi(np_, "workers/core_small_paths.py", timeout=180).stdout
     assert out.count("ALL OK") == np_

@@ -43,8 +43,8 @@ uint64_t describe_data(size_t count, DataType dtype, ReduceOp op) {
 
 // The merge (see controller.h). Data is reduced only if both sides hold the same control
 // words and the same kind of data; `lower` is rank 0's packet, the result goes to `inout`.
-// `scratch`: the controller's, reused round after round (no allocation, no thread-local).
-void merge_round(const uint64_t* lower, uint64_t* inout, size_t count, std::vector<uint8_t>& scratch) {
+// `left`: the controller's scratch, reused round after round (no allocation, no thread-local).
+void merge_round(const uint64_t* lower, uint64_t* inout, size_t count, std::vector<uint8_t>& left) {
   const size_t ncontrol = static_cast<size_t>(inout[0]);
   const uint64_t* lc = lower + kHeaderWords;
   uint64_t* hc = inout + kHeaderWords;
@@ -70,7 +70,6 @@ void merge_round(const uint64_t* lower, uint64_t* inout, size_t count, std::vect
     return;
   }
   // lower (op) higher, into the higher's buffer: reduce_into computes dst = dst (op) src.
-  std::vector<uint8_t>& left = scratch;
   left.resize(bytes);
   std::memcpy(left.data(), lc + ncontrol, bytes);
   reduce_into(left.data(), hc + ncontrol, elements, dtype, op);
@@ -406,10 +405,14 @@ void Controller::start_round(std::vector<uint64_t>& words, const EntryList& pend
   }
 }
 
+void Controller::agree_room() {
+  room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+}
+
 bool Controller::finish_round(std::vector<uint64_t>& words) {
   if (solo_) {
     // The words are this rank's alone, and the data, when packed, is all there is to reduce.
-    room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+    agree_room();
     return packet_[1] != 0 && !packed_.empty();
   }
   if (gathered_) return finish_gathered_round(words);
@@ -422,7 +425,7 @@ bool Controller::finish_round(std::vector<uint64_t>& words) {
     merge_round(peer_packet_.data(), packet_.data(), packet_.size(), merge_scratch_[0]);
   }
   std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
-  room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  agree_room();
   if (packet_[1] == 0 || packed_.empty()) return false;
   // The data was this round's all-reduce: count it as data (what the ring would have moved
   // at 2 ranks, each way), not as negotiation.
@@ -445,7 +448,7 @@ bool Controller::finish_gathered_round(std::vector<uint64_t>& words) {
   const bool reduced = merge_gathered(packets, packet_.size(), compare, packet_.data(),
                                       merge_scratch_[0], merge_scratch_[1]) && !packed_.empty();
   std::copy(packet_.begin() + kHeaderWords, packet_.begin() + kHeaderWords + words.size(), words.begin());
-  room_words_ = (static_cast<size_t>(packet_[2]) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  agree_room();
   if (!reduced) return false;
   // Count the data as the ring would have moved it (ring_allreduce.h), not as negotiation.
   size_t bytes = 0;

@@ -144,6 +144,8 @@ class Controller {
   void start_round(std::vector<uint64_t>& words, const EntryList& pending, bool eligible);
   // After the round: copies the control words back; true when the data was reduced too.
   bool finish_round(std::vector<uint64_t>& words);
+  // The next round's room for data, from this round's packet: the most any rank wanted.
+  void agree_room();
   bool finish_gathered_round(std::vector<uint64_t>& words);
   std::vector<Response> ask_coordinator(EntryList& pending);
 

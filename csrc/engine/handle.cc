@@ -107,7 +107,7 @@ std::optional<Outcome> HandleTable::wait_until(int64_t handle, const Deadline& u
       std::this_thread::yield();
       lk.lock();
     }
-    if (end == std::chrono::steady_clock::time_point::max()) {
+    if (until.is_never()) {
       cv_.wait(lk, [&] { return slot.done; });
     } else if (!cv_.wait_until(lk, end, [&] { return slot.done; })) {
       return std::nullopt;
